@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+func addCommand(out *output) *cli.Command {
+	return &cli.Command{
+		Name:      "add",
+		Usage:     "add a task (content from FILE or stdin)",
+		UsageText: "add [--id ID] [--priority N] [--max-attempts N] [FILE|-]",
+		Description: `Writes the content to .fence/tmp, fsyncs it, journals the task and renames it
+into available/. Prints the task id. With no FILE the task is empty; "-" reads
+stdin. The id defaults to a new ULID.
+
+   fencectl add --id build-42 --priority 5 spec.txt
+   echo "resize img-7" | fencectl add -`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "id", Usage: "task id [A-Za-z0-9][A-Za-z0-9._-]{0,127} (default: a new ULID)"},
+			&cli.Int64Flag{Name: "priority", Usage: "higher is claimed first"},
+			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before failed/ (default: the tree's)"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			src, err := optionalArg(c)
+			if err != nil {
+				return err
+			}
+			if c.IsSet("max-attempts") && c.Int("max-attempts") < 1 {
+				return usagef("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))
+			}
+			var content io.Reader
+			switch src {
+			case "":
+			case "-":
+				content = out.stdin
+			default:
+				f, err := os.Open(src)
+				if err != nil {
+					return usagef("cannot read task content: %v", err)
+				}
+				defer f.Close()
+				if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+					return usagef("cannot read task content from %s: not a regular file", src)
+				}
+				content = f
+			}
+			return withTree(c, out, func(t *fence.Tree) error {
+				res, err := t.Add(c.Context, fence.AddRequest{
+					ID: c.String("id"), Priority: c.Int64("priority"), MaxAttempts: c.Int("max-attempts"), Content: content,
+				})
+				if err != nil {
+					return err
+				}
+				out.print(taskJSON(res.Task, res.Path), func(w io.Writer) { fmt.Fprintln(w, res.Task.ID) })
+				return nil
+			})
+		},
+	}
+}
+
+// taskJSON is the --json shape of a task record.
+func taskJSON(t fence.Task, path string) map[string]any {
+	m := map[string]any{
+		"task": t.ID, "state": t.State, "priority": t.Priority, "attempts": t.Attempts,
+		"max_attempts": t.MaxAttempts, "created": t.Created.UTC(), "updated": t.Updated.UTC(), "path": path,
+	}
+	if t.Lease != nil {
+		m["lease"] = leaseJSON(*t.Lease)
+	}
+	if t.Last != nil {
+		m["last_lease"] = map[string]any{"token": t.Last.Token, "agent": t.Last.Agent, "ended_at": t.Last.At.UTC(), "ended_by": t.Last.By, "reason": t.Last.Reason}
+	}
+	return m
+}
+
+func leaseJSON(l fence.Lease) map[string]any {
+	m := map[string]any{"token": l.Token, "agent": l.Agent, "claimed_at": l.ClaimedAt.UTC(), "deadline": l.Deadline.UTC()}
+	if l.RequestID != "" {
+		m["request_id"] = l.RequestID
+	}
+	return m
+}

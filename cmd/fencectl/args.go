@@ -1,0 +1,110 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// reorderArgs lets flags follow positional arguments. urfave/cli v2 (like
+// Go's flag package) stops reading flags at the first positional argument,
+// so `fencectl claim t1 --agent a` would treat --agent as an argument. This
+// moves every flag of the command ahead of its positional arguments, and a
+// global flag given after the command name (`claim --dir x`) to before it.
+// Everything after `--` is left alone.
+func reorderArgs(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	globals := flagArity(app.Flags)
+	out := []string{args[0]}
+	i := 1
+	// Global flags before the command.
+	for i < len(args) && isFlag(args[i]) {
+		out = append(out, args[i])
+		if takesValue(globals, args[i]) && i+1 < len(args) {
+			out = append(out, args[i+1])
+			i++
+		}
+		i++
+	}
+	if i >= len(args) {
+		return out
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil {
+		return append(out, args[i:]...)
+	}
+	local := flagArity(cmd.Flags)
+	var hoisted, flags, positional []string
+	rest := args[i+1:]
+	for j := 0; j < len(rest); j++ {
+		a := rest[j]
+		if a == "--" {
+			positional = append(positional, rest[j:]...)
+			break
+		}
+		if !isFlag(a) {
+			positional = append(positional, a)
+			continue
+		}
+		name := flagName(a)
+		dst := &flags
+		arity := local
+		if _, ok := local[name]; !ok {
+			if _, ok := globals[name]; ok {
+				dst, arity = &hoisted, globals
+			}
+		}
+		*dst = append(*dst, a)
+		if takesValue(arity, a) && j+1 < len(rest) {
+			*dst = append(*dst, rest[j+1])
+			j++
+		}
+	}
+	out = append(out, hoisted...)
+	out = append(out, cmd.Name)
+	out = append(out, flags...)
+	return append(out, positional...)
+}
+
+// wantsJSON reports whether --json was given anywhere before `--`, so that
+// even a usage error can be reported as JSON.
+func wantsJSON(args []string) bool {
+	for _, a := range args[1:] {
+		if a == "--" {
+			return false
+		}
+		if a == "--json" || a == "-json" || a == "--json=true" || a == "-json=true" {
+			return true
+		}
+	}
+	return false
+}
+
+func isFlag(a string) bool { return len(a) > 1 && a[0] == '-' }
+
+func flagName(a string) string {
+	name := strings.TrimLeft(a, "-")
+	name, _, _ = strings.Cut(name, "=")
+	return name
+}
+
+// flagArity maps each flag name to whether it takes a value.
+func flagArity(flags []cli.Flag) map[string]bool {
+	m := map[string]bool{}
+	for _, f := range flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			m[n] = !isBool
+		}
+	}
+	m["help"], m["h"] = false, false
+	return m
+}
+
+// takesValue reports whether flag a (in "--name" form, no "=") consumes the
+// next argument.
+func takesValue(arity map[string]bool, a string) bool {
+	return !strings.Contains(a, "=") && arity[flagName(a)]
+}

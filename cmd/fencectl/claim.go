@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+func claimCommand(out *output) *cli.Command {
+	return &cli.Command{
+		Name:      "claim",
+		Usage:     "claim the named task or the next ready one; prints its token",
+		UsageText: "claim [ID] [--agent A] [--ttl D] [--wait D] [--token T] [--format text|json|env]",
+		Description: `Reaps expired leases first, then claims the named task or the highest-priority,
+oldest available one, issues a new fencing token and moves the file to claimed/.
+Keep the token: every later step on the task must show it.
+
+With --token T it restores a claim instead (an agent back from a restart with
+an old note): the same token back with the lease renewed if T is still
+current, else exit 3 with how T was lost. FENCE_TOKEN is never read here.
+
+   fencectl claim --agent a1
+   fencectl claim build-42 --agent a1 --ttl 30m
+   eval "$(fencectl claim --agent a1 --wait 1m --format env)"   # sets FENCE_TASK, FENCE_TOKEN, FENCE_TASK_FILE, FENCE_DEADLINE
+   fencectl claim build-42 --token 1795000000000123              # restore
+
+Exit 4 when nothing is ready (or the named task is not available).`,
+		Flags: []cli.Flag{
+			agentFlag(),
+			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"FENCE_TTL"}, Usage: "lease length (default: the tree's)"},
+			&cli.DurationFlag{Name: "wait", Usage: "keep trying this long while nothing is ready"},
+			&cli.Uint64Flag{Name: "token", Usage: "restore: renew this claim if its token is still current"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json or env (NAME='value' lines for eval)"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			id, err := optionalArg(c)
+			if err != nil {
+				return err
+			}
+			format := c.String("format")
+			switch format {
+			case "text", "env":
+			case "json":
+				out.json = true
+			default:
+				return usagef("invalid --format %q: use text, json or env", format)
+			}
+			if out.json {
+				format = "json"
+			}
+			if c.Duration("ttl") < 0 || c.Duration("wait") < 0 {
+				return usagef("--ttl and --wait must not be negative")
+			}
+			if c.IsSet("token") && c.Uint64("token") == 0 {
+				return usagef("invalid --token 0: tokens are positive")
+			}
+			return withTree(c, out, func(t *fence.Tree) error {
+				res, err := t.Claim(c.Context, fence.ClaimRequest{
+					ID: id, Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"), Token: c.Uint64("token"),
+				})
+				for _, r := range res.Reaped {
+					out.notice(fence.Notice{Kind: "reaped", Name: r.Task, Detail: describeReap(r)})
+				}
+				if err != nil {
+					return err
+				}
+				printClaim(out, format, res)
+				return nil
+			})
+		},
+	}
+}
+
+func printClaim(out *output, format string, res fence.ClaimResult) {
+	switch format {
+	case "json":
+		out.writeJSON(out.stdout, map[string]any{
+			"task": res.Task.ID, "token": res.Token, "agent": res.Agent, "path": res.Path,
+			"deadline": res.Deadline.UTC(), "renewed": res.Renewed, "priority": res.Task.Priority,
+			"attempts": res.Task.Attempts, "max_attempts": res.Task.MaxAttempts,
+		})
+	case "env":
+		for _, kv := range [][2]string{
+			{"FENCE_TASK", res.Task.ID},
+			{"FENCE_TOKEN", strconv.FormatUint(res.Token, 10)},
+			{"FENCE_TASK_FILE", res.Path},
+			{"FENCE_DEADLINE", fmtTime(res.Deadline)},
+		} {
+			fmt.Fprintf(out.stdout, "%s=%s\n", kv[0], shellQuote(kv[1]))
+		}
+	default:
+		w := out.stdout
+		verb := "claimed"
+		if res.Renewed {
+			verb = "renewed"
+		}
+		fmt.Fprintf(w, "%s  %s\ntoken    %d\nagent    %s\npath     %s\ndeadline %s (%s)\n",
+			verb, res.Task.ID, res.Token, res.Agent, res.Path, fmtTime(res.Deadline), fmtLeft(res.Deadline.Sub(fence.Now())))
+	}
+}
+
+// shellQuote quotes s for POSIX shells: eval of NAME='…' sets exactly s.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func describeReap(r fence.Reaped) string {
+	return fmt.Sprintf("lease of %s (token %d) expired %s ago; attempt %d of %d; task goes to %s/",
+		r.Holder, r.Token, r.ExpiredFor.Round(time.Second), r.Attempts, r.MaxAttempts, r.To)
+}
+
+// writeReaps prints reap explanations, one per line.
+func writeReaps(w io.Writer, rs []fence.Reaped) {
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s: %s\n", r.Task, describeReap(r))
+	}
+}

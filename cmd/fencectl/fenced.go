@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+// fencedFlags are the flags every token-checked command takes.
+func fencedFlags(extra ...cli.Flag) []cli.Flag {
+	return append([]cli.Flag{tokenFlag(), agentFlag(), jsonFlag}, extra...)
+}
+
+// fencedRequest reads ID, --token, --agent and (where defined) --reason
+// and --ttl.
+func fencedRequest(c *cli.Context) (fence.FencedRequest, error) {
+	id, err := oneArg(c, "task ID")
+	if err != nil {
+		return fence.FencedRequest{}, err
+	}
+	if err := fence.ValidateID(id); err != nil {
+		return fence.FencedRequest{}, err
+	}
+	tok, err := requireToken(c)
+	if err != nil {
+		return fence.FencedRequest{}, err
+	}
+	req := fence.FencedRequest{ID: id, Token: tok, Agent: c.String("agent"), Reason: c.String("reason")}
+	if c.Duration("ttl") < 0 {
+		return req, usagef("invalid --ttl %s: must be positive", c.Duration("ttl"))
+	}
+	req.TTL = c.Duration("ttl")
+	return req, nil
+}
+
+// fencedAction runs one token-checked mutation and prints its result.
+func fencedAction(out *output, op func(*fence.Tree, context.Context, fence.FencedRequest) (fence.Result, error), text func(io.Writer, fence.Result)) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		req, err := fencedRequest(c)
+		if err != nil {
+			return err
+		}
+		return withTree(c, out, func(t *fence.Tree) error {
+			res, err := op(t, c.Context, req)
+			if err != nil {
+				return err
+			}
+			m := taskJSON(res.Task, res.Path)
+			m["token"], m["retry"] = req.Token, res.Retry
+			if res.Event != nil {
+				m["event"] = res.Event.Type
+			}
+			out.print(m, func(w io.Writer) {
+				text(w, res)
+				if res.Retry {
+					fmt.Fprintln(w, "(a retry: this token had already done that; nothing changed)")
+				}
+			})
+			return nil
+		})
+	}
+}

@@ -1,0 +1,105 @@
+// Command fencectl coordinates agents that share a directory of tasks:
+// fenced claims, leases, and a journal that never lets a stale agent act.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run builds the app, runs it and turns the outcome into an exit code. It
+// is the only place that decides how an error is shown.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	out := &output{stdin: stdin, stdout: stdout, stderr: stderr}
+	app := newApp(out)
+	args = reorderArgs(app, args)
+	out.json = wantsJSON(args)
+	err := app.RunContext(ctx, args)
+	if err == nil && out.notFound != "" {
+		err = usagef("unknown command %q: run `fencectl --help` for the list", out.notFound)
+	}
+	if err == nil {
+		out.flushNotices()
+		return 0
+	}
+	var exit cli.ExitCoder
+	if errors.As(err, &exit) && exit.ExitCode() == 0 {
+		return 0
+	}
+	return out.fail(err)
+}
+
+// newApp assembles the commands; each lives in its own file.
+func newApp(out *output) *cli.App {
+	app := &cli.App{
+		Name:  "fencectl",
+		Usage: "fenced claims on a shared directory of tasks",
+		Description: `Agents claim tasks from a plain directory tree (available/ → claimed/ → done/).
+A journal in .fence/ issues a fencing token with every claim; every later step
+must show the current token, so an agent that lost its lease is refused.
+
+   fencectl init                          # make a tree in . (or --dir / FENCE_DIR)
+   echo "build x" | fencectl add --id build-x -
+   eval "$(fencectl claim --agent a1 --format env)"
+   fencectl heartbeat "$FENCE_TASK" --token "$FENCE_TOKEN"
+   fencectl complete "$FENCE_TASK" --token "$FENCE_TOKEN"
+
+Exit codes: 0 ok, 1 error, 2 bad input, 3 fenced (stale token), 4 nothing to
+claim / not available, 5 busy, 6 no such task, 7 drift.`,
+		HideVersion:     true,
+		Reader:          out.stdin,
+		Writer:          out.stdout,
+		ErrWriter:       out.stderr,
+		Flags:           globalFlags(),
+		Commands:        commands(out),
+		ExitErrHandler:  func(*cli.Context, error) {}, // run() chooses the exit code
+		OnUsageError:    onUsageError,
+		CommandNotFound: func(_ *cli.Context, name string) { out.notFound = name },
+	}
+	for _, c := range app.Commands {
+		c.OnUsageError = onUsageError
+	}
+	return app
+}
+
+func commands(out *output) []*cli.Command {
+	return []*cli.Command{
+		initCommand(out),
+		addCommand(out),
+		claimCommand(out),
+		heartbeatCommand(out),
+		verifyCommand(out),
+		completeCommand(out),
+		releaseCommand(out),
+		failCommand(out),
+		reapCommand(out),
+		revokeCommand(out),
+		requeueCommand(out),
+		statusCommand(out),
+		showCommand(out),
+		logCommand(out),
+		replayCommand(out),
+	}
+}
+
+func onUsageError(_ *cli.Context, err error, _ bool) error {
+	return usagef("%v (see --help)", err)
+}
+
+// usageError is bad usage: exit 2, reason invalid_input.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}

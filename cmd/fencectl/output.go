@@ -1,0 +1,150 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+// Exit codes: stable, scripts depend on them (README, DESIGN.md).
+const (
+	exitOK           = 0
+	exitError        = 1
+	exitUsage        = 2
+	exitFenced       = 3
+	exitNotAvailable = 4
+	exitBusy         = 5
+	exitNoSuchTask   = 6
+	exitDrift        = 7
+)
+
+// output carries the streams and the --json choice, and collects notices
+// so that with --json a failing command prints exactly one object on
+// stderr.
+type output struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	json           bool
+	notFound       string
+	notices        []fence.Notice
+}
+
+func (o *output) notice(n fence.Notice) { o.notices = append(o.notices, n) }
+
+// flushNotices prints what the command noticed on the way, to stderr.
+func (o *output) flushNotices() {
+	for _, n := range o.notices {
+		if o.json {
+			o.writeJSON(o.stderr, n)
+		} else {
+			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(n.Kind, "_", " "), n.Name, n.Detail)
+		}
+	}
+	o.notices = nil
+}
+
+// print writes v as one JSON object with --json, else runs text.
+func (o *output) print(v any, text func(w io.Writer)) {
+	if o.json {
+		o.writeJSON(o.stdout, v)
+		return
+	}
+	text(o.stdout)
+}
+
+func (o *output) writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// errorObject is the --json shape of every error.
+type errorObject struct {
+	Code         int        `json:"code"`
+	Reason       string     `json:"reason"`
+	Message      string     `json:"message"`
+	Task         string     `json:"task,omitempty"`
+	YourToken    uint64     `json:"your_token,omitempty"`
+	CurrentToken *uint64    `json:"current_token,omitempty"`
+	Holder       *string    `json:"holder,omitempty"`
+	State        string     `json:"state,omitempty"`
+	LostAt       *time.Time `json:"lost_at,omitempty"`
+	LostBy       string     `json:"lost_by,omitempty"`
+	Findings     any        `json:"findings,omitempty"`
+}
+
+// fail reports err and returns its exit code. Notices are dropped with
+// --json (one object on stderr, nothing else) and printed first otherwise.
+func (o *output) fail(err error) int {
+	var silent silentExit
+	if errors.As(err, &silent) {
+		// The result (e.g. replay's findings) is already on stdout.
+		if o.json {
+			o.writeJSON(o.stderr, errorObject{Code: silent.code, Reason: fence.ReasonDrift, Message: "tree and journal disagree; see the findings on stdout"})
+		} else {
+			o.flushNotices()
+		}
+		return silent.code
+	}
+	obj := classify(err)
+	if o.json {
+		o.writeJSON(o.stderr, obj)
+		return obj.Code
+	}
+	o.flushNotices()
+	fmt.Fprintf(o.stderr, "fencectl: %s\n", obj.Message)
+	return obj.Code
+}
+
+// classify maps an error to its exit code, reason and details.
+func classify(err error) errorObject {
+	obj := errorObject{Code: exitError, Reason: fence.ReasonIOError, Message: err.Error()}
+	var (
+		stale   *fence.StaleTokenError
+		notAv   *fence.NotAvailableError
+		noTask  *fence.NoSuchTaskError
+		invalid *fence.InvalidInputError
+		usage   *usageError
+		drift   *fence.DriftError
+		corrupt *fence.CorruptError
+		version *fence.VersionError
+		noJrnl  *fence.NoJournalError
+	)
+	switch {
+	case errors.As(err, &stale):
+		obj.Code, obj.Reason, obj.Task = exitFenced, stale.Reason, stale.Task
+		obj.YourToken, obj.State, obj.LostBy = stale.Yours, string(stale.State), stale.LostBy
+		cur, holder := stale.Current, stale.Holder
+		obj.CurrentToken, obj.Holder = &cur, &holder
+		if !stale.LostAt.IsZero() {
+			at := stale.LostAt.UTC()
+			obj.LostAt = &at
+		}
+	case errors.Is(err, fence.ErrNothingToClaim):
+		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNothingToClaim
+	case errors.As(err, &notAv):
+		obj.Code, obj.Reason, obj.Task, obj.State = exitNotAvailable, fence.ReasonNotAvailable, notAv.Task, string(notAv.State)
+	case errors.Is(err, fence.ErrBusy):
+		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
+		obj.Message = err.Error() + " (waited --timeout / FENCE_TIMEOUT; look for a long-running fencectl process on this tree: fuser .fence/lock)"
+	case errors.As(err, &noTask):
+		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
+	case errors.As(err, &invalid), errors.As(err, &usage):
+		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
+	case errors.As(err, &drift):
+		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, drift.Findings
+	case errors.As(err, &corrupt), errors.As(err, &version):
+		obj.Reason = fence.ReasonCorruptJournal
+		obj.Message = err.Error() + "; nothing was changed. Keep a copy of the file; see `fencectl --help` (replay rebuilds records from the event log; a lost journal needs a new tree)"
+	case errors.As(err, &noJrnl):
+	case errors.Is(err, os.ErrPermission):
+		obj.Message = err.Error() + " (check the tree's owner and mode)"
+	}
+	return obj
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+func reapCommand(out *output) *cli.Command {
+	return &cli.Command{
+		Name:      "reap",
+		Usage:     "free expired leases now, explaining each",
+		UsageText: "reap [--dry-run]",
+		Description: `Every claim reaps first, so no cron job is needed; reap does it on demand and
+says, for each expired lease: task, holder, token, how long ago it expired, the
+attempt count and where the task goes (available/ or, at max attempts, failed/).
+
+   fencectl reap --dry-run`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "dry-run", Usage: "explain what would be freed; change nothing"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("reap takes no arguments (got %q)", c.Args().Slice())
+			}
+			return withTree(c, out, func(t *fence.Tree) error {
+				rs, err := t.Reap(c.Context, c.Bool("dry-run"))
+				if err != nil {
+					return err
+				}
+				list := make([]map[string]any, 0, len(rs))
+				for _, r := range rs {
+					list = append(list, map[string]any{
+						"task": r.Task, "holder": r.Holder, "token": r.Token, "expired_for": r.ExpiredFor.String(),
+						"expired_for_seconds": r.ExpiredFor.Seconds(), "attempts": r.Attempts, "max_attempts": r.MaxAttempts, "to": r.To,
+					})
+				}
+				out.print(map[string]any{"dry_run": c.Bool("dry-run"), "reaped": list}, func(w io.Writer) {
+					if len(rs) == 0 {
+						fmt.Fprintln(w, "no expired leases")
+						return
+					}
+					if c.Bool("dry-run") {
+						fmt.Fprintln(w, "would reap (dry run, nothing changed):")
+					}
+					writeReaps(w, rs)
+				})
+				return nil
+			})
+		},
+	}
+}

@@ -1,0 +1,109 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Reasons are the stable, machine-readable names of every refusal and
+// failure. Scripts match on these, never on messages.
+const (
+	ReasonStaleToken     = "stale_token"
+	ReasonLeaseExpired   = "lease_expired"
+	ReasonNotHeld        = "not_held"
+	ReasonNotAvailable   = "not_available"
+	ReasonNothingToClaim = "nothing_to_claim"
+	ReasonBusy           = "busy"
+	ReasonNoSuchTask     = "no_such_task"
+	ReasonInvalidInput   = "invalid_input"
+	ReasonIOError        = "io_error"
+	ReasonCorruptJournal = "corrupt_journal"
+	ReasonDrift          = "drift"
+)
+
+// StaleTokenError is the refusal every fenced call gives a token that does
+// not authorise it: stale (its lease ended), expired (the deadline passed,
+// not yet reaped) or not held (never issued, or issued for another task).
+// Nothing changed when it is returned.
+type StaleTokenError struct {
+	Reason   string    // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
+	Task     string    // the task the caller named
+	Yours    uint64    // the token the caller showed
+	Current  uint64    // the task's current token, 0 if no lease
+	Holder   string    // the current lease's agent, "" if none
+	State    State     // the task's state now
+	LostAt   time.Time // when Yours stopped authorising (zero if never did)
+	LostBy   string    // how: reaped, revoked, completed, released, failed, expired
+}
+
+func (e *StaleTokenError) Error() string {
+	var b strings.Builder
+	switch e.Reason {
+	case ReasonLeaseExpired:
+		fmt.Fprintf(&b, "task %s: lease of token %d expired at %s", e.Task, e.Yours, fmtTime(e.LostAt))
+	case ReasonStaleToken:
+		fmt.Fprintf(&b, "task %s: token %d is stale: lease %s at %s", e.Task, e.Yours, e.LostBy, fmtTime(e.LostAt))
+	default:
+		fmt.Fprintf(&b, "task %s: token %d does not hold this task", e.Task, e.Yours)
+	}
+	if e.Current != 0 {
+		fmt.Fprintf(&b, "; current token %d held by %s", e.Current, e.Holder)
+	} else {
+		fmt.Fprintf(&b, "; task is %s", e.State)
+	}
+	b.WriteString("; nothing changed")
+	return b.String()
+}
+
+// NotAvailableError means the named task exists but is not in a state the
+// operation applies to (claim of a claimed task, requeue of an available
+// one, revoke of an unclaimed one).
+type NotAvailableError struct {
+	Task  string
+	State State
+	Op    string
+}
+
+func (e *NotAvailableError) Error() string {
+	switch e.Op {
+	case "revoke":
+		return fmt.Sprintf("task %s is %s, not claimed: nothing to revoke", e.Task, e.State)
+	case "requeue":
+		return fmt.Sprintf("task %s is %s: only done or failed tasks can be requeued", e.Task, e.State)
+	}
+	return fmt.Sprintf("task %s is %s, not available", e.Task, e.State)
+}
+
+// ErrNothingToClaim means no task is ready.
+var ErrNothingToClaim = errors.New("nothing to claim: no task is available")
+
+// NoSuchTaskError names a task id the journal does not know.
+type NoSuchTaskError struct{ Task string }
+
+func (e *NoSuchTaskError) Error() string { return fmt.Sprintf("no such task %q", e.Task) }
+
+// InvalidInputError is bad input that a retry cannot fix: an invalid id, a
+// duplicate id, a bad option value.
+type InvalidInputError struct{ Msg string }
+
+func (e *InvalidInputError) Error() string { return e.Msg }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidInputError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// DriftError reports that the tree and the journal disagree.
+type DriftError struct{ Findings []Finding }
+
+func (e *DriftError) Error() string {
+	return fmt.Sprintf("tree and journal disagree: %d finding(s); run `fencectl replay` to repair", len(e.Findings))
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,16 @@
+//go:build !fencetest
+
+package fence
+
+import "time"
+
+// Now is the clock every rule reads. Release builds read the system clock;
+// test builds (tag fencetest, hooks_fencetest.go) let tests set it.
+func Now() time.Time { return time.Now() }
+
+// crashAt is a named crash point. It does nothing in release builds; test
+// builds exit the process there when FENCE_CRASH names it.
+func crashAt(point string) {}
+
+// TestHooks reports whether this binary was built with the test hooks.
+const TestHooks = false

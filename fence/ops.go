@@ -1,0 +1,512 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+)
+
+// Result is what a mutation did: the task's record afterwards and the event
+// that recorded it. Retry is true when the call repeated one that had
+// already succeeded with the same token: success, and nothing changed.
+type Result struct {
+	Task  journal.Task
+	Event *journal.Event
+	Retry bool
+	Path  string // where the task's file is now
+}
+
+// AddRequest describes a new task.
+type AddRequest struct {
+	ID          string    // "" means a new ULID
+	Priority    int64     // higher is claimed first
+	MaxAttempts int       // 0 means the tree's default
+	Content     io.Reader // the task file's content; nil means empty
+}
+
+// Add writes a new task into available/. The content is staged in
+// .fence/tmp and fsynced before the lock is taken, so a large file does not
+// hold up other agents; the journal commits, then the staged file is
+// renamed into place.
+func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
+	if req.ID == "" {
+		req.ID = ulid.Make().String()
+	} else if err := fsmirror.ValidateID(req.ID); err != nil {
+		return Result{}, &InvalidInputError{Msg: err.Error()}
+	}
+	if req.MaxAttempts < 0 {
+		return Result{}, invalidf("invalid --max-attempts %d: must be at least 1 (0 takes the tree's default)", req.MaxAttempts)
+	}
+	if req.Content == nil {
+		req.Content = eofReader{}
+	}
+	staged, err := t.mirror.Stage("add", req.Content, -1)
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	_, committed, err := t.write(ctx, "add", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		if _, known, err := tx.Task(req.ID); err != nil {
+			return nil, err
+		} else if known {
+			return nil, invalidf("task %s already exists: choose another --id, or leave --id out for a fresh one", req.ID)
+		}
+		if dir, _, err := t.mirror.Locate(req.ID); err == nil {
+			return nil, invalidf("a file %s/%s exists that the journal does not know: run `fencectl replay` to adopt it, or choose another --id", dir, req.ID)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		max := req.MaxAttempts
+		if max == 0 {
+			d, err := tx.Defaults()
+			if err != nil {
+				return nil, err
+			}
+			max = d.MaxAttempts
+		}
+		rec, ev, err := commit(tx, nil, journal.Event{
+			Time: now, Type: journal.EvAdd, Task: req.ID, To: Available,
+			Priority: req.Priority, MaxAttempts: max, Staged: staged,
+		})
+		res = Result{Task: rec, Event: &ev}
+		return []journal.Event{ev}, err
+	})
+	if !committed {
+		_ = t.mirror.Unstage(staged)
+	}
+	res.Path = t.Path(req.ID, Available)
+	return res, err
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// ClaimRequest describes a claim.
+type ClaimRequest struct {
+	ID        string        // "" claims the next ready task
+	Agent     string        // recorded, never compared
+	TTL       time.Duration // 0 means the tree's default
+	Token     uint64        // restore: renew this claim if still current
+	RequestID string        // recorded with the claim
+	Wait      time.Duration // keep trying this long when nothing is ready
+}
+
+// ClaimResult is a granted (or renewed) claim.
+type ClaimResult struct {
+	Task     journal.Task
+	Token    uint64
+	Agent    string
+	Deadline time.Time
+	Path     string
+	Renewed  bool     // true for a restore with --token: same claim, lease renewed
+	Reaped   []Reaped // expired leases this claim freed first
+}
+
+// Reaped explains one expired lease that was freed.
+type Reaped struct {
+	Task        string
+	Holder      string
+	Token       uint64
+	ExpiredFor  time.Duration
+	Attempts    int // after counting this expiry
+	MaxAttempts int
+	To          State
+}
+
+// pollInterval is how often claim --wait looks again.
+const pollInterval = 100 * time.Millisecond
+
+// Claim reaps expired leases, then claims the named task or the next ready
+// one (highest priority, then oldest) under a new token. With Token set it
+// is the restore path instead: the same claim back, lease renewed, if that
+// token is still current. With Wait it keeps trying while nothing is ready.
+func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if req.ID != "" {
+		if err := fsmirror.ValidateID(req.ID); err != nil {
+			return ClaimResult{}, &InvalidInputError{Msg: err.Error()}
+		}
+	}
+	if req.TTL < 0 || req.Wait < 0 {
+		return ClaimResult{}, invalidf("durations must not be negative")
+	}
+	end := time.Now().Add(req.Wait)
+	for {
+		res, err := t.claimOnce(ctx, req)
+		var na *NotAvailableError
+		waitable := errors.Is(err, ErrNothingToClaim) || errors.As(err, &na)
+		left := time.Until(end)
+		if !waitable || left <= 0 || req.Token != 0 {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(min(pollInterval, left)):
+		}
+	}
+}
+
+func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	var res ClaimResult
+	var claimErr error
+	_, _, err := t.write(ctx, "claim", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		reaped, evs, err := reapExpired(tx, now)
+		if err != nil {
+			return nil, err
+		}
+		res.Reaped = reaped
+		ttl := req.TTL
+		if ttl == 0 {
+			d, err := tx.Defaults()
+			if err != nil {
+				return nil, err
+			}
+			ttl = d.TTL
+		}
+		deadline := now.Add(ttl)
+		ev, rec, err := t.claimStep(tx, req, now, deadline)
+		if err != nil {
+			// A refusal still commits the reaps before it.
+			claimErr = err
+			if len(evs) == 0 {
+				return nil, errNoChange
+			}
+			return evs, nil
+		}
+		res.Task, res.Token, res.Agent = rec, rec.Lease.Token, rec.Lease.Agent
+		res.Deadline, res.Renewed = rec.Lease.Deadline, ev.Type == journal.EvHeartbeat
+		return append(evs, ev), nil
+	})
+	if err == nil {
+		err = claimErr
+	}
+	if err != nil {
+		return ClaimResult{Reaped: res.Reaped}, err
+	}
+	res.Path = t.Path(res.Task.ID, Claimed)
+	return res, nil
+}
+
+// claimStep is the claim proper, after reaping: restore, named or next.
+func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now, deadline time.Time) (journal.Event, journal.Task, error) {
+	if req.Token != 0 {
+		return restore(tx, req, now, deadline)
+	}
+	id := req.ID
+	if id == "" {
+		next, ok := tx.NextReady()
+		if !ok {
+			return journal.Event{}, journal.Task{}, ErrNothingToClaim
+		}
+		id = next
+	}
+	rec, ok, err := tx.Task(id)
+	if err != nil {
+		return journal.Event{}, rec, err
+	}
+	if !ok {
+		return journal.Event{}, rec, &NoSuchTaskError{Task: id}
+	}
+	if rec.State != Available {
+		return journal.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
+	}
+	token, err := tx.NextToken(now)
+	if err != nil {
+		return journal.Event{}, rec, err
+	}
+	after, ev, err := commit(tx, &rec, journal.Event{
+		Time: now, Type: journal.EvClaim, Task: id, From: Available, To: Claimed,
+		Agent: req.Agent, Token: token, Deadline: &deadline, RequestID: req.RequestID,
+	})
+	return ev, after, err
+}
+
+// restore is claim --token: the same claim back with its lease renewed, if
+// the token is still the task's current one; otherwise the stale-token
+// refusal. Without an id it finds the task the token was issued for.
+func restore(tx *journal.Tx, req ClaimRequest, now, deadline time.Time) (journal.Event, journal.Task, error) {
+	c, known, err := tx.Claim(req.Token)
+	if err != nil {
+		return journal.Event{}, journal.Task{}, err
+	}
+	id := req.ID
+	if id == "" {
+		if !known {
+			return journal.Event{}, journal.Task{}, &StaleTokenError{Reason: ReasonNotHeld, Yours: req.Token}
+		}
+		id = c.Task
+	}
+	rec, ok, err := tx.Task(id)
+	if err != nil {
+		return journal.Event{}, rec, err
+	}
+	if !ok {
+		return journal.Event{}, rec, &NoSuchTaskError{Task: id}
+	}
+	var claim *journal.Claim
+	if known {
+		claim = &c
+	}
+	if err := Authorize(rec, req.Token, claim, now); err != nil {
+		return journal.Event{}, rec, err
+	}
+	after, ev, err := commit(tx, &rec, journal.Event{
+		Time: now, Type: journal.EvHeartbeat, Task: id, From: Claimed, To: Claimed,
+		Agent: req.Agent, Token: req.Token, Deadline: &deadline, Reason: "claim --token",
+	})
+	return ev, after, err
+}
+
+// reapExpired frees every lease whose deadline has passed, counting one
+// attempt each. It reads only the expired part of the expiry index.
+func reapExpired(tx *journal.Tx, now time.Time) ([]Reaped, []journal.Event, error) {
+	var reaped []Reaped
+	var evs []journal.Event
+	for _, id := range tx.Expired(now) {
+		rec, ok, err := tx.Task(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok || rec.Lease == nil {
+			continue
+		}
+		r := reapOf(rec, now)
+		after, ev, err := commit(tx, &rec, endEvent(journal.EvReap, rec, r.To, "", "lease expired", now))
+		if err != nil {
+			return nil, nil, err
+		}
+		r.Attempts = after.Attempts
+		reaped = append(reaped, r)
+		evs = append(evs, ev)
+	}
+	return reaped, evs, nil
+}
+
+// reapOf explains what reaping rec's expired lease does.
+func reapOf(rec journal.Task, now time.Time) Reaped {
+	return Reaped{
+		Task: rec.ID, Holder: rec.Lease.Agent, Token: rec.Lease.Token,
+		ExpiredFor: now.Sub(rec.Lease.Deadline), Attempts: rec.Attempts + 1,
+		MaxAttempts: rec.MaxAttempts, To: afterAttempt(rec),
+	}
+}
+
+// Reap frees expired leases now and explains each. With dryRun it only
+// explains what it would free.
+func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
+	if dryRun {
+		var out []Reaped
+		err := t.read(ctx, func(tx *journal.Tx, now time.Time) error {
+			for _, id := range tx.Expired(now) {
+				rec, ok, err := tx.Task(id)
+				if err != nil {
+					return err
+				}
+				if ok && rec.Lease != nil {
+					out = append(out, reapOf(rec, now))
+				}
+			}
+			return nil
+		})
+		return out, err
+	}
+	var out []Reaped
+	_, _, err := t.write(ctx, "reap", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		reaped, evs, err := reapExpired(tx, now)
+		out = reaped
+		if err == nil && len(evs) == 0 {
+			return nil, errNoChange
+		}
+		return evs, err
+	})
+	return out, err
+}
+
+// FencedRequest names a task and the token that must hold it.
+type FencedRequest struct {
+	ID     string
+	Token  uint64
+	Agent  string        // recorded, never compared
+	TTL    time.Duration // heartbeat: new lease length; 0 means the tree's default
+	Reason string        // release, fail: recorded in the event
+}
+
+func (r FencedRequest) validate() error {
+	if err := fsmirror.ValidateID(r.ID); err != nil {
+		return &InvalidInputError{Msg: err.Error()}
+	}
+	if r.Token == 0 {
+		return invalidf("missing --token: every change to a claimed task must show the token its claim returned")
+	}
+	if r.TTL < 0 {
+		return invalidf("invalid --ttl %s: must be positive", r.TTL)
+	}
+	return nil
+}
+
+// fenced runs a token-checked mutation. The token is checked inside the
+// same write transaction that changes the task, so no other process can act
+// between the check and the change. A repeat of the call that ended the
+// token's lease answers success and changes nothing.
+func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequest, build func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event) (Result, error) {
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	_, _, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		rec, claim, err := lookup(tx, req.ID, req.Token)
+		if err != nil {
+			return nil, err
+		}
+		res.Task = rec
+		if IsRetry(typ, rec, claim) {
+			res.Retry = true
+			return nil, errNoChange
+		}
+		if err := Authorize(rec, req.Token, claim, now); err != nil {
+			return nil, err
+		}
+		d, err := tx.Defaults()
+		if err != nil {
+			return nil, err
+		}
+		after, ev, err := commit(tx, &rec, build(rec, now, d))
+		res.Task, res.Event = after, &ev
+		return []journal.Event{ev}, err
+	})
+	res.Path = t.Path(req.ID, res.Task.State)
+	return res, err
+}
+
+// lookup reads a task and what the journal knows of token.
+func lookup(tx *journal.Tx, id string, token uint64) (journal.Task, *journal.Claim, error) {
+	rec, ok, err := tx.Task(id)
+	if err != nil {
+		return rec, nil, err
+	}
+	if !ok {
+		return rec, nil, &NoSuchTaskError{Task: id}
+	}
+	c, known, err := tx.Claim(token)
+	if err != nil || !known {
+		return rec, nil, err
+	}
+	return rec, &c, nil
+}
+
+// Heartbeat extends the lease of a task held by req.Token.
+func (t *Tree) Heartbeat(ctx context.Context, req FencedRequest) (Result, error) {
+	return t.fenced(ctx, journal.EvHeartbeat, req, func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event {
+		ttl := req.TTL
+		if ttl == 0 {
+			ttl = d.TTL
+		}
+		deadline := now.Add(ttl)
+		return journal.Event{Time: now, Type: journal.EvHeartbeat, Task: rec.ID, From: Claimed, To: Claimed,
+			Agent: agentOr(req.Agent, rec), Token: req.Token, Deadline: &deadline}
+	})
+}
+
+// Complete moves a task held by req.Token to done/.
+func (t *Tree) Complete(ctx context.Context, req FencedRequest) (Result, error) {
+	return t.fenced(ctx, journal.EvComplete, req, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
+		return endEvent(journal.EvComplete, rec, Done, agentOr(req.Agent, rec), req.Reason, now)
+	})
+}
+
+// Release gives a task held by req.Token back to available/ without
+// counting an attempt.
+func (t *Tree) Release(ctx context.Context, req FencedRequest) (Result, error) {
+	return t.fenced(ctx, journal.EvRelease, req, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
+		return endEvent(journal.EvRelease, rec, Available, agentOr(req.Agent, rec), req.Reason, now)
+	})
+}
+
+// Fail ends the lease of req.Token counting one attempt: back to
+// available/, or to failed/ at max attempts.
+func (t *Tree) Fail(ctx context.Context, req FencedRequest) (Result, error) {
+	return t.fenced(ctx, journal.EvFail, req, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
+		return endEvent(journal.EvFail, rec, afterAttempt(rec), agentOr(req.Agent, rec), req.Reason, now)
+	})
+}
+
+func agentOr(agent string, rec journal.Task) string {
+	if agent == "" && rec.Lease != nil {
+		return rec.Lease.Agent
+	}
+	return agent
+}
+
+// Verify reports whether req.Token is the task's current, unexpired token:
+// the check a script runs before a side effect. It changes nothing.
+func (t *Tree) Verify(ctx context.Context, req FencedRequest) (journal.Task, error) {
+	if err := req.validate(); err != nil {
+		return journal.Task{}, err
+	}
+	var rec journal.Task
+	err := t.read(ctx, func(tx *journal.Tx, now time.Time) error {
+		r, claim, err := lookup(tx, req.ID, req.Token)
+		rec = r
+		if err != nil {
+			return err
+		}
+		return Authorize(rec, req.Token, claim, now)
+	})
+	return rec, err
+}
+
+// Revoke frees a task's lease without its token (an operator's action).
+// The old token is dead from then on; no attempt is counted.
+func (t *Tree) Revoke(ctx context.Context, id, agent, reason string) (Result, error) {
+	return t.operator(ctx, journal.EvRevoke, id, func(rec journal.Task, now time.Time) (journal.Event, error) {
+		if rec.State != Claimed || rec.Lease == nil {
+			return journal.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "revoke"}
+		}
+		return endEvent(journal.EvRevoke, rec, Available, agent, reason, now), nil
+	})
+}
+
+// Requeue brings a done or failed task back to available/ with its
+// attempts reset.
+func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, error) {
+	return t.operator(ctx, journal.EvRequeue, id, func(rec journal.Task, now time.Time) (journal.Event, error) {
+		if rec.State != Done && rec.State != Failed {
+			return journal.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "requeue"}
+		}
+		return journal.Event{Time: now, Type: journal.EvRequeue, Task: id, From: rec.State, To: Available, Agent: agent, Reason: reason}, nil
+	})
+}
+
+// operator runs an unfenced operator action on one task.
+func (t *Tree) operator(ctx context.Context, typ journal.EventType, id string, build func(rec journal.Task, now time.Time) (journal.Event, error)) (Result, error) {
+	if err := fsmirror.ValidateID(id); err != nil {
+		return Result{}, &InvalidInputError{Msg: err.Error()}
+	}
+	var res Result
+	_, _, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		rec, ok, err := tx.Task(id)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, &NoSuchTaskError{Task: id}
+		}
+		ev, err := build(rec, now)
+		if err != nil {
+			return nil, err
+		}
+		after, ev, err := commit(tx, &rec, ev)
+		res.Task, res.Event = after, &ev
+		return []journal.Event{ev}, err
+	})
+	res.Path = t.Path(id, res.Task.State)
+	return res, err
+}

@@ -1,0 +1,133 @@
+package fence
+
+import (
+	"context"
+	"time"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+)
+
+// Status is a summary of the tree.
+type Status struct {
+	Root      string
+	Counts    map[State]int
+	Leases    []LeaseView
+	Defaults  journal.Defaults
+	LastToken uint64
+}
+
+// LeaseView is one live lease as status shows it.
+type LeaseView struct {
+	Task     string
+	Agent    string
+	Token    uint64
+	Deadline time.Time
+	Left     time.Duration // negative once expired and not yet reaped
+	Attempts int
+}
+
+// Status reads counts per state (O(1)) and every live lease.
+func (t *Tree) Status(ctx context.Context) (Status, error) {
+	st := Status{Root: t.root}
+	err := t.read(ctx, func(tx *journal.Tx, now time.Time) error {
+		st.Counts = tx.Counts()
+		st.LastToken = tx.LastToken()
+		d, err := tx.Defaults()
+		if err != nil {
+			return err
+		}
+		st.Defaults = d
+		return tx.Leases(func(id string) error {
+			rec, ok, err := tx.Task(id)
+			if err != nil || !ok || rec.Lease == nil {
+				return err
+			}
+			st.Leases = append(st.Leases, LeaseView{
+				Task: id, Agent: rec.Lease.Agent, Token: rec.Lease.Token, Deadline: rec.Lease.Deadline,
+				Left: rec.Lease.Deadline.Sub(now), Attempts: rec.Attempts,
+			})
+			return nil
+		})
+	})
+	return st, err
+}
+
+// TaskView is everything `show` prints of one task.
+type TaskView struct {
+	Task   journal.Task
+	Path   string
+	Events []journal.Event // most recent last
+}
+
+// showEvents is how many recent events Show returns.
+const showEvents = 20
+
+// Show reads one task's record and its recent events.
+func (t *Tree) Show(ctx context.Context, id string) (TaskView, error) {
+	if err := fsmirror.ValidateID(id); err != nil {
+		return TaskView{}, &InvalidInputError{Msg: err.Error()}
+	}
+	var v TaskView
+	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
+		rec, ok, err := tx.Task(id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &NoSuchTaskError{Task: id}
+		}
+		v.Task, v.Path = rec, t.Path(id, rec.State)
+		evs, err := lastEvents(tx, LogFilter{Task: id, Limit: showEvents, Heartbeats: true})
+		v.Events = evs
+		return err
+	})
+	return v, err
+}
+
+// LogFilter selects events for Log.
+type LogFilter struct {
+	Task       string    // only this task's events
+	Since      time.Time // only events at or after this time
+	Limit      int       // only the newest Limit (0: all)
+	Heartbeats bool      // include heartbeat events (hidden by default)
+}
+
+// Log returns the audit trail, oldest first.
+func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
+	if f.Task != "" {
+		if err := fsmirror.ValidateID(f.Task); err != nil {
+			return nil, &InvalidInputError{Msg: err.Error()}
+		}
+	}
+	if f.Limit < 0 {
+		return nil, invalidf("invalid --limit %d: must be 0 (all) or more", f.Limit)
+	}
+	var evs []journal.Event
+	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
+		var err error
+		evs, err = lastEvents(tx, f)
+		return err
+	})
+	return evs, err
+}
+
+// lastEvents reads the log from the newest back, keeping what f selects,
+// and returns it oldest first. Events are appended in time order, so the
+// scan stops at the first one older than f.Since.
+func lastEvents(tx *journal.Tx, f LogFilter) ([]journal.Event, error) {
+	var evs []journal.Event
+	err := tx.EventsBackward(func(ev journal.Event) (bool, error) {
+		if !f.Since.IsZero() && ev.Time.Before(f.Since) {
+			return false, nil
+		}
+		if (f.Task == "" || ev.Task == f.Task) && (f.Heartbeats || ev.Type != journal.EvHeartbeat) {
+			evs = append(evs, ev)
+		}
+		return f.Limit == 0 || len(evs) < f.Limit, nil
+	})
+	for i, j := 0, len(evs)-1; i < j; i, j = i+1, j-1 {
+		evs[i], evs[j] = evs[j], evs[i]
+	}
+	return evs, err
+}

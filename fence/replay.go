@@ -1,0 +1,373 @@
+package fence
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+)
+
+// Finding is one disagreement between the event log, the stored records
+// and the tree. Kinds: log_error, record_mismatch, record_missing,
+// record_extra, claim_mismatch, index_mismatch, bbolt_check, misplaced,
+// duplicate, missing_file, unknown_file, invalid_entry.
+type Finding struct {
+	Kind   string `json:"kind"`
+	Task   string `json:"task,omitempty"`
+	Dir    string `json:"dir,omitempty"`
+	Detail string `json:"detail"`
+	Fixed  bool   `json:"fixed"`
+}
+
+// ReplayReport is what replay found and did.
+type ReplayReport struct {
+	Events   int       `json:"events"`
+	Tasks    int       `json:"tasks"`
+	Findings []Finding `json:"findings"`
+}
+
+// Unfixed counts findings that are still true.
+func (r ReplayReport) Unfixed() int {
+	n := 0
+	for _, f := range r.Findings {
+		if !f.Fixed {
+			n++
+		}
+	}
+	return n
+}
+
+// replayState is the log folded into records, plus what the tree holds.
+type replayState struct {
+	tasks   map[string]journal.Task
+	claims  map[uint64]journal.Claim
+	staged  map[string]string // task → staging name of its add event
+	rebuild bool              // stored records, claims or indexes differ from the log
+	moves   []move            // misplaced files to put back
+	extra   []extraCopy       // second copies to quarantine
+	adopt   []adoption        // unknown files to adopt
+}
+
+type extraCopy struct {
+	id  string
+	dir fsmirror.Dir
+}
+
+type adoption struct {
+	id   string
+	from fsmirror.Dir
+	to   State
+}
+
+// Replay rebuilds the derived state from the event log, compares it with
+// the stored records and indexes, and compares the tree with it. With check
+// it only reports (under the shared lock, so no writer moves files while it
+// looks). Otherwise it rewrites records that differ from the log, adopts
+// valid unknown files in the state of their directory (claimed/ ones as
+// available: no lease exists for them), moves misplaced files, and
+// quarantines second copies. A second run finds nothing to do.
+func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
+	if err := ctx.Err(); err != nil {
+		return ReplayReport{}, err
+	}
+	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: check, Timeout: t.opts.Timeout})
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	defer db.Close()
+	var rep ReplayReport
+	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
+	if err := db.View(func(tx *journal.Tx) error { return st.compareJournal(tx, &rep) }); err != nil {
+		return rep, err
+	}
+	if err := t.compareTree(st, &rep); err != nil {
+		return rep, err
+	}
+	rep.Tasks = len(st.tasks)
+	sort.SliceStable(rep.Findings, func(i, j int) bool { return rep.Findings[i].Task < rep.Findings[j].Task })
+	if check {
+		return rep, nil
+	}
+	if err := t.repair(db, st); err != nil {
+		return rep, err
+	}
+	for i := range rep.Findings {
+		switch rep.Findings[i].Kind {
+		case "bbolt_check", "missing_file", "invalid_entry", "log_error":
+		default:
+			rep.Findings[i].Fixed = true
+		}
+	}
+	return rep, nil
+}
+
+// compareJournal folds the log and compares the result with what is
+// stored.
+func (st *replayState) compareJournal(tx *journal.Tx, rep *ReplayReport) error {
+	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
+	err := tx.Events(1, func(ev journal.Event) (bool, error) {
+		rep.Events++
+		var prev *journal.Task
+		if p, ok := st.tasks[ev.Task]; ok {
+			prev = &p
+		}
+		rec, err := Apply(prev, ev)
+		if err != nil {
+			add(Finding{Kind: "log_error", Task: ev.Task, Detail: err.Error()})
+			return true, nil
+		}
+		st.tasks[ev.Task] = rec
+		if ev.Type == journal.EvAdd {
+			st.staged[ev.Task] = ev.Staged
+		}
+		if ev.Token != 0 {
+			var pc *journal.Claim
+			if c, ok := st.claims[ev.Token]; ok {
+				pc = &c
+			}
+			if c, ok := ApplyClaim(pc, ev); ok {
+				st.claims[ev.Token] = c
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	err = tx.ForEachTask(func(rec journal.Task) error {
+		seen[rec.ID] = true
+		want, ok := st.tasks[rec.ID]
+		switch {
+		case !ok:
+			add(Finding{Kind: "record_extra", Task: rec.ID, Detail: "the journal has a record the event log never created; replay removes it"})
+		case !sameJSON(rec, want):
+			add(Finding{Kind: "record_mismatch", Task: rec.ID, Detail: fmt.Sprintf("stored record (%s, %d attempts) differs from the event log (%s, %d attempts); replay rewrites it", rec.State, rec.Attempts, want.State, want.Attempts)})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for id, rec := range st.tasks {
+		if !seen[id] {
+			add(Finding{Kind: "record_missing", Task: id, Detail: fmt.Sprintf("the event log has this task (%s) but no record; replay restores it", rec.State)})
+		}
+	}
+	nclaims := 0
+	err = tx.ForEachClaim(func(c journal.Claim) error {
+		nclaims++
+		if want, ok := st.claims[c.Token]; !ok || !sameJSON(c, want) {
+			add(Finding{Kind: "claim_mismatch", Task: c.Task, Detail: fmt.Sprintf("stored record of token %d differs from the event log", c.Token)})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if nclaims != len(st.claims) {
+		add(Finding{Kind: "claim_mismatch", Detail: fmt.Sprintf("%d token records stored, the event log has %d", nclaims, len(st.claims))})
+	}
+	counts := map[State]int{}
+	for _, rec := range st.tasks {
+		counts[rec.State]++
+	}
+	stored := tx.Counts()
+	for _, s := range journal.States {
+		if stored[s] != counts[s] {
+			add(Finding{Kind: "index_mismatch", Detail: fmt.Sprintf("count of %s is %d, the event log has %d", s, stored[s], counts[s])})
+		}
+	}
+	ready, expiry := tx.IndexSizes()
+	if ready != counts[Available] || expiry != counts[Claimed] {
+		add(Finding{Kind: "index_mismatch", Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d available and %d claimed", ready, expiry, counts[Available], counts[Claimed])})
+	}
+	for _, f := range rep.Findings {
+		if f.Kind != "log_error" {
+			st.rebuild = true
+		}
+	}
+	for _, err := range tx.Check() {
+		add(Finding{Kind: "bbolt_check", Detail: err.Error()})
+	}
+	return nil
+}
+
+func sameJSON(a, b any) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// compareTree lists the state directories and compares them with the
+// folded records.
+func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
+	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
+	where := map[string][]fsmirror.Dir{}
+	var order []string
+	for _, dir := range fsmirror.StateDirs {
+		entries, err := t.mirror.List(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := fsmirror.ValidateID(e.Name); err != nil {
+				add(Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(dir), Detail: err.Error() + "; left in place, move it out by hand"})
+				continue
+			}
+			if e.Kind != fsmirror.Regular {
+				add(Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(dir), Detail: string(e.Kind) + ": not a regular file, never followed; left in place, move it out by hand"})
+				continue
+			}
+			if len(where[e.Name]) == 0 {
+				order = append(order, e.Name)
+			}
+			where[e.Name] = append(where[e.Name], dir)
+		}
+	}
+	staging := map[string]bool{}
+	if entries, err := t.mirror.List(fsmirror.Staging); err == nil {
+		for _, e := range entries {
+			staging[e.Name] = e.Kind == fsmirror.Regular
+		}
+	}
+	for _, id := range order {
+		dirs := where[id]
+		if _, known := st.tasks[id]; known {
+			continue
+		}
+		to, _ := stateOfDir(dirs[0])
+		if to == Claimed {
+			to = Available
+		}
+		add(Finding{Kind: "unknown_file", Task: id, Dir: string(dirs[0]), Detail: "a file the journal does not know; replay adopts it as " + string(to)})
+		st.adopt = append(st.adopt, adoption{id: id, from: dirs[0], to: to})
+		for _, d := range dirs[1:] {
+			add(Finding{Kind: "duplicate", Task: id, Dir: string(d), Detail: "a second copy; replay moves it to .fence/quarantine"})
+			st.extra = append(st.extra, extraCopy{id, d})
+		}
+	}
+	ids := make([]string, 0, len(st.tasks))
+	for id := range st.tasks {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		want := DirOf(st.tasks[id].State)
+		dirs := where[id]
+		switch {
+		case len(dirs) == 0:
+			if ok, _ := t.mirror.Exists(fsmirror.Inbox, id); ok {
+				add(Finding{Kind: "misplaced", Task: id, Dir: string(fsmirror.Inbox), Detail: "adopted but still in inbox/; replay moves it to " + string(want) + "/"})
+				st.moves = append(st.moves, move{id: id, from: fsmirror.Inbox, to: want})
+			} else if s := st.staged[id]; s != "" && staging[s] {
+				add(Finding{Kind: "misplaced", Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
+				st.moves = append(st.moves, move{id: id, from: fsmirror.Staging, staged: s, to: want})
+			} else {
+				add(Finding{Kind: "missing_file", Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; restore it by hand or requeue elsewhere"})
+			}
+			continue
+		case !containsDir(dirs, want):
+			add(Finding{Kind: "misplaced", Task: id, Dir: string(dirs[0]), Detail: "the journal says " + string(want) + "/; replay moves it there"})
+			st.moves = append(st.moves, move{id: id, from: dirs[0], to: want})
+			dirs = dirs[1:]
+		}
+		for _, d := range dirs {
+			if d == want {
+				continue
+			}
+			add(Finding{Kind: "duplicate", Task: id, Dir: string(d), Detail: "a second copy (the journal says " + string(want) + "/); replay moves it to .fence/quarantine"})
+			st.extra = append(st.extra, extraCopy{id, d})
+		}
+	}
+	return nil
+}
+
+func containsDir(dirs []fsmirror.Dir, d fsmirror.Dir) bool {
+	for _, x := range dirs {
+		if x == d {
+			return true
+		}
+	}
+	return false
+}
+
+// repair writes what compareJournal and compareTree found.
+func (t *Tree) repair(db *journal.DB, st *replayState) error {
+	if st.rebuild {
+		err := db.Update(func(tx *journal.Tx) error {
+			if err := tx.Reset(); err != nil {
+				return err
+			}
+			for _, rec := range st.tasks {
+				if err := tx.PutTask(nil, rec); err != nil {
+					return err
+				}
+			}
+			for _, c := range st.claims {
+				if err := tx.PutClaim(c); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("rewrite records from the event log: %w", err)
+		}
+	}
+	crashAt("replay:after-rebuild")
+	if len(st.adopt) > 0 {
+		err := db.Update(func(tx *journal.Tx) error {
+			d, err := tx.Defaults()
+			if err != nil {
+				return err
+			}
+			now := Now()
+			for _, a := range st.adopt {
+				if _, _, err := commit(tx, nil, adoptEvent(a.id, a.from, a.to, d.MaxAttempts, now)); err != nil {
+					return err
+				}
+				st.moves = append(st.moves, move{id: a.id, from: a.from, to: DirOf(a.to)})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("adopt unknown files: %w", err)
+		}
+	}
+	for i, m := range st.moves {
+		if i == 1 {
+			crashAt("replay:mid")
+		}
+		if err := t.place(m); err != nil {
+			return err
+		}
+	}
+	for _, x := range st.extra {
+		if _, err := t.mirror.Quarantine(x.dir, x.id); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Describe renders a finding for people.
+func (f Finding) Describe() string {
+	var b strings.Builder
+	b.WriteString(f.Kind)
+	if f.Task != "" {
+		fmt.Fprintf(&b, " %s", f.Task)
+	}
+	if f.Dir != "" {
+		fmt.Fprintf(&b, " (%s/)", f.Dir)
+	}
+	fmt.Fprintf(&b, ": %s", f.Detail)
+	return b.String()
+}

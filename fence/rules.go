@@ -1,0 +1,148 @@
+package fence
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// Authorize decides, with no I/O, whether token may act on task at now.
+// claim is what the journal remembers of token (nil if it never issued it).
+// It returns nil only when token is the task's current, unexpired lease.
+func Authorize(task journal.Task, token uint64, claim *journal.Claim, now time.Time) error {
+	e := &StaleTokenError{Task: task.ID, Yours: token, State: task.State}
+	if task.State == Claimed && task.Lease != nil {
+		e.Current, e.Holder = task.Lease.Token, task.Lease.Agent
+		if task.Lease.Token == token {
+			if Expired(*task.Lease, now) {
+				e.Reason, e.LostAt, e.LostBy = ReasonLeaseExpired, task.Lease.Deadline, "expired"
+				return e
+			}
+			return nil
+		}
+	}
+	if claim == nil || claim.Task != task.ID {
+		e.Reason = ReasonNotHeld
+		return e
+	}
+	e.Reason = ReasonStaleToken
+	if claim.Ended != nil {
+		e.LostAt, e.LostBy = claim.Ended.At, lostBy(claim.Ended.By)
+	}
+	return e
+}
+
+// Expired reports whether a lease has run out: at the deadline it is gone.
+func Expired(l journal.Lease, now time.Time) bool { return !now.Before(l.Deadline) }
+
+// IsRetry reports whether a call of type op with token is the repeat of the
+// call that already ended that token's lease on this task: such a retry
+// answers success and changes nothing.
+func IsRetry(op journal.EventType, task journal.Task, claim *journal.Claim) bool {
+	return claim != nil && claim.Task == task.ID && claim.Ended != nil && claim.Ended.By == op
+}
+
+func lostBy(t journal.EventType) string {
+	switch t {
+	case journal.EvReap:
+		return "reaped"
+	case journal.EvRevoke:
+		return "revoked"
+	case journal.EvComplete:
+		return "completed"
+	case journal.EvRelease:
+		return "released"
+	case journal.EvFail:
+		return "failed"
+	}
+	return string(t)
+}
+
+// afterAttempt is the state a claimed task goes to when its lease ends in a
+// counted attempt (fail or expiry): Failed at max attempts, else Available.
+func afterAttempt(task journal.Task) State {
+	if task.MaxAttempts > 0 && task.Attempts+1 >= task.MaxAttempts {
+		return Failed
+	}
+	return Available
+}
+
+// endEvent builds the event that ends task's lease by typ.
+func endEvent(typ journal.EventType, task journal.Task, to State, agent, reason string, now time.Time) journal.Event {
+	ev := journal.Event{Time: now, Type: typ, Task: task.ID, From: task.State, To: to, Agent: agent, Reason: reason}
+	if task.Lease != nil {
+		ev.Token = task.Lease.Token
+		if agent == "" {
+			ev.Agent = task.Lease.Agent
+		}
+	}
+	return ev
+}
+
+// Apply folds one event into a task record, with no I/O. prev is nil for
+// the events that create a task (add, adopt). Both the live path and replay
+// use it, so they cannot drift apart.
+func Apply(prev *journal.Task, ev journal.Event) (journal.Task, error) {
+	if prev == nil {
+		if ev.Type != journal.EvAdd && ev.Type != journal.EvAdopt {
+			return journal.Task{}, fmt.Errorf("event %d: %s of unknown task %q", ev.Seq, ev.Type, ev.Task)
+		}
+		return journal.Task{
+			ID: ev.Task, State: ev.To, Priority: ev.Priority, MaxAttempts: ev.MaxAttempts,
+			Seq: ev.Seq, Created: ev.Time, Updated: ev.Time,
+		}, nil
+	}
+	t := *prev
+	if t.Lease != nil {
+		l := *t.Lease
+		t.Lease = &l
+	}
+	t.Updated = ev.Time
+	switch ev.Type {
+	case journal.EvClaim:
+		t.Lease = &journal.Lease{Token: ev.Token, Agent: ev.Agent, ClaimedAt: ev.Time, RequestID: ev.RequestID}
+		if ev.Deadline != nil {
+			t.Lease.Deadline = *ev.Deadline
+		}
+	case journal.EvHeartbeat:
+		if t.Lease == nil || ev.Deadline == nil {
+			return t, fmt.Errorf("event %d: heartbeat of %q without a lease", ev.Seq, ev.Task)
+		}
+		t.Lease.Deadline = *ev.Deadline
+	case journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke:
+		if t.Lease == nil {
+			return t, fmt.Errorf("event %d: %s of %q without a lease", ev.Seq, ev.Type, ev.Task)
+		}
+		if ev.Type == journal.EvFail || ev.Type == journal.EvReap {
+			t.Attempts++
+		}
+		t.Last = &journal.LeaseEnd{Token: t.Lease.Token, Agent: t.Lease.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
+		t.Lease = nil
+	case journal.EvRequeue:
+		t.Attempts = 0
+	case journal.EvAdd, journal.EvAdopt:
+		return t, fmt.Errorf("event %d: %s of existing task %q", ev.Seq, ev.Type, ev.Task)
+	default:
+		return t, fmt.Errorf("event %d: unknown type %q", ev.Seq, ev.Type)
+	}
+	t.State = ev.To
+	return t, nil
+}
+
+// ApplyClaim folds an event into the record of the token it concerns, for
+// the claims bucket. It returns false when the event touches no token.
+func ApplyClaim(prev *journal.Claim, ev journal.Event) (journal.Claim, bool) {
+	switch ev.Type {
+	case journal.EvClaim:
+		return journal.Claim{Token: ev.Token, Task: ev.Task, Agent: ev.Agent, At: ev.Time, RequestID: ev.RequestID}, true
+	case journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke:
+		if prev == nil {
+			return journal.Claim{}, false
+		}
+		c := *prev
+		c.Ended = &journal.LeaseEnd{Token: c.Token, Agent: c.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
+		return c, true
+	}
+	return journal.Claim{}, false
+}

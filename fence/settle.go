@@ -1,0 +1,131 @@
+package fence
+
+import (
+	"errors"
+	"io/fs"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+)
+
+// move is where one task's file goes after a commit.
+type move struct {
+	id     string
+	from   fsmirror.Dir // where the file was before the commit
+	staged string       // for add: the staging file name in .fence/tmp
+	to     fsmirror.Dir
+}
+
+// movesOf collapses a commit's events into one move per task, from where
+// the file was before the first event to where the last event leaves it
+// (a reap and a re-claim of the same task in one commit move nothing).
+func movesOf(evs []journal.Event) []move {
+	var out []move
+	at := map[string]int{}
+	for _, ev := range evs {
+		i, seen := at[ev.Task]
+		if !seen {
+			m := move{id: ev.Task, from: DirOf(ev.From)}
+			switch ev.Type {
+			case journal.EvAdd:
+				m.from, m.staged = fsmirror.Staging, ev.Staged
+			case journal.EvAdopt:
+				m.from = fsmirror.Dir(ev.Source)
+			}
+			at[ev.Task] = len(out)
+			out = append(out, m)
+			i = len(out) - 1
+		}
+		out[i].to = DirOf(ev.To)
+	}
+	return out
+}
+
+// mirrorEvents moves the files of a commit that just succeeded.
+func (t *Tree) mirrorEvents(evs []journal.Event) error {
+	for _, m := range movesOf(evs) {
+		if err := t.place(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// place performs one move. When the file is not where the journal last
+// left it (moved by hand, or by a move that a crash cut short), it looks
+// for it elsewhere; a file found nowhere is reported, not fatal: the
+// journal is the truth and `replay` explains the loss.
+func (t *Tree) place(m move) error {
+	var err error
+	switch {
+	case m.staged != "":
+		err = t.mirror.MoveFrom(fsmirror.Staging, m.staged, m.to, m.id)
+	case m.from == m.to:
+		return nil
+	default:
+		err = t.mirror.Move(m.id, m.from, m.to)
+	}
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return t.ensure(m)
+}
+
+// ensure makes sure m.id's file is in m.to, finding it wherever it is.
+func (t *Tree) ensure(m move) error {
+	if ok, err := t.mirror.Exists(m.to, m.id); err != nil || ok {
+		return err
+	}
+	dir, _, err := t.mirror.Locate(m.id)
+	switch {
+	case err == nil:
+		return t.mirror.Move(m.id, dir, m.to)
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	case m.staged != "":
+		err = t.mirror.MoveFrom(fsmirror.Staging, m.staged, m.to, m.id)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	t.notify("missing_file", m.id, "the journal has this task in "+string(m.to)+"/ but its file is in no directory; run `fencectl replay --check`")
+	return nil
+}
+
+// settle finishes the moves of the last commit if a crash cut them short.
+// Writers are serialised by the lock, so only the last commit can be
+// behind; this costs one read and a stat per task it touched.
+func (t *Tree) settle(db *journal.DB) error {
+	var todo []move
+	err := db.View(func(tx *journal.Tx) error {
+		evs, err := tx.LastCommit()
+		if err != nil {
+			return err
+		}
+		for _, m := range movesOf(evs) {
+			rec, ok, err := tx.Task(m.id)
+			if err != nil || !ok {
+				return err
+			}
+			m.to = DirOf(rec.State)
+			if ok, err := t.mirror.Exists(m.to, m.id); err != nil {
+				// A symlink or other odd file in its place: leave it for
+				// replay to report rather than block every writer.
+				t.notify("settled", m.id, err.Error())
+			} else if !ok {
+				todo = append(todo, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range todo {
+		if err := t.ensure(m); err != nil {
+			return err
+		}
+		t.notify("settled", m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+)
+
+// DefaultTimeout bounds the wait for the journal lock.
+const DefaultTimeout = 10 * time.Second
+
+// DefaultTTL and DefaultMaxAttempts are what `init` uses when not told.
+const (
+	DefaultTTL         = 10 * time.Minute
+	DefaultMaxAttempts = 3
+)
+
+// Options configure a Tree.
+type Options struct {
+	// Timeout bounds the wait for the lock; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Notify receives what a command noticed on the way but that is not its
+	// result: inbox entries it could not adopt, files it had to put back.
+	// nil drops them.
+	Notify func(Notice)
+}
+
+// Notice is a side report: something found and handled, or left alone.
+type Notice struct {
+	Kind   string `json:"notice"` // adopted, inbox_rejected, inbox_duplicate, settled, missing_file
+	Name   string `json:"name"`
+	Detail string `json:"detail"`
+}
+
+// Tree is a task tree and its journal. It holds no lock while idle: every
+// operation takes the lock, opens the journal, commits, moves files and
+// lets go, so CLI agents and in-process users share a tree fairly.
+type Tree struct {
+	root    string
+	metaDir string
+	mirror  *fsmirror.Mirror
+	opts    Options
+}
+
+// NoJournalError says a tree has no journal, and what to do.
+type NoJournalError struct{ Path string }
+
+func (e *NoJournalError) Error() string {
+	return fmt.Sprintf("no journal at %s: run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR)", e.Path)
+}
+
+func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }
+
+// Init creates the tree at root (and root itself if missing) and its
+// journal. On an existing tree it checks the journal and changes nothing;
+// created says which happened.
+func Init(root string, d journal.Defaults) (created bool, err error) {
+	if d.TTL <= 0 {
+		return false, invalidf("invalid --ttl %s: must be positive", d.TTL)
+	}
+	if d.MaxAttempts < 1 {
+		return false, invalidf("invalid --max-attempts %d: must be at least 1", d.MaxAttempts)
+	}
+	m, err := fsmirror.Create(root)
+	if err != nil {
+		return false, err
+	}
+	defer m.Close()
+	meta := filepath.Join(m.Root(), string(fsmirror.Meta))
+	exists, err := journal.Exists(meta)
+	if err != nil {
+		return false, err
+	}
+	if exists {
+		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: DefaultTimeout})
+		if err != nil {
+			return false, err
+		}
+		return false, db.Close()
+	}
+	if err := journal.Create(meta, d, Now()); err != nil {
+		if errors.Is(err, fs.ErrExist) { // another init won the race
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// Open opens the tree at root. It fails with a *NoJournalError, before
+// touching anything, if root has no journal.
+func Open(root string, o Options) (*Tree, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	meta := filepath.Join(abs, string(fsmirror.Meta))
+	if ok, err := journal.Exists(meta); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, &NoJournalError{Path: journal.Path(meta)}
+	}
+	m, err := fsmirror.Open(abs)
+	if err != nil {
+		return nil, err
+	}
+	m.Crash = crashAt
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	return &Tree{root: abs, metaDir: meta, mirror: m, opts: o}, nil
+}
+
+// Close releases the tree's directory handles.
+func (t *Tree) Close() error { return t.mirror.Close() }
+
+// Root returns the tree's absolute root.
+func (t *Tree) Root() string { return t.root }
+
+// Path returns where task id's file is while in state s.
+func (t *Tree) Path(id string, s State) string { return t.mirror.Path(DirOf(s), id) }
+
+func (t *Tree) notify(kind, name, detail string) {
+	if t.opts.Notify != nil {
+		t.opts.Notify(Notice{Kind: kind, Name: name, Detail: detail})
+	}
+}
+
+// errNoChange makes write roll its transaction back without an error: the
+// call succeeded and there was nothing to record (an idempotent retry).
+var errNoChange = errors.New("no change")
+
+// write runs one writer operation: lock, open, finish the last commit's
+// moves, adopt the inbox, run fn in one transaction, then move the files of
+// the events fn committed. committed reports whether fn's transaction
+// reached the disk, so a caller knows whether to clean up after a failure.
+func (t *Tree) write(ctx context.Context, op string, fn func(tx *journal.Tx, now time.Time) ([]journal.Event, error)) (evs []journal.Event, committed bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	db, err := journal.Open(t.metaDir, journal.OpenOptions{Timeout: t.opts.Timeout})
+	if err != nil {
+		return nil, false, err
+	}
+	defer db.Close()
+	if err := t.settle(db); err != nil {
+		return nil, false, err
+	}
+	if err := t.adoptInbox(db); err != nil {
+		return nil, false, err
+	}
+	err = db.Update(func(tx *journal.Tx) error {
+		var err error
+		evs, err = fn(tx, Now())
+		return err
+	})
+	if errors.Is(err, errNoChange) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	crashAt(op + ":after-commit")
+	return evs, true, t.mirrorEvents(evs)
+}
+
+// read runs fn in a read-only transaction under the shared lock.
+func (t *Tree) read(ctx context.Context, fn func(tx *journal.Tx, now time.Time) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: true, Timeout: t.opts.Timeout})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.View(func(tx *journal.Tx) error { return fn(tx, Now()) })
+}
+
+// commit appends ev, folds it into the task's record and the token's claim
+// record, and stores both. prev is the record before (nil for add/adopt).
+func commit(tx *journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task, journal.Event, error) {
+	ev, err := tx.Append(ev)
+	if err != nil {
+		return journal.Task{}, ev, err
+	}
+	rec, err := Apply(prev, ev)
+	if err != nil {
+		return rec, ev, err
+	}
+	if err := tx.PutTask(prev, rec); err != nil {
+		return rec, ev, err
+	}
+	if ev.Token != 0 {
+		var prevClaim *journal.Claim
+		if c, ok, err := tx.Claim(ev.Token); err != nil {
+			return rec, ev, err
+		} else if ok {
+			prevClaim = &c
+		}
+		if c, ok := ApplyClaim(prevClaim, ev); ok {
+			if err := tx.PutClaim(c); err != nil {
+				return rec, ev, err
+			}
+		}
+	}
+	return rec, ev, nil
+}

@@ -1,0 +1,95 @@
+package fsmirror
+
+import (
+	"fmt"
+	"io/fs"
+	"unicode/utf8"
+)
+
+// InvalidNameError reports a task id (or another name fsmirror was asked to
+// use as a file name) that breaks the naming rule. Why states the rule, so
+// the message alone tells the user what to type instead.
+type InvalidNameError struct {
+	Name string // the name as given, untruncated
+	Why  string // which rule it breaks
+
+	what string // what the name is for; "" means "task id"
+}
+
+func (e *InvalidNameError) Error() string {
+	what := e.what
+	if what == "" {
+		what = "task id"
+	}
+	return fmt.Sprintf("invalid %s %s: %s", what, quoteShort(e.Name), e.Why)
+}
+
+// quoteShort quotes s with %q, cut to a bounded length so that a huge name
+// cannot flood a terminal or a log line.
+func quoteShort(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:cut], len(s))
+}
+
+// NotRegularError reports an entry that fsmirror refuses to move or open
+// because it is not a regular file. Symlinks are refused rather than
+// followed so that a task can never point outside the tree; FIFOs and
+// devices are refused because opening them can block or have side effects.
+type NotRegularError struct {
+	Path string
+	Kind Kind
+}
+
+func (e *NotRegularError) Error() string {
+	if e.Kind == Symlink {
+		return fmt.Sprintf("%s is a symlink, not a regular file (symlinks are never followed)", e.Path)
+	}
+	return fmt.Sprintf("%s is a %s, not a regular file", e.Path, e.Kind)
+}
+
+// NotDirectoryError reports a path of the tree (a state directory, .fence,
+// out/<task>) that exists but is not a real directory. A symlinked state
+// directory is refused: following it would let the tree span file systems,
+// where renames are no longer atomic.
+type NotDirectoryError struct {
+	Path string
+	Kind Kind
+}
+
+func (e *NotDirectoryError) Error() string {
+	if e.Kind == Symlink {
+		return fmt.Sprintf("%s is a symlink, not a directory (symlinks are never followed)", e.Path)
+	}
+	return fmt.Sprintf("%s is a %s, not a directory", e.Path, e.Kind)
+}
+
+// ExistsError reports that a move found its destination occupied. Moves
+// never replace a file: a task in two places is drift for replay to judge,
+// not something to overwrite. errors.Is(err, fs.ErrExist) is true.
+type ExistsError struct {
+	Path string
+}
+
+func (e *ExistsError) Error() string {
+	return fmt.Sprintf("%s already exists", e.Path)
+}
+
+// Is makes ExistsError match fs.ErrExist.
+func (e *ExistsError) Is(target error) bool { return target == fs.ErrExist }
+
+// TooLargeError reports input to Stage longer than its limit. The partial
+// file has been removed.
+type TooLargeError struct {
+	Limit int64 // bytes
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("input exceeds the limit of %d bytes", e.Limit)
+}

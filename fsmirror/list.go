@@ -1,0 +1,124 @@
+package fsmirror
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind is the type of a directory entry, as lstat sees it.
+type Kind string
+
+// Entry kinds. Only Regular entries are ever tasks.
+const (
+	Regular   Kind = "file"
+	Symlink   Kind = "symlink"
+	Directory Kind = "directory"
+	FIFO      Kind = "fifo"
+	Other     Kind = "other" // socket or device
+)
+
+func (k Kind) String() string { return string(k) }
+
+// kindOf maps a stat mode to a Kind.
+func kindOf(mode uint32) Kind {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return Regular
+	case unix.S_IFLNK:
+		return Symlink
+	case unix.S_IFDIR:
+		return Directory
+	case unix.S_IFIFO:
+		return FIFO
+	}
+	return Other
+}
+
+// Entry is one name found in a directory.
+type Entry struct {
+	Name string
+	Kind Kind
+}
+
+// List returns every entry of dir, hidden ones included, sorted by name, for
+// drift detection. Entries are typed with fstatat(AT_SYMLINK_NOFOLLOW) and
+// never opened or followed. An entry removed while List runs is left out.
+func (m *Mirror) List(dir Dir) ([]Entry, error) {
+	fd, err := m.dirfd(dir)
+	if err != nil {
+		return nil, err
+	}
+	path := m.Path(dir, "")
+	// A fresh descriptor for reading, so the kept one's offset never moves.
+	rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list: %w", &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	f := os.NewFile(uintptr(rfd), path)
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	slices.Sort(names)
+	entries := make([]Entry, 0, len(names))
+	for _, name := range names {
+		var st unix.Stat_t
+		switch err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
+		case nil:
+			entries = append(entries, Entry{Name: name, Kind: kindOf(st.Mode)})
+		case unix.ENOENT:
+		default:
+			return nil, fmt.Errorf("list: %w", &fs.PathError{Op: "lstat", Path: m.Path(dir, name), Err: err})
+		}
+	}
+	return entries, nil
+}
+
+// Rejected is an inbox entry that cannot be adopted, and why.
+type Rejected struct {
+	Name string
+	Kind Kind
+	Why  string
+}
+
+// ScanInbox lists inbox/ and splits it into valid entries (regular files
+// whose names are valid ids, sorted), ready for Move(id, Inbox, Available),
+// and rejected ones (symlinks, FIFOs, directories, devices, invalid names)
+// with the reason. It never opens an entry, so a FIFO cannot block it, and
+// never deletes or moves anything: rejected entries stay for the user to fix.
+//
+// Names starting with "." are skipped silently: by convention they are
+// writes in progress (write ".name", then rename to "name"), and a task id
+// never starts with ".".
+func (m *Mirror) ScanInbox() (valid []string, rejected []Rejected, err error) {
+	entries, err := m.List(Inbox)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scan inbox: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name, ".") {
+			continue
+		}
+		switch {
+		case e.Kind == Symlink:
+			rejected = append(rejected, Rejected{e.Name, e.Kind, "symlink: refused, never followed"})
+		case e.Kind == Other:
+			rejected = append(rejected, Rejected{e.Name, e.Kind, "other: not a regular file (socket or device)"})
+		case e.Kind != Regular:
+			rejected = append(rejected, Rejected{e.Name, e.Kind, string(e.Kind) + ": not a regular file"})
+		default:
+			if err := ValidateID(e.Name); err != nil {
+				rejected = append(rejected, Rejected{e.Name, e.Kind, err.Error()})
+				continue
+			}
+			valid = append(valid, e.Name)
+		}
+	}
+	return valid, rejected, nil
+}

@@ -1,0 +1,117 @@
+package fsmirror_test
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/fsmirror"
+)
+
+func TestList_Kinds(t *testing.T) {
+	m := newTree(t)
+	put(t, m, fsmirror.Claimed, "b-file", "")
+	put(t, m, fsmirror.Claimed, ".hidden", "")
+	os.Symlink("b-file", m.Path(fsmirror.Claimed, "a-link"))
+	os.Mkdir(m.Path(fsmirror.Claimed, "c-dir"), 0o755)
+	if err := unix.Mkfifo(m.Path(fsmirror.Claimed, "d-fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []fsmirror.Entry
+	var err error
+	within(t, func() { got, err = m.List(fsmirror.Claimed) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []fsmirror.Entry{
+		{Name: ".hidden", Kind: fsmirror.Regular},
+		{Name: "a-link", Kind: fsmirror.Symlink},
+		{Name: "b-file", Kind: fsmirror.Regular},
+		{Name: "c-dir", Kind: fsmirror.Directory},
+		{Name: "d-fifo", Kind: fsmirror.FIFO},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("List =\n%v\nwant\n%v", got, want)
+	}
+	kinds := map[fsmirror.Kind]string{
+		fsmirror.Regular: "file", fsmirror.Symlink: "symlink", fsmirror.Directory: "directory",
+		fsmirror.FIFO: "fifo", fsmirror.Other: "other",
+	}
+	for k, s := range kinds {
+		if k.String() != s {
+			t.Errorf("Kind %q String() = %q", s, k.String())
+		}
+	}
+}
+
+func TestList_EmptyDir(t *testing.T) {
+	m := newTree(t)
+	got, err := m.List(fsmirror.Done)
+	if err != nil || len(got) != 0 {
+		t.Errorf("List(done) = %v, %v; want empty", got, err)
+	}
+}
+
+func TestScanInbox_SplitsAndLeavesRejectedInPlace(t *testing.T) {
+	m := newTree(t)
+	put(t, m, fsmirror.Inbox, "t2", "")
+	put(t, m, fsmirror.Inbox, "t1", "")
+	put(t, m, fsmirror.Inbox, "bad name", "")
+	put(t, m, fsmirror.Inbox, ".in-progress", "")
+	os.Symlink("/etc/passwd", m.Path(fsmirror.Inbox, "link"))
+	if err := unix.Mkfifo(m.Path(fsmirror.Inbox, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(m.Path(fsmirror.Inbox, "sub"), 0o755)
+
+	var valid []string
+	var rejected []fsmirror.Rejected
+	var err error
+	within(t, func() { valid, rejected, err = m.ScanInbox() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"t1", "t2"}; !reflect.DeepEqual(valid, want) {
+		t.Errorf("valid = %q, want %q", valid, want)
+	}
+	wantWhy := map[string]struct {
+		kind fsmirror.Kind
+		why  string
+	}{
+		"bad name": {fsmirror.Regular, `invalid task id "bad name"`},
+		"link":     {fsmirror.Symlink, "symlink: refused, never followed"},
+		"pipe":     {fsmirror.FIFO, "fifo: not a regular file"},
+		"sub":      {fsmirror.Directory, "directory: not a regular file"},
+	}
+	if len(rejected) != len(wantWhy) {
+		t.Errorf("rejected = %v, want %d entries (dotfile ignored)", rejected, len(wantWhy))
+	}
+	for _, r := range rejected {
+		w, ok := wantWhy[r.Name]
+		if !ok {
+			t.Errorf("unexpected rejected entry %+v", r)
+			continue
+		}
+		if r.Kind != w.kind || !strings.Contains(r.Why, w.why) {
+			t.Errorf("rejected %q = {%s, %q}, want {%s, ~%q}", r.Name, r.Kind, r.Why, w.kind, w.why)
+		}
+	}
+	for _, name := range []string{"t1", "t2", "bad name", ".in-progress", "link", "pipe", "sub"} {
+		if !lexists(t, m.Path(fsmirror.Inbox, name)) {
+			t.Errorf("ScanInbox removed %q", name)
+		}
+	}
+
+	// Adoption is the caller's Move; afterwards the inbox holds only rejects.
+	for _, id := range valid {
+		if err := m.Move(id, fsmirror.Inbox, fsmirror.Available); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if valid, _, _ := m.ScanInbox(); len(valid) != 0 {
+		t.Errorf("valid after adoption = %q", valid)
+	}
+}

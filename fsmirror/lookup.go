@@ -1,0 +1,105 @@
+package fsmirror
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exists reports whether a regular file named id is in dir. It never
+// follows a symlink: an entry that is not a regular file gives false and a
+// *NotRegularError, so the caller can report it as drift.
+func (m *Mirror) Exists(dir Dir, id string) (bool, error) {
+	if err := ValidateID(id); err != nil {
+		return false, err
+	}
+	fd, err := m.dirfd(dir)
+	if err != nil {
+		return false, err
+	}
+	err = m.checkRegular(fd, dir, id)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, err
+}
+
+// locateOrder is where Locate looks: the state directories, then the inbox.
+var locateOrder = []Dir{Available, Claimed, Done, Failed, Inbox}
+
+// Locate finds task id in the state directories, then in the inbox. It
+// returns the first directory holding a regular file named id and how many
+// directories hold one: more than one is drift (a task in two places, as a
+// crash between a move's fsyncs can leave). Non-regular entries are not
+// counted. If no directory holds it the error matches fs.ErrNotExist.
+func (m *Mirror) Locate(id string) (Dir, int, error) {
+	if err := ValidateID(id); err != nil {
+		return "", 0, err
+	}
+	var first Dir
+	n := 0
+	for _, d := range locateOrder {
+		ok, err := m.Exists(d, id)
+		var nr *NotRegularError
+		if err != nil && !errors.As(err, &nr) {
+			return "", 0, fmt.Errorf("locate %s: %w", id, err)
+		}
+		if ok {
+			if n == 0 {
+				first = d
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return "", 0, fmt.Errorf("locate %s: no regular file in available, claimed, done, failed or inbox: %w", id, fs.ErrNotExist)
+	}
+	return first, n, nil
+}
+
+// OpenTask opens task file id in dir for reading. It opens with
+// O_NOFOLLOW|O_NONBLOCK and checks the result with fstat, so a symlink is
+// refused and a FIFO put in the file's place never blocks; anything but a
+// regular file gives a *NotRegularError.
+func (m *Mirror) OpenTask(dir Dir, id string) (*os.File, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	dirfd, err := m.dirfd(dir)
+	if err != nil {
+		return nil, err
+	}
+	path := m.Path(dir, id)
+	// Check before opening too: opening a device can have side effects.
+	if err := m.checkRegular(dirfd, dir, id); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat(dirfd, id, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err == unix.ELOOP {
+		return nil, &NotRegularError{Path: path, Kind: Symlink}
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if k := kindOf(st.Mode); k != Regular {
+		unix.Close(fd)
+		return nil, &NotRegularError{Path: path, Kind: k}
+	}
+	// O_NONBLOCK only guarded the open; reads of a regular file never block.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}

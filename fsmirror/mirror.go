@@ -1,0 +1,225 @@
+package fsmirror
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dir is one of the tree's directories, relative to root.
+type Dir string
+
+// The directories of a tree.
+const (
+	Inbox     Dir = "inbox"      // drop box for hand-made tasks
+	Available Dir = "available"  // ready to claim
+	Claimed   Dir = "claimed"    // held under a lease
+	Done      Dir = "done"       // completed
+	Failed    Dir = "failed"     // gave up after max attempts
+	Out       Dir = "out"        // out/<task>/<name>: task outputs
+	Meta      Dir = ".fence"     // journal, lock, staging
+	Staging   Dir = ".fence/tmp" // new files are written here, then renamed in
+	// Quarantine keeps extra copies that replay took out of the state
+	// directories: never deleted, out of the way.
+	Quarantine Dir = ".fence/quarantine"
+)
+
+// StateDirs lists the four state directories in lifecycle order: Available,
+// Claimed, Done, Failed.
+var StateDirs = []Dir{Available, Claimed, Done, Failed}
+
+// layout is every directory of a tree, each after its parent ("" is root).
+var layout = []struct {
+	dir    Dir
+	parent Dir
+	name   string
+	mode   uint32
+}{
+	{Inbox, "", "inbox", 0o755},
+	{Available, "", "available", 0o755},
+	{Claimed, "", "claimed", 0o755},
+	{Done, "", "done", 0o755},
+	{Failed, "", "failed", 0o755},
+	{Out, "", "out", 0o755},
+	{Meta, "", ".fence", 0o700},
+	{Staging, Meta, "tmp", 0o700},
+	{Quarantine, Meta, "quarantine", 0o700},
+}
+
+// Mirror is an open task tree. It holds a descriptor for the root and for
+// each directory of the layout, so that every operation is relative to
+// directories resolved once, without following symlinks. Its methods may be
+// called from several goroutines, but not concurrently with Close.
+type Mirror struct {
+	// Crash, when non-nil, is called at named crash points (CrashAfterRename);
+	// tests set it to exit the process there. It is nil in normal use.
+	Crash func(point string)
+
+	root   string
+	rootfd int
+	fds    map[Dir]int // nil once closed
+}
+
+// Create makes the tree at root, creating root itself if needed, and opens
+// it. Directories that already exist are kept, so Create is idempotent; a
+// symlink or a non-directory where a directory belongs is refused with a
+// NotDirectoryError. New entries are made durable by fsyncing their parent.
+func Create(root string) (*Mirror, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create tree: %w", err)
+	}
+	m, err := open(root, true)
+	if err != nil {
+		return nil, fmt.Errorf("create tree %s: %w", root, err)
+	}
+	return m, nil
+}
+
+// Open opens the existing tree at root. Every directory of the layout must
+// exist as a real directory; Open never creates anything, so a mistyped root
+// is reported instead of becoming an empty tree.
+func Open(root string) (*Mirror, error) {
+	m, err := open(root, false)
+	if err == nil {
+		return m, nil
+	}
+	var nd *NotDirectoryError
+	switch {
+	case errors.As(err, &nd):
+		return nil, fmt.Errorf("open tree %s: %w (move it aside, then run `fencectl init`)", root, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("open tree %s: %w (not a fencectl tree? run `fencectl init` to create it)", root, err)
+	}
+	return nil, fmt.Errorf("open tree %s: %w", root, err)
+}
+
+// open opens root and the layout below it, creating missing directories
+// when create is set.
+func open(root string, create bool) (_ *Mirror, err error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	// root itself may be reached through a symlink (the user named it);
+	// nothing below it is.
+	rootfd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: abs, Err: err}
+	}
+	m := &Mirror{root: abs, rootfd: rootfd, fds: make(map[Dir]int, len(layout))}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	dirty := map[int]string{} // parent fds that gained an entry
+	for _, l := range layout {
+		parent, ppath := m.rootfd, abs
+		if l.parent != "" {
+			parent, ppath = m.fds[l.parent], m.Path(l.parent, "")
+		}
+		if create {
+			switch err := unix.Mkdirat(parent, l.name, l.mode); err {
+			case nil:
+				dirty[parent] = ppath
+			case unix.EEXIST:
+			default:
+				return nil, &fs.PathError{Op: "mkdir", Path: m.Path(l.dir, ""), Err: err}
+			}
+		}
+		fd, err := openDir(parent, l.name, m.Path(l.dir, ""))
+		if err != nil {
+			return nil, err
+		}
+		m.fds[l.dir] = fd
+	}
+	for fd, path := range dirty {
+		if err := unix.Fsync(fd); err != nil {
+			return nil, &fs.PathError{Op: "fsync", Path: path, Err: err}
+		}
+	}
+	return m, nil
+}
+
+// openDir opens the directory name below parent without following a
+// symlink, for *at calls and fsync (so O_RDONLY, not O_PATH).
+func openDir(parent int, name, path string) (int, error) {
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		return fd, nil
+	}
+	if err == unix.ELOOP || err == unix.ENOTDIR {
+		var st unix.Stat_t
+		if unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return -1, &NotDirectoryError{Path: path, Kind: kindOf(st.Mode)}
+		}
+	}
+	return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+}
+
+// Close releases the tree's descriptors. Calling it again does nothing.
+func (m *Mirror) Close() error {
+	if m.fds == nil {
+		return nil
+	}
+	var errs []error
+	for _, fd := range m.fds {
+		errs = append(errs, unix.Close(fd))
+	}
+	errs = append(errs, unix.Close(m.rootfd))
+	m.fds, m.rootfd = nil, -1
+	return errors.Join(errs...)
+}
+
+// Root returns the absolute path of the tree.
+func (m *Mirror) Root() string { return m.root }
+
+// Path returns the absolute path of name in dir, for messages and for the
+// caller to hand to users (FENCE_TASK_FILE). Callers validate name first;
+// fsmirror itself never opens a file by this path. An empty name gives the
+// directory.
+func (m *Mirror) Path(dir Dir, name string) string {
+	return filepath.Join(m.root, string(dir), name)
+}
+
+// dirfd returns the open descriptor of dir.
+func (m *Mirror) dirfd(dir Dir) (int, error) {
+	if m.fds == nil {
+		return -1, fmt.Errorf("tree %s: %w", m.root, fs.ErrClosed)
+	}
+	fd, ok := m.fds[dir]
+	if !ok {
+		return -1, fmt.Errorf("unknown tree directory %q", dir)
+	}
+	return fd, nil
+}
+
+// CheckPerms returns a warning if the root or a directory of the tree is
+// writable by every user (anyone could then add, move or delete tasks behind
+// the journal's back), or "" if not. It is advice; nothing is refused.
+func (m *Mirror) CheckPerms() string {
+	if m.fds == nil {
+		return ""
+	}
+	var loose []string
+	check := func(fd int, path string) {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Mode&0o002 != 0 {
+			loose = append(loose, path)
+		}
+	}
+	check(m.rootfd, m.root)
+	for _, l := range layout {
+		check(m.fds[l.dir], m.Path(l.dir, ""))
+	}
+	if len(loose) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("world-writable: %s (any local user can add, move or delete tasks; run chmod o-w)",
+		strings.Join(loose, ", "))
+}

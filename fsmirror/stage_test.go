@@ -1,0 +1,139 @@
+package fsmirror_test
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fencectl/fencectl/fsmirror"
+)
+
+func TestStage_MoveFromPublishesTask(t *testing.T) {
+	m := newTree(t)
+	name, err := m.Stage("add", strings.NewReader("do the thing"), 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(name, "add-") || strings.Contains(name, "/") {
+		t.Errorf("staging name %q, want add-<hex>", name)
+	}
+	fi, err := os.Lstat(m.Path(fsmirror.Staging, name))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("staged file: %v", err)
+	}
+	if err := m.MoveFrom(fsmirror.Staging, name, fsmirror.Available, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(m.Path(fsmirror.Available, "t1"))
+	if err != nil || string(b) != "do the thing" {
+		t.Errorf("published %q, %v", b, err)
+	}
+	// newTree's cleanup checks that staging is empty again.
+}
+
+func TestMoveFrom_RefusesPathsAndExisting(t *testing.T) {
+	m := newTree(t)
+	name, err := m.Stage("add", strings.NewReader("x"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unstage(name)
+	var ine *fsmirror.InvalidNameError
+	for _, src := range []string{"", ".", "..", "../tmp/" + name} {
+		if err := m.MoveFrom(fsmirror.Staging, src, fsmirror.Available, "t1"); !errors.As(err, &ine) {
+			t.Errorf("MoveFrom(%q) = %v, want InvalidNameError", src, err)
+		}
+	}
+	put(t, m, fsmirror.Available, "t1", "old")
+	var ee *fsmirror.ExistsError
+	if err := m.MoveFrom(fsmirror.Staging, name, fsmirror.Available, "t1"); !errors.As(err, &ee) {
+		t.Errorf("MoveFrom onto existing = %v, want ExistsError", err)
+	}
+}
+
+func TestStage_LimitRemovesPartialFile(t *testing.T) {
+	m := newTree(t)
+	_, err := m.Stage("add", strings.NewReader(strings.Repeat("x", 11)), 10)
+	var tl *fsmirror.TooLargeError
+	if !errors.As(err, &tl) || tl.Limit != 10 || !strings.Contains(err.Error(), "10 bytes") {
+		t.Fatalf("Stage = %v, want TooLargeError naming 10 bytes", err)
+	}
+	if _, err := m.Stage("add", strings.NewReader(strings.Repeat("x", 10)), 10); err != nil {
+		t.Fatalf("Stage at exactly the limit: %v", err)
+	}
+	// exactly-at-limit file is cleaned up below; the refused one must be gone already.
+	entries, _ := m.List(fsmirror.Staging)
+	if len(entries) != 1 {
+		t.Errorf("staging holds %v, want only the accepted file", entries)
+	}
+	for _, e := range entries {
+		m.Unstage(e.Name)
+	}
+}
+
+func TestStage_ReadErrorRemovesPartialFile(t *testing.T) {
+	m := newTree(t)
+	boom := errors.New("boom")
+	_, err := m.Stage("add", io.MultiReader(strings.NewReader("partial"), errReader{boom}), -1)
+	if !errors.Is(err, boom) {
+		t.Fatalf("Stage = %v, want the reader's error", err)
+	}
+	// newTree's cleanup fails if the partial file was left behind.
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+func TestUnstage_IgnoresMissing(t *testing.T) {
+	m := newTree(t)
+	name, err := m.Stage("add", strings.NewReader("x"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unstage(name); err != nil {
+		t.Fatal(err)
+	}
+	if lexists(t, m.Path(fsmirror.Staging, name)) {
+		t.Error("Unstage left the file")
+	}
+	if err := m.Unstage(name); err != nil {
+		t.Errorf("second Unstage: %v", err)
+	}
+}
+
+func TestWriteAtomic_CreatesAndReplaces(t *testing.T) {
+	m := newTree(t)
+	for _, content := range []string{"first", "second"} {
+		if err := m.WriteAtomic("t1", "result.json", strings.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(m.Path(fsmirror.Out, "t1/result.json"))
+		if err != nil || string(b) != content {
+			t.Errorf("out/t1/result.json = %q, %v; want %q", b, err, content)
+		}
+	}
+}
+
+func TestWriteAtomic_Refuses(t *testing.T) {
+	m := newTree(t)
+	var ine *fsmirror.InvalidNameError
+	if err := m.WriteAtomic("t1", "../../claimed/x", strings.NewReader("x")); !errors.As(err, &ine) ||
+		!strings.Contains(err.Error(), "output name") {
+		t.Errorf("bad output name: %v, want InvalidNameError for the output name", err)
+	}
+	if err := m.WriteAtomic("../t1", "r", strings.NewReader("x")); !errors.As(err, &ine) {
+		t.Errorf("bad task id: %v, want InvalidNameError", err)
+	}
+	elsewhere := t.TempDir()
+	os.Symlink(elsewhere, m.Path(fsmirror.Out, "t2"))
+	var nd *fsmirror.NotDirectoryError
+	if err := m.WriteAtomic("t2", "r", strings.NewReader("x")); !errors.As(err, &nd) {
+		t.Errorf("symlinked out/t2: %v, want NotDirectoryError", err)
+	}
+	if lexists(t, elsewhere+"/r") {
+		t.Error("wrote through a symlink")
+	}
+}

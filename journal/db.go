@@ -1,0 +1,258 @@
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
+)
+
+// SchemaVersion is the layout of the buckets this code reads and writes.
+const SchemaVersion = "1"
+
+// FileName and LockName are the journal's files inside the .fence directory.
+const (
+	FileName = "journal.db"
+	LockName = "lock"
+)
+
+// minFileSize is the smallest valid bbolt file: two meta pages, a freelist
+// page and a root leaf (4 pages of at least 4 KiB on the systems we run on).
+const minFileSize = 4 * 4096
+
+// DB is an open journal together with the flock that guards it.
+type DB struct {
+	b    *bolt.DB
+	path string
+	lock *Lock
+}
+
+// OpenOptions say how to open a journal.
+type OpenOptions struct {
+	ReadOnly bool          // take the lock shared and open bbolt read-only
+	Timeout  time.Duration // how long to wait for the lock before ErrBusy
+}
+
+// Path returns the journal file's path inside the meta directory dir.
+func Path(dir string) string { return filepath.Join(dir, FileName) }
+
+// Exists reports whether dir holds a journal file (of any content).
+func Exists(dir string) (bool, error) {
+	_, err := os.Lstat(Path(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Create writes a new, empty journal into dir with the given defaults. It
+// builds the file under a temporary name and renames it into place, so a
+// crash during init never leaves a half-made journal behind. The token
+// counter is seeded from now in microseconds. Create fails with fs.ErrExist
+// if a journal is already there.
+func Create(dir string, d Defaults, now time.Time) error {
+	final := Path(dir)
+	if ok, err := Exists(dir); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("create journal %s: %w", final, fs.ErrExist)
+	}
+	tmp := final + ".creating"
+	_ = os.Remove(tmp)
+	b, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("create journal %s: %w", tmp, err)
+	}
+	err = b.Update(func(btx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := btx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := btx.Bucket(bucketMeta)
+		dj, err := json.Marshal(d)
+		if err != nil {
+			return err
+		}
+		seed := uint64(now.UnixMicro())
+		for k, v := range map[string][]byte{
+			keyVersion:  []byte(SchemaVersion),
+			keyTreeID:   []byte(ulid.Make().String()),
+			keyDefaults: dj,
+			keyToken:    u64(seed),
+		} {
+			if err := meta.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsyncPath(tmp)
+	}
+	if err == nil {
+		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE)
+	}
+	if err == nil {
+		err = fsyncPath(dir)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("create journal %s: %w", final, err)
+	}
+	return nil
+}
+
+func fsyncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// Open takes the lock on dir/lock and opens dir/journal.db. A missing
+// journal is ErrNoJournal (Open never creates one); an unreadable one is a
+// *CorruptError; a journal of another schema is a *VersionError.
+func Open(dir string, o OpenOptions) (db *DB, err error) {
+	lock, err := AcquireLock(filepath.Join(dir, LockName), !o.ReadOnly, o.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Release()
+		}
+	}()
+	path := Path(dir)
+	if err := checkFile(path); err != nil {
+		return nil, err
+	}
+	defer guard(path, &err)()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      time.Second, // we hold .fence/lock, so this never waits in practice
+		ReadOnly:     o.ReadOnly,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("open journal %s: %w", path, err)
+		}
+		return nil, &CorruptError{Path: path, Detail: err.Error()}
+	}
+	db = &DB{b: b, path: path, lock: lock}
+	if err := db.checkVersion(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// checkFile refuses what bbolt would mishandle: a symlink (never followed),
+// a non-regular file, and a file too short to be a journal (bbolt would
+// silently initialise a zero-length file as a new, empty database).
+func checkFile(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w at %s", ErrNoJournal, path)
+	}
+	if err != nil {
+		return fmt.Errorf("open journal: %w", err)
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return &CorruptError{Path: path, Detail: "it is a symlink, which fencectl never follows"}
+	case !fi.Mode().IsRegular():
+		return &CorruptError{Path: path, Detail: "not a regular file (" + fi.Mode().Type().String() + ")"}
+	case fi.Size() == 0:
+		return &CorruptError{Path: path, Detail: "empty file (0 bytes)"}
+	case fi.Size() < minFileSize:
+		return &CorruptError{Path: path, Detail: fmt.Sprintf("truncated: %d bytes, a journal has at least %d", fi.Size(), minFileSize)}
+	}
+	return nil
+}
+
+func (db *DB) checkVersion() error {
+	return db.View(func(tx *Tx) error {
+		meta := tx.tx.Bucket(bucketMeta)
+		if meta == nil {
+			return &CorruptError{Path: db.path, Detail: "not a fencectl journal (no meta bucket)"}
+		}
+		v := meta.Get([]byte(keyVersion))
+		if string(v) != SchemaVersion {
+			return &VersionError{Path: db.path, Found: string(v), Supported: SchemaVersion}
+		}
+		for _, name := range allBuckets {
+			if tx.tx.Bucket(name) == nil {
+				return &CorruptError{Path: db.path, Detail: "bucket " + string(name) + " is missing"}
+			}
+		}
+		return nil
+	})
+}
+
+// Path returns the journal file's path.
+func (db *DB) Path() string { return db.path }
+
+// Bolt exposes the underlying bbolt handle for consistency checks in tests
+// and in `replay`.
+func (db *DB) Bolt() *bolt.DB { return db.b }
+
+// Close closes bbolt, then drops the lock.
+func (db *DB) Close() error {
+	if db == nil {
+		return nil
+	}
+	err := db.b.Close()
+	if lerr := db.lock.Release(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// Update runs fn in one write transaction. The events fn appends and the
+// records it puts commit together or not at all.
+func (db *DB) Update(fn func(*Tx) error) (err error) {
+	defer guard(db.path, &err)()
+	return db.b.Update(func(btx *bolt.Tx) error {
+		tx := &Tx{tx: btx}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.finish()
+	})
+}
+
+// View runs fn in a read-only transaction.
+func (db *DB) View(fn func(*Tx) error) (err error) {
+	defer guard(db.path, &err)()
+	return db.b.View(func(btx *bolt.Tx) error {
+		return fn(&Tx{tx: btx})
+	})
+}
+
+// guard turns a panic or a memory fault raised while reading a damaged file
+// into a *CorruptError. Use as `defer guard(path, &err)()`: the call arms
+// SetPanicOnFault before any page is touched, the deferred closure recovers.
+func guard(path string, err *error) func() {
+	old := debug.SetPanicOnFault(true)
+	return func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			*err = &CorruptError{Path: path, Detail: fmt.Sprint(r)}
+		}
+	}
+}

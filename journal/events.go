@@ -1,0 +1,95 @@
+package journal
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Append adds ev to the log with the next sequence number and returns it
+// as stored. The first and last seq of the transaction are recorded at
+// commit, so the next opener can check that the last commit reached the
+// tree.
+func (t *Tx) Append(ev Event) (Event, error) {
+	b := t.tx.Bucket(bucketEvents)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return ev, err
+	}
+	ev.Seq = seq
+	v, err := json.Marshal(ev)
+	if err != nil {
+		return ev, err
+	}
+	if err := b.Put(u64(seq), v); err != nil {
+		return ev, err
+	}
+	if t.firstEvent == 0 {
+		t.firstEvent = seq
+	}
+	t.lastEvent = seq
+	return ev, nil
+}
+
+// NextSeq returns the seq the next appended event will get.
+func (t *Tx) NextSeq() uint64 {
+	return t.tx.Bucket(bucketEvents).Sequence() + 1
+}
+
+// finish records the range of events this transaction appended.
+func (t *Tx) finish() error {
+	if t.firstEvent == 0 {
+		return nil
+	}
+	v := append(u64(t.firstEvent), u64(t.lastEvent)...)
+	return t.tx.Bucket(bucketMeta).Put([]byte(keyLastCommit), v)
+}
+
+// LastCommit returns the events of the most recent write transaction that
+// appended any: the only ones that can still be missing from the tree after
+// a crash, since writers are serialised by the lock.
+func (t *Tx) LastCommit() ([]Event, error) {
+	v := t.tx.Bucket(bucketMeta).Get([]byte(keyLastCommit))
+	if len(v) != 16 {
+		return nil, nil
+	}
+	var evs []Event
+	err := t.Events(getU64(v[:8]), func(ev Event) (bool, error) {
+		evs = append(evs, ev)
+		return ev.Seq < getU64(v[8:]), nil
+	})
+	return evs, err
+}
+
+// Events calls fn for each event from seq from on, in order, while fn
+// returns true.
+func (t *Tx) Events(from uint64, fn func(Event) (more bool, err error)) error {
+	c := t.tx.Bucket(bucketEvents).Cursor()
+	for k, v := c.Seek(u64(from)); k != nil; k, v = c.Next() {
+		var ev Event
+		if err := json.Unmarshal(v, &ev); err != nil {
+			return fmt.Errorf("decode event %d: %w", getU64(k), err)
+		}
+		more, err := fn(ev)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// EventsBackward calls fn for each event from the newest back, while fn
+// returns true. `log --limit` and `show` read the tail this way.
+func (t *Tx) EventsBackward(fn func(Event) (more bool, err error)) error {
+	c := t.tx.Bucket(bucketEvents).Cursor()
+	for k, v := c.Last(); k != nil; k, v = c.Prev() {
+		var ev Event
+		if err := json.Unmarshal(v, &ev); err != nil {
+			return fmt.Errorf("decode event %d: %w", getU64(k), err)
+		}
+		more, err := fn(ev)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}

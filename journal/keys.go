@@ -1,0 +1,56 @@
+package journal
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+var (
+	bucketMeta   = []byte("meta")
+	bucketTasks  = []byte("tasks")
+	bucketReady  = []byte("ready")
+	bucketExpiry = []byte("expiry")
+	bucketClaims = []byte("claims")
+	bucketEvents = []byte("events")
+	allBuckets   = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents}
+)
+
+const (
+	keyVersion    = "version"
+	keyTreeID     = "tree_id"
+	keyDefaults   = "defaults"
+	keyToken      = "token"
+	keyLastCommit = "last_commit" // first and last event seq of the last write transaction
+	keyCountPfx   = "count:"
+)
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func getU64(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+
+// readyKey orders available tasks: highest priority first, then oldest.
+// Flipping the sign bit maps int64 onto uint64 in order; inverting all bits
+// makes the order descending.
+func readyKey(priority int64, seq uint64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, ^(uint64(priority) ^ (1 << 63)))
+	binary.BigEndian.PutUint64(k[8:], seq)
+	return k
+}
+
+// expiryKey orders leases by deadline, then token (unique).
+func expiryKey(deadline time.Time, token uint64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, uint64(deadline.UnixNano())^(1<<63))
+	binary.BigEndian.PutUint64(k[8:], token)
+	return k
+}

@@ -1,0 +1,105 @@
+package journal
+
+import "time"
+
+// State is where a task is in its lifecycle. Each state has one directory of
+// the same name in the tree; package fence documents who moves a task out of
+// each state.
+type State string
+
+// The four task states.
+const (
+	Available State = "available"
+	Claimed   State = "claimed"
+	Done      State = "done"
+	Failed    State = "failed"
+)
+
+// States lists every state in lifecycle order.
+var States = []State{Available, Claimed, Done, Failed}
+
+// Task is the stored record of one task. It is derived from the event log:
+// replaying the events of a task from the start yields this record.
+type Task struct {
+	ID          string    `json:"id"`
+	State       State     `json:"state"`
+	Priority    int64     `json:"priority"`
+	MaxAttempts int       `json:"max_attempts"`
+	Attempts    int       `json:"attempts"`
+	Seq         uint64    `json:"seq"` // event seq of the add: the task's age for ordering
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
+	Lease       *Lease    `json:"lease,omitempty"`
+	Last        *LeaseEnd `json:"last,omitempty"` // how the latest lease ended
+}
+
+// Lease is the current claim on a claimed task.
+type Lease struct {
+	Token     uint64    `json:"token"`
+	Agent     string    `json:"agent"`
+	ClaimedAt time.Time `json:"claimed_at"`
+	Deadline  time.Time `json:"deadline"`
+	RequestID string    `json:"request_id,omitempty"`
+}
+
+// LeaseEnd records how a lease ended, so a stale token can be explained.
+type LeaseEnd struct {
+	Token  uint64    `json:"token"`
+	Agent  string    `json:"agent"`
+	At     time.Time `json:"at"`
+	By     EventType `json:"by"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Claim is what the journal remembers of every token it issued.
+type Claim struct {
+	Token     uint64    `json:"token"`
+	Task      string    `json:"task"`
+	Agent     string    `json:"agent"`
+	At        time.Time `json:"at"`
+	RequestID string    `json:"request_id,omitempty"`
+	Ended     *LeaseEnd `json:"ended,omitempty"`
+}
+
+// EventType names a state change.
+type EventType string
+
+// Event types. Every state change appends exactly one event.
+const (
+	EvAdd       EventType = "add"       // new task (fencectl add)
+	EvAdopt     EventType = "adopt"     // file found in inbox/ or a state dir became a task
+	EvClaim     EventType = "claim"     // new lease, new token
+	EvHeartbeat EventType = "heartbeat" // lease extended (also claim --token renewals)
+	EvComplete  EventType = "complete"  // claimed → done
+	EvRelease   EventType = "release"   // claimed → available, no attempt counted
+	EvFail      EventType = "fail"      // claimed → available or failed, one attempt
+	EvReap      EventType = "reap"      // lease expired → available or failed, one attempt
+	EvRevoke    EventType = "revoke"    // operator freed the lease, no attempt counted
+	EvRequeue   EventType = "requeue"   // done/failed → available, attempts reset
+)
+
+// Event is one entry of the append-only log. From and To are the task's
+// state before and after; the other fields depend on Type.
+type Event struct {
+	Seq         uint64     `json:"seq"`
+	Time        time.Time  `json:"time"`
+	Type        EventType  `json:"type"`
+	Task        string     `json:"task"`
+	From        State      `json:"from,omitempty"`
+	To          State      `json:"to"`
+	Agent       string     `json:"agent,omitempty"`
+	Token       uint64     `json:"token,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Deadline    *time.Time `json:"deadline,omitempty"`
+	Priority    int64      `json:"priority,omitempty"`
+	MaxAttempts int        `json:"max_attempts,omitempty"`
+	RequestID   string     `json:"request_id,omitempty"`
+	Staged      string     `json:"staged,omitempty"` // add: staging file name in .fence/tmp
+	Source      string     `json:"source,omitempty"` // adopt: directory the file was found in
+}
+
+// Defaults are the tree-wide settings chosen at init.
+type Defaults struct {
+	TTL         time.Duration `json:"ttl"`
+	MaxAttempts int           `json:"max_attempts"`
+}

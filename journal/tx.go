@@ -1,0 +1,226 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Tx is one journal transaction. Methods that change state may only be
+// called inside DB.Update.
+type Tx struct {
+	tx         *bolt.Tx
+	firstEvent uint64 // seq of this transaction's first appended event, 0 if none
+	lastEvent  uint64
+}
+
+// Task returns the record of id; ok is false if the journal does not know it.
+func (t *Tx) Task(id string) (task Task, ok bool, err error) {
+	v := t.tx.Bucket(bucketTasks).Get([]byte(id))
+	if v == nil {
+		return Task{}, false, nil
+	}
+	if err := json.Unmarshal(v, &task); err != nil {
+		return Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
+	}
+	return task, true, nil
+}
+
+// PutTask stores rec and keeps the ready and expiry indexes and the
+// per-state counts in step. old is the record it replaces (nil for a new
+// task); passing it saves a read and keeps index maintenance exact.
+func (t *Tx) PutTask(old *Task, rec Task) error {
+	if old != nil {
+		if err := t.unindex(*old); err != nil {
+			return err
+		}
+		if err := t.addCount(old.State, -1); err != nil {
+			return err
+		}
+	}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), v); err != nil {
+		return err
+	}
+	if err := t.index(rec); err != nil {
+		return err
+	}
+	return t.addCount(rec.State, +1)
+}
+
+func (t *Tx) index(rec Task) error {
+	switch {
+	case rec.State == Available:
+		return t.tx.Bucket(bucketReady).Put(readyKey(rec.Priority, rec.Seq), []byte(rec.ID))
+	case rec.State == Claimed && rec.Lease != nil:
+		return t.tx.Bucket(bucketExpiry).Put(expiryKey(rec.Lease.Deadline, rec.Lease.Token), []byte(rec.ID))
+	}
+	return nil
+}
+
+func (t *Tx) unindex(rec Task) error {
+	switch {
+	case rec.State == Available:
+		return t.tx.Bucket(bucketReady).Delete(readyKey(rec.Priority, rec.Seq))
+	case rec.State == Claimed && rec.Lease != nil:
+		return t.tx.Bucket(bucketExpiry).Delete(expiryKey(rec.Lease.Deadline, rec.Lease.Token))
+	}
+	return nil
+}
+
+func (t *Tx) addCount(s State, d int64) error {
+	meta := t.tx.Bucket(bucketMeta)
+	k := []byte(keyCountPfx + string(s))
+	n := int64(getU64(meta.Get(k))) + d
+	return meta.Put(k, u64(uint64(n)))
+}
+
+// Counts returns how many tasks are in each state, in O(1).
+func (t *Tx) Counts() map[State]int {
+	meta := t.tx.Bucket(bucketMeta)
+	c := make(map[State]int, len(States))
+	for _, s := range States {
+		c[s] = int(int64(getU64(meta.Get([]byte(keyCountPfx + string(s))))))
+	}
+	return c
+}
+
+// NextReady returns the id of the available task to claim next: highest
+// priority, then oldest. ok is false when nothing is available.
+func (t *Tx) NextReady() (id string, ok bool) {
+	k, v := t.tx.Bucket(bucketReady).Cursor().First()
+	if k == nil {
+		return "", false
+	}
+	return string(v), true
+}
+
+// Expired returns the ids of claimed tasks whose deadline is at or before
+// now, oldest deadline first. It reads only the expired part of the index.
+func (t *Tx) Expired(now time.Time) []string {
+	var ids []string
+	limit := expiryKey(now, ^uint64(0))
+	c := t.tx.Bucket(bucketExpiry).Cursor()
+	for k, v := c.First(); k != nil && bytes.Compare(k, limit) <= 0; k, v = c.Next() {
+		ids = append(ids, string(v))
+	}
+	return ids
+}
+
+// Leases calls fn for every claimed task's id in deadline order.
+func (t *Tx) Leases(fn func(id string) error) error {
+	return t.tx.Bucket(bucketExpiry).ForEach(func(_, v []byte) error { return fn(string(v)) })
+}
+
+// ForEachTask calls fn for every record, in id order.
+func (t *Tx) ForEachTask(fn func(Task) error) error {
+	return t.tx.Bucket(bucketTasks).ForEach(func(k, v []byte) error {
+		var rec Task
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("decode task %q: %w", k, err)
+		}
+		return fn(rec)
+	})
+}
+
+// NextToken issues a fencing token: max(counter+1, now in µs), stored back
+// as the new counter. See the package doc for why the clock takes part.
+func (t *Tx) NextToken(now time.Time) (uint64, error) {
+	meta := t.tx.Bucket(bucketMeta)
+	next := getU64(meta.Get([]byte(keyToken))) + 1
+	if clock := uint64(now.UnixMicro()); clock > next {
+		next = clock
+	}
+	return next, meta.Put([]byte(keyToken), u64(next))
+}
+
+// LastToken returns the highest token ever issued (or the seed).
+func (t *Tx) LastToken() uint64 {
+	return getU64(t.tx.Bucket(bucketMeta).Get([]byte(keyToken)))
+}
+
+// Claim returns what the journal remembers of token.
+func (t *Tx) Claim(token uint64) (c Claim, ok bool, err error) {
+	v := t.tx.Bucket(bucketClaims).Get(u64(token))
+	if v == nil {
+		return Claim{}, false, nil
+	}
+	if err := json.Unmarshal(v, &c); err != nil {
+		return Claim{}, false, fmt.Errorf("decode claim %d: %w", token, err)
+	}
+	return c, true, nil
+}
+
+// PutClaim stores c under its token.
+func (t *Tx) PutClaim(c Claim) error {
+	v, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), v)
+}
+
+// Defaults returns the tree-wide settings chosen at init.
+func (t *Tx) Defaults() (Defaults, error) {
+	var d Defaults
+	err := json.Unmarshal(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)), &d)
+	return d, err
+}
+
+// TreeID returns the journal's unique id, made at init.
+func (t *Tx) TreeID() string {
+	return string(t.tx.Bucket(bucketMeta).Get([]byte(keyTreeID)))
+}
+
+// Reset empties every derived bucket (tasks, indexes, claims, counts) so
+// that replay can write them afresh from the event log. Events and the
+// token counter are kept.
+func (t *Tx) Reset() error {
+	for _, name := range [][]byte{bucketTasks, bucketReady, bucketExpiry, bucketClaims} {
+		if err := t.tx.DeleteBucket(name); err != nil {
+			return err
+		}
+		if _, err := t.tx.CreateBucket(name); err != nil {
+			return err
+		}
+	}
+	meta := t.tx.Bucket(bucketMeta)
+	for _, s := range States {
+		if err := meta.Delete([]byte(keyCountPfx + string(s))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check runs bbolt's own consistency check and returns its findings.
+func (t *Tx) Check() []error {
+	var errs []error
+	for err := range t.tx.Check() {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// IndexSizes returns how many entries the ready and expiry indexes hold,
+// for replay's check that they match the records.
+func (t *Tx) IndexSizes() (ready, expiry int) {
+	return t.tx.Bucket(bucketReady).Stats().KeyN, t.tx.Bucket(bucketExpiry).Stats().KeyN
+}
+
+// ForEachClaim calls fn for every stored claim, in token order.
+func (t *Tx) ForEachClaim(fn func(Claim) error) error {
+	return t.tx.Bucket(bucketClaims).ForEach(func(k, v []byte) error {
+		var c Claim
+		if err := json.Unmarshal(v, &c); err != nil {
+			return fmt.Errorf("decode claim %d: %w", getU64(k), err)
+		}
+		return fn(c)
+	})
+}
