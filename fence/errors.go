@@ -28,14 +28,14 @@ const (
 // not yet reaped) or not held (never issued, or issued for another task).
 // Nothing changed when it is returned.
 type StaleTokenError struct {
-	Reason   string    // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
-	Task     string    // the task the caller named
-	Yours    uint64    // the token the caller showed
-	Current  uint64    // the task's current token, 0 if no lease
-	Holder   string    // the current lease's agent, "" if none
-	State    State     // the task's state now
-	LostAt   time.Time // when Yours stopped authorising (zero if never did)
-	LostBy   string    // how: reaped, revoked, completed, released, failed, expired
+	Reason  string    // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
+	Task    string    // the task the caller named
+	Yours   uint64    // the token the caller showed
+	Current uint64    // the task's current token, 0 if no lease
+	Holder  string    // the current lease's agent, "" if none
+	State   State     // the task's state now
+	LostAt  time.Time // when Yours stopped authorising (zero if never did)
+	LostBy  string    // how: reaped, revoked, completed, released, failed, expired
 }
 
 func (e *StaleTokenError) Error() string {

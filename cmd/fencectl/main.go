@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
 )
@@ -18,8 +19,17 @@ func main() {
 
 // run builds the app, runs it and turns the outcome into an exit code. It
 // is the only place that decides how an error is shown.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	out := &output{stdin: stdin, stdout: stdout, stderr: stderr}
+	// No Go stack trace ever reaches a user: a fault reading a damaged
+	// journal through mmap becomes a panic here (SetPanicOnFault), and any
+	// panic becomes exit 1 with a message.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			code = out.fail(fmt.Errorf("internal error: %v (nothing after the last completed step was changed; `fencectl replay --check` verifies the tree)", r))
+		}
+	}()
 	app := newApp(out)
 	args = reorderArgs(app, args)
 	out.json = wantsJSON(args)

@@ -141,7 +141,7 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, drift.Findings
 	case errors.As(err, &corrupt), errors.As(err, &version):
 		obj.Reason = fence.ReasonCorruptJournal
-		obj.Message = err.Error() + "; nothing was changed. Keep a copy of the file; see `fencectl --help` (replay rebuilds records from the event log; a lost journal needs a new tree)"
+		obj.Message = err.Error() + "; nothing was changed. Next step: copy the file aside and keep it (never delete a journal); if only records are damaged, `fencectl replay` rebuilds them from the event log"
 	case errors.As(err, &noJrnl):
 	case errors.Is(err, os.ErrPermission):
 		obj.Message = err.Error() + " (check the tree's owner and mode)"
