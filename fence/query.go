@@ -105,6 +105,13 @@ func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
 	}
 	var evs []journal.Event
 	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
+		if f.Task != "" {
+			if _, ok, err := tx.Task(f.Task); err != nil {
+				return err
+			} else if !ok {
+				return &NoSuchTaskError{Task: f.Task}
+			}
+		}
 		var err error
 		evs, err = lastEvents(tx, f)
 		return err
@@ -117,7 +124,11 @@ func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
 // scan stops at the first one older than f.Since.
 func lastEvents(tx *journal.Tx, f LogFilter) ([]journal.Event, error) {
 	var evs []journal.Event
-	err := tx.EventsBackward(func(ev journal.Event) (bool, error) {
+	scan := tx.EventsBackward
+	if f.Task != "" {
+		scan = func(fn func(journal.Event) (bool, error)) error { return tx.TaskEventsBackward(f.Task, fn) }
+	}
+	err := scan(func(ev journal.Event) (bool, error) {
 		if !f.Since.IsZero() && ev.Time.Before(f.Since) {
 			return false, nil
 		}

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -21,6 +22,9 @@ func (t *Tx) Append(ev Event) (Event, error) {
 		return ev, err
 	}
 	if err := b.Put(u64(seq), v); err != nil {
+		return ev, err
+	}
+	if err := t.tx.Bucket(bucketByTask).Put(byTaskKey(ev.Task, seq), nil); err != nil {
 		return ev, err
 	}
 	if t.firstEvent == 0 {
@@ -85,6 +89,32 @@ func (t *Tx) EventsBackward(fn func(Event) (more bool, err error)) error {
 		var ev Event
 		if err := json.Unmarshal(v, &ev); err != nil {
 			return fmt.Errorf("decode event %d: %w", getU64(k), err)
+		}
+		more, err := fn(ev)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// TaskEventsBackward calls fn for each event of task id from the newest
+// back, while fn returns true. It reads only that task's events.
+func (t *Tx) TaskEventsBackward(id string, fn func(Event) (more bool, err error)) error {
+	events := t.tx.Bucket(bucketEvents)
+	c := t.tx.Bucket(bucketByTask).Cursor()
+	prefix := append([]byte(id), 0)
+	k, _ := c.Seek(byTaskKey(id, ^uint64(0)))
+	if k == nil {
+		k, _ = c.Last()
+	} else if !bytes.Equal(k, byTaskKey(id, ^uint64(0))) {
+		k, _ = c.Prev()
+	}
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Prev() {
+		seq := k[len(prefix):]
+		var ev Event
+		if err := json.Unmarshal(events.Get(seq), &ev); err != nil {
+			return fmt.Errorf("decode event %d: %w", getU64(seq), err)
 		}
 		more, err := fn(ev)
 		if err != nil || !more {

@@ -12,7 +12,8 @@ var (
 	bucketExpiry = []byte("expiry")
 	bucketClaims = []byte("claims")
 	bucketEvents = []byte("events")
-	allBuckets   = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents}
+	bucketByTask = []byte("task_events")
+	allBuckets   = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents, bucketByTask}
 )
 
 const (
@@ -53,4 +54,13 @@ func expiryKey(deadline time.Time, token uint64) []byte {
 	binary.BigEndian.PutUint64(k, uint64(deadline.UnixNano())^(1<<63))
 	binary.BigEndian.PutUint64(k[8:], token)
 	return k
+}
+
+// byTaskKey indexes an event under its task: id, a 0 byte (ids never hold
+// one), then the big-endian seq, so one task's events are one key range.
+func byTaskKey(id string, seq uint64) []byte {
+	k := make([]byte, 0, len(id)+9)
+	k = append(k, id...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
 }
