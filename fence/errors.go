@@ -39,6 +39,9 @@ type StaleTokenError struct {
 }
 
 func (e *StaleTokenError) Error() string {
+	if e.Task == "" {
+		return fmt.Sprintf("token %d was never issued by this journal; nothing changed", e.Yours)
+	}
 	var b strings.Builder
 	switch e.Reason {
 	case ReasonLeaseExpired:

@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"time"
@@ -172,7 +173,13 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 			ttl = d.TTL
 		}
 		deadline := now.Add(ttl)
-		ev, rec, err := t.claimStep(tx, req, now, deadline)
+		// Files of tasks reaped just now are still in claimed/: the moves
+		// come after the commit.
+		inClaimed := map[string]bool{}
+		for _, r := range reaped {
+			inClaimed[r.Task] = true
+		}
+		ev, rec, err := t.claimStep(tx, req, now, deadline, inClaimed)
 		if err != nil {
 			// A refusal still commits the reaps before it.
 			claimErr = err
@@ -196,17 +203,16 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 }
 
 // claimStep is the claim proper, after reaping: restore, named or next.
-func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now, deadline time.Time) (journal.Event, journal.Task, error) {
+func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now, deadline time.Time, inClaimed map[string]bool) (journal.Event, journal.Task, error) {
 	if req.Token != 0 {
 		return restore(tx, req, now, deadline)
 	}
 	id := req.ID
 	if id == "" {
-		next, ok := tx.NextReady()
-		if !ok {
+		id = t.nextClaimable(tx, inClaimed)
+		if id == "" {
 			return journal.Event{}, journal.Task{}, ErrNothingToClaim
 		}
-		id = next
 	}
 	rec, ok, err := tx.Task(id)
 	if err != nil {
@@ -218,6 +224,11 @@ func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now, deadline time.Ti
 	if rec.State != Available {
 		return journal.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
 	}
+	if req.ID != "" {
+		if err := t.checkFile(rec.ID, fileDir(rec, inClaimed), true); err != nil {
+			return journal.Event{}, rec, err
+		}
+	}
 	token, err := tx.NextToken(now)
 	if err != nil {
 		return journal.Event{}, rec, err
@@ -227,6 +238,56 @@ func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now, deadline time.Ti
 		Agent: req.Agent, Token: token, Deadline: &deadline, RequestID: req.RequestID,
 	})
 	return ev, after, err
+}
+
+// nextClaimable returns the first ready task whose file is a regular file
+// in available/, or "". A task whose file is missing or is a symlink, FIFO
+// or directory is skipped and reported, so one bad entry cannot block the
+// queue.
+func (t *Tree) nextClaimable(tx *journal.Tx, inClaimed map[string]bool) string {
+	var id string
+	tx.Ready(func(cand string) bool {
+		dir := fsmirror.Available
+		if inClaimed[cand] {
+			dir = fsmirror.Claimed
+		}
+		ok, err := t.mirror.Exists(dir, cand)
+		switch {
+		case ok:
+			id = cand
+			return false
+		case err != nil:
+			t.notify("skipped", cand, err.Error()+"; not claimed (run `fencectl replay --check`)")
+		default:
+			t.notify("skipped", cand, string(dir)+"/"+cand+" is missing; not claimed (run `fencectl replay --check`)")
+		}
+		return true
+	})
+	return id
+}
+
+// checkFile refuses to act on a task whose entry in its state directory
+// is not a regular file (a symlink or FIFO planted in the tree): the
+// journal would change and the move would then fail. With mustExist a
+// missing file is refused too (a claim must hand out a file).
+func (t *Tree) checkFile(id string, dir fsmirror.Dir, mustExist bool) error {
+	ok, err := t.mirror.Exists(dir, id)
+	if err != nil {
+		return fmt.Errorf("%w; nothing changed (fencectl never follows symlinks in the tree: move the entry aside; `fencectl replay --check` lists such entries)", err)
+	}
+	if !ok && mustExist {
+		return fmt.Errorf("task file %s is missing; nothing changed (run `fencectl replay --check`)", t.mirror.Path(dir, id))
+	}
+	return nil
+}
+
+// fileDir is where rec's file is right now: its state's directory, or
+// claimed/ for a task reaped earlier in the same transaction.
+func fileDir(rec journal.Task, inClaimed map[string]bool) fsmirror.Dir {
+	if inClaimed[rec.ID] {
+		return fsmirror.Claimed
+	}
+	return DirOf(rec.State)
 }
 
 // restore is claim --token: the same claim back with its lease renewed, if
@@ -335,7 +396,7 @@ type FencedRequest struct {
 	ID     string
 	Token  uint64
 	Agent  string        // recorded, never compared
-	TTL    time.Duration // heartbeat: new lease length; 0 means the tree's default
+	TTL    time.Duration // heartbeat: new lease length; 0 means the claim's own
 	Reason string        // release, fail: recorded in the event
 }
 
@@ -374,6 +435,9 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 		if err := Authorize(rec, req.Token, claim, now); err != nil {
 			return nil, err
 		}
+		if err := t.checkFile(rec.ID, DirOf(rec.State), false); err != nil {
+			return nil, err
+		}
 		d, err := tx.Defaults()
 		if err != nil {
 			return nil, err
@@ -402,11 +466,15 @@ func lookup(tx *journal.Tx, id string, token uint64) (journal.Task, *journal.Cla
 	return rec, &c, nil
 }
 
-// Heartbeat extends the lease of a task held by req.Token.
+// Heartbeat extends the lease of a task held by req.Token to now + TTL,
+// or now + the claim's own lease length when TTL is 0.
 func (t *Tree) Heartbeat(ctx context.Context, req FencedRequest) (Result, error) {
 	return t.fenced(ctx, journal.EvHeartbeat, req, func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event {
 		ttl := req.TTL
-		if ttl == 0 {
+		if ttl == 0 && rec.Lease != nil {
+			ttl = rec.Lease.TTL
+		}
+		if ttl <= 0 {
 			ttl = d.TTL
 		}
 		deadline := now.Add(ttl)
@@ -501,6 +569,9 @@ func (t *Tree) operator(ctx context.Context, typ journal.EventType, id string, b
 		}
 		ev, err := build(rec, now)
 		if err != nil {
+			return nil, err
+		}
+		if err := t.checkFile(rec.ID, DirOf(rec.State), false); err != nil {
 			return nil, err
 		}
 		after, ev, err := commit(tx, &rec, ev)

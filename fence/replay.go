@@ -82,6 +82,16 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		return ReplayReport{}, err
 	}
 	defer db.Close()
+	if !check {
+		// Replay is a writer: like every writer it first finishes the last
+		// commit and adopts the inbox.
+		if err := t.settle(db); err != nil {
+			return ReplayReport{}, err
+		}
+		if err := t.adoptInbox(db); err != nil {
+			return ReplayReport{}, err
+		}
+	}
 	var rep ReplayReport
 	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
 	if err := db.View(func(tx *journal.Tx) error { return st.compareJournal(tx, &rep) }); err != nil {

@@ -104,6 +104,7 @@ func Apply(prev *journal.Task, ev journal.Event) (journal.Task, error) {
 		t.Lease = &journal.Lease{Token: ev.Token, Agent: ev.Agent, ClaimedAt: ev.Time, RequestID: ev.RequestID}
 		if ev.Deadline != nil {
 			t.Lease.Deadline = *ev.Deadline
+			t.Lease.TTL = ev.Deadline.Sub(ev.Time)
 		}
 	case journal.EvHeartbeat:
 		if t.Lease == nil || ev.Deadline == nil {

@@ -65,7 +65,15 @@ func (t *Tree) place(m move) error {
 	default:
 		err = t.mirror.Move(m.id, m.from, m.to)
 	}
-	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+	var odd *fsmirror.NotRegularError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &odd):
+		// The journal has moved on; the odd entry stays for replay to report.
+		t.notify("not_moved", m.id, err.Error())
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
 	return t.ensure(m)

@@ -39,7 +39,10 @@ type Lease struct {
 	Agent     string    `json:"agent"`
 	ClaimedAt time.Time `json:"claimed_at"`
 	Deadline  time.Time `json:"deadline"`
-	RequestID string    `json:"request_id,omitempty"`
+	// TTL is the lease length the claim asked for; a heartbeat without its
+	// own --ttl extends by this much.
+	TTL       time.Duration `json:"ttl"`
+	RequestID string        `json:"request_id,omitempty"`
 }
 
 // LeaseEnd records how a lease ended, so a stale token can be explained.

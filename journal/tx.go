@@ -101,6 +101,14 @@ func (t *Tx) NextReady() (id string, ok bool) {
 	return string(v), true
 }
 
+// Ready calls fn with the ids of available tasks in claim order (highest
+// priority, then oldest) until fn returns false.
+func (t *Tx) Ready(fn func(id string) (more bool)) {
+	c := t.tx.Bucket(bucketReady).Cursor()
+	for k, v := c.First(); k != nil && fn(string(v)); k, v = c.Next() {
+	}
+}
+
 // Expired returns the ids of claimed tasks whose deadline is at or before
 // now, oldest deadline first. It reads only the expired part of the index.
 func (t *Tx) Expired(now time.Time) []string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -41,7 +42,9 @@ stdin. The id defaults to a new ULID.
 			case "-":
 				content = out.stdin
 			default:
-				f, err := os.Open(src)
+				// O_NONBLOCK: a FIFO named by mistake is refused below
+				// instead of waiting forever for a writer.
+				f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 				if err != nil {
 					return usagef("cannot read task content: %v", err)
 				}

@@ -12,9 +12,9 @@ import (
 // moves every flag of the command ahead of its positional arguments, and a
 // global flag given after the command name (`claim --dir x`) to before it.
 // Everything after `--` is left alone.
-func reorderArgs(app *cli.App, args []string) []string {
+func reorderArgs(app *cli.App, args []string) ([]string, error) {
 	if len(args) < 2 {
-		return args
+		return args, nil
 	}
 	globals := flagArity(app.Flags)
 	out := []string{args[0]}
@@ -29,11 +29,11 @@ func reorderArgs(app *cli.App, args []string) []string {
 		i++
 	}
 	if i >= len(args) {
-		return out
+		return out, nil
 	}
 	cmd := app.Command(args[i])
 	if cmd == nil {
-		return append(out, args[i:]...)
+		return append(out, args[i:]...), nil
 	}
 	local := flagArity(cmd.Flags)
 	var hoisted, flags, positional []string
@@ -57,7 +57,10 @@ func reorderArgs(app *cli.App, args []string) []string {
 			}
 		}
 		*dst = append(*dst, a)
-		if takesValue(arity, a) && j+1 < len(rest) {
+		if takesValue(arity, a) {
+			if j+1 >= len(rest) || rest[j+1] == "--" {
+				return nil, usagef("flag %s needs a value (see fencectl %s --help)", a, cmd.Name)
+			}
 			*dst = append(*dst, rest[j+1])
 			j++
 		}
@@ -65,7 +68,7 @@ func reorderArgs(app *cli.App, args []string) []string {
 	out = append(out, hoisted...)
 	out = append(out, cmd.Name)
 	out = append(out, flags...)
-	return append(out, positional...)
+	return append(out, positional...), nil
 }
 
 // wantsJSON reports whether --json was given anywhere before `--`, so that

@@ -27,7 +27,9 @@ current, else exit 3 with how T was lost. FENCE_TOKEN is never read here.
 
    fencectl claim --agent a1
    fencectl claim build-42 --agent a1 --ttl 30m
-   eval "$(fencectl claim --agent a1 --wait 1m --format env)"   # sets FENCE_TASK, FENCE_TOKEN, FENCE_TASK_FILE, FENCE_DEADLINE
+   # sets FENCE_TASK, FENCE_TOKEN, FENCE_TASK_FILE, FENCE_DEADLINE; check the
+   # exit code first (eval of nothing succeeds):
+   env=$(fencectl claim --agent a1 --wait 1m --format env) && eval "$env"
    fencectl claim build-42 --token 1795000000000123              # restore
 
 Exit 4 when nothing is ready (or the named task is not available).`,

@@ -31,9 +31,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}()
 	app := newApp(out)
-	args = reorderArgs(app, args)
 	out.json = wantsJSON(args)
-	err := app.RunContext(ctx, args)
+	args, err := reorderArgs(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, args)
+	}
 	if err == nil && out.notFound != "" {
 		err = usagef("unknown command %q: run `fencectl --help` for the list", out.notFound)
 	}
@@ -59,7 +61,7 @@ must show the current token, so an agent that lost its lease is refused.
 
    fencectl init                          # make a tree in . (or --dir / FENCE_DIR)
    echo "build x" | fencectl add --id build-x -
-   eval "$(fencectl claim --agent a1 --format env)"
+   env=$(fencectl claim --agent a1 --format env) && eval "$env"
    fencectl heartbeat "$FENCE_TASK" --token "$FENCE_TOKEN"
    fencectl complete "$FENCE_TASK" --token "$FENCE_TOKEN"
 

@@ -71,12 +71,31 @@ type errorObject struct {
 	Message      string     `json:"message"`
 	Task         string     `json:"task,omitempty"`
 	YourToken    uint64     `json:"your_token,omitempty"`
-	CurrentToken *uint64    `json:"current_token,omitempty"`
+	CurrentToken *uint64    `json:"current_token,omitempty"` // see MarshalJSON
 	Holder       *string    `json:"holder,omitempty"`
 	State        string     `json:"state,omitempty"`
 	LostAt       *time.Time `json:"lost_at,omitempty"`
 	LostBy       string     `json:"lost_by,omitempty"`
 	Findings     any        `json:"findings,omitempty"`
+
+	fenced bool // a token refusal: current_token and holder are always named, null when nobody holds the task
+}
+
+// MarshalJSON names current_token and holder on every token refusal, as
+// null when the task has no lease, so scripts can tell "nobody" from
+// "field missing".
+func (o errorObject) MarshalJSON() ([]byte, error) {
+	type plain errorObject
+	b, err := json.Marshal(plain(o))
+	if err != nil || !o.fenced || o.CurrentToken != nil {
+		return b, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["current_token"], m["holder"] = nil, nil
+	return json.Marshal(m)
 }
 
 // fail reports err and returns its exit code. Notices are dropped with
@@ -120,8 +139,11 @@ func classify(err error) errorObject {
 	case errors.As(err, &stale):
 		obj.Code, obj.Reason, obj.Task = exitFenced, stale.Reason, stale.Task
 		obj.YourToken, obj.State, obj.LostBy = stale.Yours, string(stale.State), stale.LostBy
-		cur, holder := stale.Current, stale.Holder
-		obj.CurrentToken, obj.Holder = &cur, &holder
+		obj.fenced = true
+		if stale.Current != 0 {
+			cur, holder := stale.Current, stale.Holder
+			obj.CurrentToken, obj.Holder = &cur, &holder
+		}
 		if !stale.LostAt.IsZero() {
 			at := stale.LostAt.UTC()
 			obj.LostAt = &at
