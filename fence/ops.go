@@ -135,8 +135,11 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 			return ClaimResult{}, &InvalidInputError{Msg: err.Error()}
 		}
 	}
-	if req.TTL < 0 || req.Wait < 0 {
-		return ClaimResult{}, invalidf("durations must not be negative")
+	if err := checkTTL(req.TTL); err != nil {
+		return ClaimResult{}, err
+	}
+	if req.Wait < 0 {
+		return ClaimResult{}, invalidf("invalid --wait %s: must not be negative", req.Wait)
 	}
 	end := time.Now().Add(req.Wait)
 	for {
@@ -164,22 +167,17 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 			return nil, err
 		}
 		res.Reaped = reaped
-		ttl := req.TTL
-		if ttl == 0 {
-			d, err := tx.Defaults()
-			if err != nil {
-				return nil, err
-			}
-			ttl = d.TTL
+		d, err := tx.Defaults()
+		if err != nil {
+			return nil, err
 		}
-		deadline := now.Add(ttl)
 		// Files of tasks reaped just now are still in claimed/: the moves
 		// come after the commit.
 		inClaimed := map[string]bool{}
 		for _, r := range reaped {
 			inClaimed[r.Task] = true
 		}
-		ev, rec, err := t.claimStep(tx, req, now, deadline, inClaimed)
+		ev, rec, err := t.claimStep(tx, req, now, d.TTL, inClaimed)
 		if err != nil {
 			// A refusal still commits the reaps before it.
 			claimErr = err
@@ -203,9 +201,9 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 }
 
 // claimStep is the claim proper, after reaping: restore, named or next.
-func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now, deadline time.Time, inClaimed map[string]bool) (journal.Event, journal.Task, error) {
+func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (journal.Event, journal.Task, error) {
 	if req.Token != 0 {
-		return restore(tx, req, now, deadline)
+		return restore(tx, req, now, defaultTTL)
 	}
 	id := req.ID
 	if id == "" {
@@ -233,6 +231,7 @@ func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now, deadline time.Ti
 	if err != nil {
 		return journal.Event{}, rec, err
 	}
+	deadline := now.Add(leaseLength(req.TTL, nil, defaultTTL))
 	after, ev, err := commit(tx, &rec, journal.Event{
 		Time: now, Type: journal.EvClaim, Task: id, From: Available, To: Claimed,
 		Agent: req.Agent, Token: token, Deadline: &deadline, RequestID: req.RequestID,
@@ -293,7 +292,7 @@ func fileDir(rec journal.Task, inClaimed map[string]bool) fsmirror.Dir {
 // restore is claim --token: the same claim back with its lease renewed, if
 // the token is still the task's current one; otherwise the stale-token
 // refusal. Without an id it finds the task the token was issued for.
-func restore(tx *journal.Tx, req ClaimRequest, now, deadline time.Time) (journal.Event, journal.Task, error) {
+func restore(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration) (journal.Event, journal.Task, error) {
 	c, known, err := tx.Claim(req.Token)
 	if err != nil {
 		return journal.Event{}, journal.Task{}, err
@@ -319,6 +318,7 @@ func restore(tx *journal.Tx, req ClaimRequest, now, deadline time.Time) (journal
 	if err := Authorize(rec, req.Token, claim, now); err != nil {
 		return journal.Event{}, rec, err
 	}
+	deadline := now.Add(leaseLength(req.TTL, rec.Lease, defaultTTL))
 	after, ev, err := commit(tx, &rec, journal.Event{
 		Time: now, Type: journal.EvHeartbeat, Task: id, From: Claimed, To: Claimed,
 		Agent: req.Agent, Token: req.Token, Deadline: &deadline, Reason: "claim --token",
@@ -336,8 +336,8 @@ func reapExpired(tx *journal.Tx, now time.Time) ([]Reaped, []journal.Event, erro
 		if err != nil {
 			return nil, nil, err
 		}
-		if !ok || rec.Lease == nil {
-			continue
+		if !ok || rec.Lease == nil || !Expired(*rec.Lease, now) {
+			continue // the index and the record disagree: trust the record
 		}
 		r := reapOf(rec, now)
 		after, ev, err := commit(tx, &rec, endEvent(journal.EvReap, rec, r.To, "", "lease expired", now))
@@ -407,10 +407,7 @@ func (r FencedRequest) validate() error {
 	if r.Token == 0 {
 		return invalidf("missing --token: every change to a claimed task must show the token its claim returned")
 	}
-	if r.TTL < 0 {
-		return invalidf("invalid --ttl %s: must be positive", r.TTL)
-	}
-	return nil
+	return checkTTL(r.TTL)
 }
 
 // fenced runs a token-checked mutation. The token is checked inside the
@@ -470,14 +467,7 @@ func lookup(tx *journal.Tx, id string, token uint64) (journal.Task, *journal.Cla
 // or now + the claim's own lease length when TTL is 0.
 func (t *Tree) Heartbeat(ctx context.Context, req FencedRequest) (Result, error) {
 	return t.fenced(ctx, journal.EvHeartbeat, req, func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event {
-		ttl := req.TTL
-		if ttl == 0 && rec.Lease != nil {
-			ttl = rec.Lease.TTL
-		}
-		if ttl <= 0 {
-			ttl = d.TTL
-		}
-		deadline := now.Add(ttl)
+		deadline := now.Add(leaseLength(req.TTL, rec.Lease, d.TTL))
 		return journal.Event{Time: now, Type: journal.EvHeartbeat, Task: rec.ID, From: Claimed, To: Claimed,
 			Agent: agentOr(req.Agent, rec), Token: req.Token, Deadline: &deadline}
 	})

@@ -36,6 +36,30 @@ func Authorize(task journal.Task, token uint64, claim *journal.Claim, now time.T
 // Expired reports whether a lease has run out: at the deadline it is gone.
 func Expired(l journal.Lease, now time.Time) bool { return !now.Before(l.Deadline) }
 
+// MaxTTL bounds a lease: deadlines must stay within what the expiry index
+// can order (nanoseconds since 1970 in an int64 end in 2262).
+const MaxTTL = 10 * 365 * 24 * time.Hour
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < 0 || ttl > MaxTTL {
+		return invalidf("invalid --ttl %s: must be positive and at most %s (10 years)", ttl, MaxTTL)
+	}
+	return nil
+}
+
+// leaseLength is the length of a new or renewed lease: the one asked for,
+// else the current lease's own (a renewal keeps what the claim asked), else
+// the tree's default.
+func leaseLength(asked time.Duration, current *journal.Lease, def time.Duration) time.Duration {
+	switch {
+	case asked > 0:
+		return asked
+	case current != nil && current.TTL > 0:
+		return current.TTL
+	}
+	return def
+}
+
 // IsRetry reports whether a call of type op with token is the repeat of the
 // call that already ended that token's lease on this task: such a retry
 // answers success and changes nothing.

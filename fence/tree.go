@@ -61,8 +61,8 @@ func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }
 // journal. On an existing tree it checks the journal and changes nothing;
 // created says which happened.
 func Init(root string, d journal.Defaults) (created bool, err error) {
-	if d.TTL <= 0 {
-		return false, invalidf("invalid --ttl %s: must be positive", d.TTL)
+	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
+		return false, invalidf("invalid --ttl %s: must be positive and at most %s", d.TTL, MaxTTL)
 	}
 	if d.MaxAttempts < 1 {
 		return false, invalidf("invalid --max-attempts %d: must be at least 1", d.MaxAttempts)

@@ -128,6 +128,9 @@ func fsyncPath(p string) error {
 // journal is ErrNoJournal (Open never creates one); an unreadable one is a
 // *CorruptError; a journal of another schema is a *VersionError.
 func Open(dir string, o OpenOptions) (db *DB, err error) {
+	if _, err := os.Lstat(Path(dir)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w at %s", ErrNoJournal, Path(dir))
+	}
 	lock, err := AcquireLock(filepath.Join(dir, LockName), !o.ReadOnly, o.Timeout)
 	if err != nil {
 		return nil, err
@@ -141,11 +144,27 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 	if err := checkFile(path); err != nil {
 		return nil, err
 	}
+	// bbolt can panic inside Open on a damaged file, before it hands back a
+	// handle to close. Keep the file it opened so the panic path can drop
+	// bbolt's flock on it: closing alone is not enough, as the mapping bbolt
+	// made keeps the open file (and so the flock) alive.
+	var file *os.File
+	defer func() {
+		if err != nil && db == nil && file != nil {
+			_ = unix.Flock(int(file.Fd()), unix.LOCK_UN)
+			file.Close()
+		}
+	}()
 	defer guard(path, &err)()
 	b, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      time.Second, // we hold .fence/lock, so this never waits in practice
 		ReadOnly:     o.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, mode)
+			file = f
+			return f, err
+		},
 	})
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) || errors.Is(err, berrors.ErrTimeout) {

@@ -48,11 +48,14 @@ func readyKey(priority int64, seq uint64) []byte {
 	return k
 }
 
-// expiryKey orders leases by deadline, then token (unique).
+// expiryKey orders leases by deadline, then token (unique): seconds
+// (sign bit flipped), nanoseconds, token. Seconds rather than UnixNano so
+// that no deadline overflows the key.
 func expiryKey(deadline time.Time, token uint64) []byte {
-	k := make([]byte, 16)
-	binary.BigEndian.PutUint64(k, uint64(deadline.UnixNano())^(1<<63))
-	binary.BigEndian.PutUint64(k[8:], token)
+	k := make([]byte, 20)
+	binary.BigEndian.PutUint64(k, uint64(deadline.Unix())^(1<<63))
+	binary.BigEndian.PutUint32(k[8:], uint32(deadline.Nanosecond()))
+	binary.BigEndian.PutUint64(k[12:], token)
 	return k
 }
 

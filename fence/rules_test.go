@@ -1,0 +1,520 @@
+package fence_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal"
+)
+
+// The pure rules are tested without a disk: records and claims are built by
+// hand, and the time is an argument.
+
+var (
+	base     = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	deadline = base.Add(time.Minute) // the current lease's deadline
+	lostAt   = base.Add(-time.Minute)
+)
+
+const (
+	curToken   = uint64(200) // the task's current token, held by agent "a"
+	oldToken   = uint64(100) // an earlier claim of the same task, by agent "old"
+	otherToken = uint64(300) // a claim of another task, t2
+	neverToken = uint64(999) // never issued
+)
+
+func heldTask() journal.Task {
+	return journal.Task{
+		ID: "t1", State: fence.Claimed, MaxAttempts: 3, Seq: 1, Created: base.Add(-time.Hour), Updated: base,
+		Lease: &journal.Lease{Token: curToken, Agent: "a", ClaimedAt: base, Deadline: deadline},
+	}
+}
+
+func freeTask(s fence.State) journal.Task {
+	return journal.Task{ID: "t1", State: s, MaxAttempts: 3, Seq: 1, Created: base.Add(-time.Hour), Updated: base}
+}
+
+func endedClaim(token uint64, task string, by journal.EventType) *journal.Claim {
+	return &journal.Claim{Token: token, Task: task, Agent: "old", At: base.Add(-time.Hour),
+		Ended: &journal.LeaseEnd{Token: token, Agent: "old", At: lostAt, By: by}}
+}
+
+// tokenCase is one token shown for task t1: the task as the journal has it,
+// what the journal remembers of the token, and the time of the call.
+type tokenCase struct {
+	name  string
+	task  journal.Task
+	token uint64
+	claim *journal.Claim
+	now   time.Time
+	// want is the refusal (nil: authorised). endedBy is the call that ended
+	// the token's lease on this task, whose repeat is a retry.
+	want    *fence.StaleTokenError
+	endedBy journal.EventType
+}
+
+func tokenCases() []tokenCase {
+	cur := &journal.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}
+	stale := func(s fence.State, cur uint64, holder, by string) *fence.StaleTokenError {
+		return &fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: oldToken,
+			Current: cur, Holder: holder, State: s, LostAt: lostAt, LostBy: by}
+	}
+	notHeld := func(tok uint64, s fence.State, cur uint64, holder string) *fence.StaleTokenError {
+		return &fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, Current: cur, Holder: holder, State: s}
+	}
+	expired := &fence.StaleTokenError{Reason: fence.ReasonLeaseExpired, Task: "t1", Yours: curToken,
+		Current: curToken, Holder: "a", State: fence.Claimed, LostAt: deadline, LostBy: "expired"}
+	cases := []tokenCase{
+		{name: "current", task: heldTask(), token: curToken, claim: cur, now: base},
+		{name: "current/just-before-deadline", task: heldTask(), token: curToken, claim: cur, now: deadline.Add(-time.Nanosecond)},
+		{name: "current/claim-record-names-another-agent", task: heldTask(), token: curToken,
+			claim: &journal.Claim{Token: curToken, Task: "t1", Agent: "someone-else", At: base}, now: base},
+		{name: "current/no-claim-record", task: heldTask(), token: curToken, claim: nil, now: base},
+		{name: "expired/at-deadline", task: heldTask(), token: curToken, claim: cur, now: deadline, want: expired},
+		{name: "expired/after-deadline", task: heldTask(), token: curToken, claim: cur, now: deadline.Add(time.Hour), want: expired},
+		{name: "another-claims-token/task-held", task: heldTask(), token: otherToken,
+			claim: &journal.Claim{Token: otherToken, Task: "t2", Agent: "b", At: base}, now: base,
+			want: notHeld(otherToken, fence.Claimed, curToken, "a")},
+		{name: "another-claims-token/ended-by-complete", task: heldTask(), token: otherToken,
+			claim: endedClaim(otherToken, "t2", journal.EvComplete), now: base,
+			want: notHeld(otherToken, fence.Claimed, curToken, "a")},
+		{name: "another-claims-token/task-available", task: freeTask(fence.Available), token: otherToken,
+			claim: &journal.Claim{Token: otherToken, Task: "t2", Agent: "b", At: base}, now: base,
+			want: notHeld(otherToken, fence.Available, 0, "")},
+		{name: "never-issued/task-held", task: heldTask(), token: neverToken, now: base,
+			want: notHeld(neverToken, fence.Claimed, curToken, "a")},
+		{name: "never-issued/task-available", task: freeTask(fence.Available), token: neverToken, now: base,
+			want: notHeld(neverToken, fence.Available, 0, "")},
+		{name: "never-issued/task-done", task: freeTask(fence.Done), token: neverToken, now: base,
+			want: notHeld(neverToken, fence.Done, 0, "")},
+	}
+	// Stale: the lease ended by each way a lease can end; the task is where
+	// that end left it, or claimed again by someone else since.
+	ends := []struct {
+		by    journal.EventType
+		lost  string
+		state fence.State
+	}{
+		{journal.EvReap, "reaped", fence.Available},
+		{journal.EvReap, "reaped", fence.Failed},
+		{journal.EvRevoke, "revoked", fence.Available},
+		{journal.EvComplete, "completed", fence.Done},
+		{journal.EvRelease, "released", fence.Available},
+		{journal.EvFail, "failed", fence.Available},
+		{journal.EvFail, "failed", fence.Failed},
+	}
+	for _, e := range ends {
+		retry := e.by
+		if e.by == journal.EvReap || e.by == journal.EvRevoke {
+			retry = "" // nobody's call: no retry
+		}
+		cases = append(cases,
+			tokenCase{name: fmt.Sprintf("stale/%s/task-%s", e.by, e.state), task: freeTask(e.state), token: oldToken,
+				claim: endedClaim(oldToken, "t1", e.by), now: base, endedBy: retry,
+				want: stale(e.state, 0, "", e.lost)},
+			tokenCase{name: fmt.Sprintf("stale/%s-then-reclaimed", e.by), task: heldTask(), token: oldToken,
+				claim: endedClaim(oldToken, "t1", e.by), now: base, endedBy: retry,
+				want: stale(fence.Claimed, curToken, "a", e.lost)},
+			// The current holder's lease having expired changes nothing
+			// for a stale token: still stale, not "expired".
+			tokenCase{name: fmt.Sprintf("stale/%s-then-reclaimed-and-expired", e.by), task: heldTask(), token: oldToken,
+				claim: endedClaim(oldToken, "t1", e.by), now: deadline.Add(time.Second), endedBy: retry,
+				want: stale(fence.Claimed, curToken, "a", e.lost)},
+		)
+	}
+	return cases
+}
+
+// decide is what a fenced call does with the rules: a repeat of the call
+// that ended the token's lease is a retry, anything else must be authorised.
+// verify and claim --token never retry.
+func decide(op string, tc tokenCase) (retry bool, err error) {
+	switch op {
+	case "heartbeat", "complete", "release", "fail":
+		if fence.IsRetry(journal.EventType(op), tc.task, tc.claim) {
+			return true, nil
+		}
+	}
+	return false, fence.Authorize(tc.task, tc.token, tc.claim, tc.now)
+}
+
+func TestRules_AuthorizeEveryTransition(t *testing.T) {
+	ops := []string{"heartbeat", "complete", "release", "fail", "verify", "claim-token"}
+	for _, tc := range tokenCases() {
+		for _, op := range ops {
+			t.Run(tc.name+"/"+op, func(t *testing.T) {
+				retry, err := decide(op, tc)
+				wantRetry := tc.endedBy != "" && string(tc.endedBy) == op
+				if retry != wantRetry {
+					t.Fatalf("retry = %v, want %v", retry, wantRetry)
+				}
+				if wantRetry {
+					return
+				}
+				if tc.want == nil {
+					if err != nil {
+						t.Fatalf("refused: %v", err)
+					}
+					return
+				}
+				var se *fence.StaleTokenError
+				if !errors.As(err, &se) {
+					t.Fatalf("err = %v (%T), want *StaleTokenError", err, err)
+				}
+				if !reflect.DeepEqual(*se, *tc.want) {
+					t.Errorf("StaleTokenError =\n  %+v\nwant\n  %+v", *se, *tc.want)
+				}
+				msg := se.Error()
+				if !strings.Contains(msg, "t1") || !strings.Contains(msg, fmt.Sprint(tc.token)) || !strings.Contains(msg, "nothing changed") {
+					t.Errorf("message %q does not name the task, the token and that nothing changed", msg)
+				}
+			})
+		}
+	}
+}
+
+func TestRules_AuthorizeDoesNotMutate(t *testing.T) {
+	task := heldTask()
+	claim := endedClaim(oldToken, "t1", journal.EvRevoke)
+	before := task
+	beforeLease := *task.Lease
+	beforeClaim := *claim
+	_ = fence.Authorize(task, oldToken, claim, deadline.Add(time.Hour))
+	_ = fence.Authorize(task, curToken, nil, deadline.Add(time.Hour))
+	if !reflect.DeepEqual(task, before) || *task.Lease != beforeLease || !reflect.DeepEqual(*claim, beforeClaim) {
+		t.Errorf("Authorize changed its arguments")
+	}
+}
+
+func TestRules_IsRetry(t *testing.T) {
+	all := []journal.EventType{journal.EvHeartbeat, journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke, journal.EvClaim, journal.EvRequeue}
+	for _, ended := range []journal.EventType{journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke} {
+		for _, op := range all {
+			t.Run(fmt.Sprintf("ended-by-%s/%s", ended, op), func(t *testing.T) {
+				got := fence.IsRetry(op, freeTask(fence.Available), endedClaim(oldToken, "t1", ended))
+				if want := op == ended; got != want {
+					t.Errorf("IsRetry = %v, want %v (only the very call that ended the lease is a retry)", got, want)
+				}
+			})
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		op    journal.EventType
+		task  journal.Task
+		claim *journal.Claim
+	}{
+		{"never-issued", journal.EvComplete, freeTask(fence.Done), nil},
+		{"lease-not-ended", journal.EvComplete, heldTask(), &journal.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}},
+		{"another-tasks-claim-ended-by-the-same-call", journal.EvComplete, freeTask(fence.Done), endedClaim(otherToken, "t2", journal.EvComplete)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if fence.IsRetry(tc.op, tc.task, tc.claim) {
+				t.Errorf("IsRetry = true, want false")
+			}
+		})
+	}
+}
+
+func TestRules_Expired(t *testing.T) {
+	l := journal.Lease{Token: 1, Agent: "a", ClaimedAt: base, Deadline: deadline}
+	for _, tc := range []struct {
+		now  time.Time
+		want bool
+	}{
+		{base, false},
+		{deadline.Add(-time.Nanosecond), false},
+		{deadline, true}, // at the deadline the lease is gone
+		{deadline.Add(time.Nanosecond), true},
+		{deadline.Add(24 * time.Hour), true},
+		{deadline.In(time.FixedZone("x", 3600)), true}, // same instant, other zone
+	} {
+		if got := fence.Expired(l, tc.now); got != tc.want {
+			t.Errorf("Expired at deadline%+v = %v, want %v", tc.now.Sub(deadline), got, tc.want)
+		}
+	}
+}
+
+func evAt(seq uint64, typ journal.EventType, from, to fence.State, offset time.Duration) journal.Event {
+	return journal.Event{Seq: seq, Time: base.Add(offset), Type: typ, Task: "t1", From: from, To: to}
+}
+
+func TestRules_ApplyCreates(t *testing.T) {
+	for _, typ := range []journal.EventType{journal.EvAdd, journal.EvAdopt} {
+		t.Run(string(typ), func(t *testing.T) {
+			ev := journal.Event{Seq: 7, Time: base, Type: typ, Task: "t1", To: fence.Available, Priority: -4, MaxAttempts: 5, Source: "inbox", Staged: "x"}
+			got, err := fence.Apply(nil, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := journal.Task{ID: "t1", State: fence.Available, Priority: -4, MaxAttempts: 5, Seq: 7, Created: base, Updated: base}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Apply(nil, %s) =\n  %+v\nwant\n  %+v", typ, got, want)
+			}
+			// A second add of the same task is an error.
+			if _, err := fence.Apply(&got, ev); err == nil {
+				t.Errorf("Apply of %s to an existing task: no error", typ)
+			}
+		})
+	}
+}
+
+func TestRules_ApplyTransitions(t *testing.T) {
+	held := heldTask()
+	held.Attempts = 1
+	newDeadline := base.Add(time.Hour)
+	withLast := func(rec journal.Task, by journal.EventType, reason string, at time.Time) journal.Task {
+		rec.Last = &journal.LeaseEnd{Token: curToken, Agent: "a", At: at, By: by, Reason: reason}
+		rec.Lease = nil
+		return rec
+	}
+	type tc struct {
+		name string
+		prev journal.Task
+		ev   journal.Event
+		want func(journal.Task) journal.Task // from prev
+	}
+	at := base.Add(5 * time.Second)
+	end := func(typ journal.EventType, to fence.State, attempts int) tc {
+		ev := evAt(9, typ, fence.Claimed, to, 5*time.Second)
+		ev.Token, ev.Agent, ev.Reason = curToken, "someone", "why"
+		return tc{name: fmt.Sprintf("%s-to-%s", typ, to), prev: held, ev: ev, want: func(p journal.Task) journal.Task {
+			p = withLast(p, typ, "why", at)
+			p.State, p.Attempts, p.Updated = to, attempts, at
+			return p
+		}}
+	}
+	cases := []tc{
+		{name: "claim", prev: freeTask(fence.Available), ev: func() journal.Event {
+			e := evAt(9, journal.EvClaim, fence.Available, fence.Claimed, 5*time.Second)
+			e.Token, e.Agent, e.Deadline, e.RequestID = 555, "b", &newDeadline, "req"
+			return e
+		}(), want: func(p journal.Task) journal.Task {
+			p.State, p.Updated = fence.Claimed, at
+			// The lease remembers the length the claim asked for.
+			p.Lease = &journal.Lease{Token: 555, Agent: "b", ClaimedAt: at, Deadline: newDeadline, TTL: newDeadline.Sub(at), RequestID: "req"}
+			return p
+		}},
+		{name: "heartbeat", prev: held, ev: func() journal.Event {
+			e := evAt(9, journal.EvHeartbeat, fence.Claimed, fence.Claimed, 5*time.Second)
+			e.Token, e.Agent, e.Deadline = curToken, "another-agent", &newDeadline
+			return e
+		}(), want: func(p journal.Task) journal.Task {
+			l := *p.Lease
+			l.Deadline = newDeadline // token and holder unchanged
+			p.Lease, p.Updated = &l, at
+			return p
+		}},
+		end(journal.EvComplete, fence.Done, 1),
+		end(journal.EvRelease, fence.Available, 1), // no attempt
+		end(journal.EvRevoke, fence.Available, 1),  // no attempt
+		end(journal.EvFail, fence.Available, 2),    // one attempt
+		end(journal.EvFail, fence.Failed, 2),
+		end(journal.EvReap, fence.Available, 2), // one attempt
+		end(journal.EvReap, fence.Failed, 2),
+	}
+	for _, from := range []fence.State{fence.Done, fence.Failed} {
+		prev := withLast(freeTask(from), journal.EvComplete, "", base)
+		prev.Attempts = 3
+		cases = append(cases, tc{name: "requeue-from-" + string(from), prev: prev,
+			ev: evAt(9, journal.EvRequeue, from, fence.Available, 5*time.Second),
+			want: func(p journal.Task) journal.Task {
+				p.State, p.Attempts, p.Updated = fence.Available, 0, at
+				return p
+			}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prev := c.prev
+			if prev.Lease != nil {
+				l := *prev.Lease
+				prev.Lease = &l
+			}
+			snapshot := fmt.Sprintf("%+v %+v", prev, prev.Lease)
+			got, err := fence.Apply(&prev, c.ev)
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			want := c.want(c.prev)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Apply =\n  %+v lease %+v last %+v\nwant\n  %+v lease %+v last %+v", got, got.Lease, got.Last, want, want.Lease, want.Last)
+			}
+			if after := fmt.Sprintf("%+v %+v", prev, prev.Lease); after != snapshot {
+				t.Errorf("Apply changed prev:\n before %s\n after  %s", snapshot, after)
+			}
+			if got.Lease != nil && prev.Lease != nil && got.Lease == prev.Lease {
+				t.Errorf("Apply's result shares prev's lease")
+			}
+		})
+	}
+}
+
+func TestRules_ApplyRefuses(t *testing.T) {
+	dl := base.Add(time.Hour)
+	for _, c := range []struct {
+		name string
+		prev *journal.Task
+		ev   journal.Event
+	}{
+		{"claim-of-unknown-task", nil, journal.Event{Seq: 1, Type: journal.EvClaim, Task: "t1", Token: 1, Deadline: &dl}},
+		{"complete-of-unknown-task", nil, journal.Event{Seq: 1, Type: journal.EvComplete, Task: "t1"}},
+		{"heartbeat-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvHeartbeat, Task: "t1", Deadline: &dl}},
+		{"heartbeat-without-deadline", ptr(heldTask()), journal.Event{Seq: 2, Type: journal.EvHeartbeat, Task: "t1", Token: curToken}},
+		{"complete-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvComplete, Task: "t1", To: fence.Done}},
+		{"release-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvRelease, Task: "t1", To: fence.Available}},
+		{"fail-without-lease", ptr(freeTask(fence.Done)), journal.Event{Seq: 2, Type: journal.EvFail, Task: "t1", To: fence.Failed}},
+		{"reap-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvReap, Task: "t1", To: fence.Available}},
+		{"revoke-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvRevoke, Task: "t1", To: fence.Available}},
+		{"unknown-type", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: "teleport", Task: "t1", To: fence.Done}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := fence.Apply(c.prev, c.ev); err == nil {
+				t.Errorf("Apply accepted %s", c.name)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestRules_ApplyClaim(t *testing.T) {
+	dl := base.Add(time.Hour)
+	claimEv := journal.Event{Seq: 3, Time: base, Type: journal.EvClaim, Task: "t1", Agent: "a", Token: curToken, Deadline: &dl, RequestID: "r1"}
+	c, ok := fence.ApplyClaim(nil, claimEv)
+	want := journal.Claim{Token: curToken, Task: "t1", Agent: "a", At: base, RequestID: "r1"}
+	if !ok || !reflect.DeepEqual(c, want) {
+		t.Fatalf("ApplyClaim(claim) = %+v, %v; want %+v, true", c, ok, want)
+	}
+	for _, typ := range []journal.EventType{journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke} {
+		t.Run(string(typ), func(t *testing.T) {
+			ev := journal.Event{Seq: 4, Time: base.Add(time.Second), Type: typ, Task: "t1", Agent: "operator", Token: curToken, Reason: "because"}
+			prev := c
+			got, ok := fence.ApplyClaim(&prev, ev)
+			if !ok {
+				t.Fatalf("ApplyClaim(%s) touched no claim", typ)
+			}
+			w := want
+			// The end records the claim's holder, not the event's agent.
+			w.Ended = &journal.LeaseEnd{Token: curToken, Agent: "a", At: base.Add(time.Second), By: typ, Reason: "because"}
+			if !reflect.DeepEqual(got, w) {
+				t.Errorf("ApplyClaim(%s) =\n  %+v %+v\nwant\n  %+v %+v", typ, got, got.Ended, w, w.Ended)
+			}
+			if prev.Ended != nil {
+				t.Errorf("ApplyClaim changed prev")
+			}
+			if _, ok := fence.ApplyClaim(nil, ev); ok {
+				t.Errorf("ApplyClaim(%s) of an unknown token made a claim", typ)
+			}
+		})
+	}
+	for _, typ := range []journal.EventType{journal.EvHeartbeat, journal.EvAdd, journal.EvAdopt, journal.EvRequeue} {
+		prev := c
+		if _, ok := fence.ApplyClaim(&prev, journal.Event{Type: typ, Task: "t1", Token: curToken, Deadline: &dl}); ok {
+			t.Errorf("ApplyClaim(%s) reported a change to the claim", typ)
+		}
+	}
+}
+
+// fold runs events through Apply and ApplyClaim, as the journal does.
+type fold struct {
+	t      *testing.T
+	task   *journal.Task
+	claims map[uint64]journal.Claim
+	seq    uint64
+}
+
+func (f *fold) apply(ev journal.Event) {
+	f.t.Helper()
+	f.seq++
+	ev.Seq, ev.Task = f.seq, "t1"
+	rec, err := fence.Apply(f.task, ev)
+	if err != nil {
+		f.t.Fatalf("Apply(%s): %v", ev.Type, err)
+	}
+	f.task = &rec
+	if ev.Token != 0 {
+		var prev *journal.Claim
+		if c, ok := f.claims[ev.Token]; ok {
+			prev = &c
+		}
+		if c, ok := fence.ApplyClaim(prev, ev); ok {
+			f.claims[ev.Token] = c
+		}
+	}
+}
+
+func (f *fold) claim(tok uint64) *journal.Claim {
+	if c, ok := f.claims[tok]; ok {
+		return &c
+	}
+	return nil
+}
+
+// A task's life folded from events: attempts count fail and reap, not
+// release or revoke; requeue resets them; each token's refusal explains how
+// it was lost.
+func TestRules_FoldLifecycle(t *testing.T) {
+	f := &fold{t: t, claims: map[uint64]journal.Claim{}}
+	at := func(d time.Duration) time.Time { return base.Add(d) }
+	claim := func(tok uint64, agent string, when time.Duration) {
+		dl := at(when + time.Minute)
+		f.apply(journal.Event{Time: at(when), Type: journal.EvClaim, From: fence.Available, To: fence.Claimed, Agent: agent, Token: tok, Deadline: &dl})
+	}
+	end := func(typ journal.EventType, tok uint64, to fence.State, when time.Duration) {
+		f.apply(journal.Event{Time: at(when), Type: typ, From: fence.Claimed, To: to, Token: tok})
+	}
+	f.apply(journal.Event{Time: base, Type: journal.EvAdd, To: fence.Available, MaxAttempts: 2})
+	claim(1, "a", 1*time.Second)
+	end(journal.EvRelease, 1, fence.Available, 2*time.Second)
+	claim(2, "b", 3*time.Second)
+	end(journal.EvRevoke, 2, fence.Available, 4*time.Second)
+	if f.task.Attempts != 0 {
+		t.Fatalf("after release and revoke: attempts = %d, want 0", f.task.Attempts)
+	}
+	claim(3, "c", 5*time.Second)
+	end(journal.EvFail, 3, fence.Available, 6*time.Second)
+	if f.task.Attempts != 1 {
+		t.Fatalf("after one fail: attempts = %d, want 1", f.task.Attempts)
+	}
+	claim(4, "d", 7*time.Second)
+	end(journal.EvReap, 4, fence.Failed, 2*time.Minute)
+	if f.task.Attempts != 2 || f.task.State != fence.Failed {
+		t.Fatalf("after fail and reap: %s with %d attempts, want failed with 2", f.task.State, f.task.Attempts)
+	}
+	f.apply(journal.Event{Time: at(3 * time.Minute), Type: journal.EvRequeue, From: fence.Failed, To: fence.Available})
+	if f.task.Attempts != 0 || f.task.State != fence.Available {
+		t.Fatalf("after requeue: %s with %d attempts, want available with 0", f.task.State, f.task.Attempts)
+	}
+	claim(5, "e", 4*time.Minute)
+	now := at(4*time.Minute + time.Second)
+	if err := fence.Authorize(*f.task, 5, f.claim(5), now); err != nil {
+		t.Fatalf("current token refused: %v", err)
+	}
+	for tok, lost := range map[uint64]string{1: "released", 2: "revoked", 3: "failed", 4: "reaped"} {
+		err := fence.Authorize(*f.task, tok, f.claim(tok), now)
+		var se *fence.StaleTokenError
+		if !errors.As(err, &se) {
+			t.Fatalf("token %d: err = %v", tok, err)
+		}
+		want := fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: tok, Current: 5, Holder: "e",
+			State: fence.Claimed, LostAt: f.claims[tok].Ended.At, LostBy: lost}
+		if *se != want {
+			t.Errorf("token %d: %+v, want %+v", tok, *se, want)
+		}
+	}
+	end(journal.EvComplete, 5, fence.Done, 5*time.Minute)
+	if !fence.IsRetry(journal.EvComplete, *f.task, f.claim(5)) {
+		t.Errorf("complete again with token 5 is not a retry")
+	}
+	if fence.IsRetry(journal.EvRelease, *f.task, f.claim(5)) || fence.IsRetry(journal.EvHeartbeat, *f.task, f.claim(5)) {
+		t.Errorf("a different call after complete counts as a retry")
+	}
+	if f.task.Last == nil || f.task.Last.Token != 5 || f.task.Last.By != journal.EvComplete || f.task.Last.Agent != "e" {
+		t.Errorf("Last = %+v, want the end of token 5 by complete", f.task.Last)
+	}
+}
