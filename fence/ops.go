@@ -138,6 +138,9 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	if err := checkTTL(req.TTL); err != nil {
 		return ClaimResult{}, err
 	}
+	if err := checkRequestID(req.RequestID); err != nil {
+		return ClaimResult{}, err
+	}
 	if req.Wait < 0 {
 		return ClaimResult{}, invalidf("invalid --wait %s: must not be negative", req.Wait)
 	}
@@ -205,6 +208,20 @@ func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaul
 	if req.Token != 0 {
 		return restore(tx, req, now, defaultTTL)
 	}
+	if req.RequestID != "" {
+		// The same agent asking again with the same request id gets the
+		// claim that request was already granted, if it is still current:
+		// the way back for a claimer that crashed before reading the answer.
+		if tok, ok := tx.Request(req.Agent, req.RequestID); ok {
+			again := req
+			again.Token, again.ID = tok, ""
+			ev, rec, err := restore(tx, again, now, defaultTTL)
+			if err == nil && req.ID != "" && rec.ID != req.ID {
+				return ev, rec, invalidf("request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, rec.ID, req.ID)
+			}
+			return ev, rec, err
+		}
+	}
 	id := req.ID
 	if id == "" {
 		id = t.nextClaimable(tx, inClaimed)
@@ -237,6 +254,20 @@ func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaul
 		Agent: req.Agent, Token: token, Deadline: &deadline, RequestID: req.RequestID,
 	})
 	return ev, after, err
+}
+
+// checkRequestID allows what a script can pass safely: 1 to 128 of
+// [A-Za-z0-9._:-].
+func checkRequestID(id string) error {
+	if len(id) > 128 {
+		return invalidf("invalid --request-id: %d bytes, at most 128", len(id))
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == ':' || r == '-') {
+			return invalidf("invalid --request-id %q: use 1 to 128 of [A-Za-z0-9._:-]", id)
+		}
+	}
+	return nil
 }
 
 // nextClaimable returns the first ready task whose file is a regular file
@@ -319,9 +350,13 @@ func restore(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Du
 		return journal.Event{}, rec, err
 	}
 	deadline := now.Add(leaseLength(req.TTL, rec.Lease, defaultTTL))
+	reason := "claim --token"
+	if req.RequestID != "" {
+		reason = "claim --request-id " + req.RequestID
+	}
 	after, ev, err := commit(tx, &rec, journal.Event{
 		Time: now, Type: journal.EvHeartbeat, Task: id, From: Claimed, To: Claimed,
-		Agent: req.Agent, Token: req.Token, Deadline: &deadline, Reason: "claim --token",
+		Agent: req.Agent, Token: req.Token, Deadline: &deadline, Reason: reason,
 	})
 	return ev, after, err
 }
@@ -398,6 +433,17 @@ type FencedRequest struct {
 	Agent  string        // recorded, never compared
 	TTL    time.Duration // heartbeat: new lease length; 0 means the claim's own
 	Reason string        // release, fail: recorded in the event
+	// Result, for complete: stored as out/<ID>/result in the same locked
+	// step as the completion, and only if the token is current.
+	Result io.Reader
+}
+
+// output is a fenced write: content staged before the lock is taken and
+// published to out/<task>/<name> only after the token was checked and the
+// event committed.
+type output struct {
+	name    string
+	content io.Reader
 }
 
 func (r FencedRequest) validate() error {
@@ -414,12 +460,22 @@ func (r FencedRequest) validate() error {
 // same write transaction that changes the task, so no other process can act
 // between the check and the change. A repeat of the call that ended the
 // token's lease answers success and changes nothing.
-func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequest, build func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event) (Result, error) {
+func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequest, out *output, build func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
+	var staged string
+	if out != nil {
+		if err := fsmirror.ValidateID(out.name); err != nil {
+			return Result{}, invalidf("invalid output name %q: must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}", out.name)
+		}
+		var err error
+		if staged, err = t.mirror.Stage("out", out.content, -1); err != nil {
+			return Result{}, err
+		}
+	}
 	var res Result
-	_, _, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, committed, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
 		rec, claim, err := lookup(tx, req.ID, req.Token)
 		if err != nil {
 			return nil, err
@@ -439,10 +495,17 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 		if err != nil {
 			return nil, err
 		}
-		after, ev, err := commit(tx, &rec, build(rec, now, d))
+		ev := build(rec, now, d)
+		if out != nil {
+			ev.Staged, ev.Output = staged, out.name
+		}
+		after, ev, err := commit(tx, &rec, ev)
 		res.Task, res.Event = after, &ev
 		return []journal.Event{ev}, err
 	})
+	if staged != "" && !committed {
+		_ = t.mirror.Unstage(staged) // refused or failed: nothing is written
+	}
 	res.Path = t.Path(req.ID, res.Task.State)
 	return res, err
 }
@@ -466,16 +529,21 @@ func lookup(tx *journal.Tx, id string, token uint64) (journal.Task, *journal.Cla
 // Heartbeat extends the lease of a task held by req.Token to now + TTL,
 // or now + the claim's own lease length when TTL is 0.
 func (t *Tree) Heartbeat(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, journal.EvHeartbeat, req, func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event {
+	return t.fenced(ctx, journal.EvHeartbeat, req, nil, func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event {
 		deadline := now.Add(leaseLength(req.TTL, rec.Lease, d.TTL))
 		return journal.Event{Time: now, Type: journal.EvHeartbeat, Task: rec.ID, From: Claimed, To: Claimed,
 			Agent: agentOr(req.Agent, rec), Token: req.Token, Deadline: &deadline}
 	})
 }
 
-// Complete moves a task held by req.Token to done/.
+// Complete moves a task held by req.Token to done/, and stores req.Result
+// (if any) as out/<ID>/result in the same step.
 func (t *Tree) Complete(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, journal.EvComplete, req, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
+	var out *output
+	if req.Result != nil {
+		out = &output{name: "result", content: req.Result}
+	}
+	return t.fenced(ctx, journal.EvComplete, req, out, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
 		return endEvent(journal.EvComplete, rec, Done, agentOr(req.Agent, rec), req.Reason, now)
 	})
 }
@@ -483,7 +551,7 @@ func (t *Tree) Complete(ctx context.Context, req FencedRequest) (Result, error) 
 // Release gives a task held by req.Token back to available/ without
 // counting an attempt.
 func (t *Tree) Release(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, journal.EvRelease, req, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
+	return t.fenced(ctx, journal.EvRelease, req, nil, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
 		return endEvent(journal.EvRelease, rec, Available, agentOr(req.Agent, rec), req.Reason, now)
 	})
 }
@@ -491,8 +559,22 @@ func (t *Tree) Release(ctx context.Context, req FencedRequest) (Result, error) {
 // Fail ends the lease of req.Token counting one attempt: back to
 // available/, or to failed/ at max attempts.
 func (t *Tree) Fail(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, journal.EvFail, req, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
+	return t.fenced(ctx, journal.EvFail, req, nil, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
 		return endEvent(journal.EvFail, rec, afterAttempt(rec), agentOr(req.Agent, rec), req.Reason, now)
+	})
+}
+
+// Put writes content to out/<ID>/<name> while req.Token holds the task:
+// the fence at the resource. An agent that lost its lease is refused and
+// writes nothing, so it cannot overwrite the work of the agent that took
+// over. The file is replaced atomically; an event records the write.
+func (t *Tree) Put(ctx context.Context, req FencedRequest, name string, content io.Reader) (Result, error) {
+	if content == nil {
+		content = eofReader{}
+	}
+	return t.fenced(ctx, journal.EvPut, req, &output{name: name, content: content}, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
+		return journal.Event{Time: now, Type: journal.EvPut, Task: rec.ID, From: Claimed, To: Claimed,
+			Agent: agentOr(req.Agent, rec), Token: req.Token}
 	})
 }
 

@@ -325,6 +325,9 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 				if err := tx.PutClaim(c); err != nil {
 					return err
 				}
+				if err := trackRequest(tx, c); err != nil {
+					return err
+				}
 			}
 			return nil
 		})

@@ -146,6 +146,10 @@ func Apply(prev *journal.Task, ev journal.Event) (journal.Task, error) {
 		t.Lease = nil
 	case journal.EvRequeue:
 		t.Attempts = 0
+	case journal.EvPut:
+		if t.Lease == nil {
+			return t, fmt.Errorf("event %d: put of %q without a lease", ev.Seq, ev.Task)
+		}
 	case journal.EvAdd, journal.EvAdopt:
 		return t, fmt.Errorf("event %d: %s of existing task %q", ev.Seq, ev.Type, ev.Task)
 	default:

@@ -41,12 +41,38 @@ func movesOf(evs []journal.Event) []move {
 	return out
 }
 
-// mirrorEvents moves the files of a commit that just succeeded.
+// mirrorEvents moves the files of a commit that just succeeded and
+// publishes its fenced outputs.
 func (t *Tree) mirrorEvents(evs []journal.Event) error {
 	for _, m := range movesOf(evs) {
 		if err := t.place(m); err != nil {
 			return err
 		}
+	}
+	for _, ev := range evs {
+		if ev.Output != "" {
+			if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// publishPending publishes the outputs of the last commit that a crash
+// left in staging. A staged file that is gone was published already.
+func (t *Tree) publishPending(evs []journal.Event) error {
+	for _, ev := range evs {
+		if ev.Output == "" {
+			continue
+		}
+		if ok, err := t.mirror.StagedExists(ev.Staged); err != nil || !ok {
+			continue
+		}
+		if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
+			return err
+		}
+		t.notify("settled", ev.Task, "published out/"+ev.Task+"/"+ev.Output+" that an interrupted command left staged")
 	}
 	return nil
 }
@@ -105,11 +131,13 @@ func (t *Tree) ensure(m move) error {
 // behind; this costs one read and a stat per task it touched.
 func (t *Tree) settle(db *journal.DB) error {
 	var todo []move
+	var last []journal.Event
 	err := db.View(func(tx *journal.Tx) error {
 		evs, err := tx.LastCommit()
 		if err != nil {
 			return err
 		}
+		last = evs
 		for _, m := range movesOf(evs) {
 			rec, ok, err := tx.Task(m.id)
 			if err != nil || !ok {
@@ -135,5 +163,5 @@ func (t *Tree) settle(db *journal.DB) error {
 		}
 		t.notify("settled", m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
 	}
-	return nil
+	return t.publishPending(last)
 }

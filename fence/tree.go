@@ -208,7 +208,35 @@ func commit(tx *journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task,
 			if err := tx.PutClaim(c); err != nil {
 				return rec, ev, err
 			}
+			if err := trackRequest(tx, c); err != nil {
+				return rec, ev, err
+			}
 		}
 	}
 	return rec, ev, nil
+}
+
+// trackRequest keeps the request index in step with a claim: a claim made
+// for a request id is findable by (agent, request id) while it is current,
+// and forgotten when it ends.
+func trackRequest(tx *journal.Tx, c journal.Claim) error {
+	if c.RequestID == "" {
+		return nil
+	}
+	if c.Ended != nil {
+		return tx.DeleteRequest(c.Agent, c.RequestID)
+	}
+	return tx.PutRequest(c.Agent, c.RequestID, c.Token)
+}
+
+// withTimeout returns a view of the tree whose lock waits are bounded by d.
+func (t *Tree) withTimeout(d time.Duration) *Tree {
+	c := *t
+	c.opts.Timeout = d
+	return &c
+}
+
+// OutputPath returns where output name of task id is written.
+func (t *Tree) OutputPath(id, name string) string {
+	return filepath.Join(t.root, string(fsmirror.Out), id, name)
 }

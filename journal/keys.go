@@ -13,7 +13,10 @@ var (
 	bucketClaims = []byte("claims")
 	bucketEvents = []byte("events")
 	bucketByTask = []byte("task_events")
-	allBuckets   = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents, bucketByTask}
+	// bucketRequests maps (agent, request id) to the token of the claim
+	// granted to that request while it is current. Made on first use.
+	bucketRequests = []byte("requests")
+	allBuckets     = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents, bucketByTask}
 )
 
 const (
@@ -66,4 +69,9 @@ func byTaskKey(id string, seq uint64) []byte {
 	k = append(k, id...)
 	k = append(k, 0)
 	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// requestKey scopes a request id by agent name: agent, a 0 byte, request id.
+func requestKey(agent, request string) []byte {
+	return append(append(append([]byte{}, agent...), 0), request...)
 }

@@ -79,6 +79,7 @@ const (
 	EvReap      EventType = "reap"      // lease expired → available or failed, one attempt
 	EvRevoke    EventType = "revoke"    // operator freed the lease, no attempt counted
 	EvRequeue   EventType = "requeue"   // done/failed → available, attempts reset
+	EvPut       EventType = "put"       // a fenced output written to out/<task>/<name>; no state change
 )
 
 // Event is one entry of the append-only log. From and To are the task's
@@ -97,7 +98,8 @@ type Event struct {
 	Priority    int64      `json:"priority,omitempty"`
 	MaxAttempts int        `json:"max_attempts,omitempty"`
 	RequestID   string     `json:"request_id,omitempty"`
-	Staged      string     `json:"staged,omitempty"` // add: staging file name in .fence/tmp
+	Staged      string     `json:"staged,omitempty"` // add, put, complete --result: staging file name in .fence/tmp
+	Output      string     `json:"output,omitempty"` // put, complete --result: name of the file in out/<task>/
 	Source      string     `json:"source,omitempty"` // adopt: directory the file was found in
 }
 

@@ -174,6 +174,35 @@ func (t *Tx) PutClaim(c Claim) error {
 	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), v)
 }
 
+// Request returns the token of the current claim granted to request id
+// of agent, if any.
+func (t *Tx) Request(agent, id string) (uint64, bool) {
+	b := t.tx.Bucket(bucketRequests)
+	if b == nil {
+		return 0, false
+	}
+	v := b.Get(requestKey(agent, id))
+	return getU64(v), v != nil
+}
+
+// PutRequest records that request id of agent was granted token.
+func (t *Tx) PutRequest(agent, id string, token uint64) error {
+	b, err := t.tx.CreateBucketIfNotExists(bucketRequests)
+	if err != nil {
+		return err
+	}
+	return b.Put(requestKey(agent, id), u64(token))
+}
+
+// DeleteRequest forgets request id of agent (its claim ended).
+func (t *Tx) DeleteRequest(agent, id string) error {
+	b := t.tx.Bucket(bucketRequests)
+	if b == nil {
+		return nil
+	}
+	return b.Delete(requestKey(agent, id))
+}
+
 // Defaults returns the tree-wide settings chosen at init.
 func (t *Tx) Defaults() (Defaults, error) {
 	var d Defaults
@@ -186,10 +215,16 @@ func (t *Tx) TreeID() string {
 	return string(t.tx.Bucket(bucketMeta).Get([]byte(keyTreeID)))
 }
 
-// Reset empties every derived bucket (tasks, indexes, claims, counts) so
+// Reset empties every derived bucket (tasks, indexes, claims, requests,
+// counts) so
 // that replay can write them afresh from the event log. Events and the
 // token counter are kept.
 func (t *Tx) Reset() error {
+	if t.tx.Bucket(bucketRequests) != nil {
+		if err := t.tx.DeleteBucket(bucketRequests); err != nil {
+			return err
+		}
+	}
 	for _, name := range [][]byte{bucketTasks, bucketReady, bucketExpiry, bucketClaims} {
 		if err := t.tx.DeleteBucket(name); err != nil {
 			return err

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -37,22 +35,13 @@ stdin. The id defaults to a new ULID.
 				return usagef("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))
 			}
 			var content io.Reader
-			switch src {
-			case "":
-			case "-":
-				content = out.stdin
-			default:
-				// O_NONBLOCK: a FIFO named by mistake is refused below
-				// instead of waiting forever for a writer.
-				f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+			if src != "" {
+				r, closeContent, err := openContent(src, out.stdin)
 				if err != nil {
-					return usagef("cannot read task content: %v", err)
+					return err
 				}
-				defer f.Close()
-				if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
-					return usagef("cannot read task content from %s: not a regular file", src)
-				}
-				content = f
+				defer closeContent()
+				content = r
 			}
 			return withTree(c, out, func(t *fence.Tree) error {
 				res, err := t.Add(c.Context, fence.AddRequest{

@@ -68,6 +68,11 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 	out = append(out, hoisted...)
 	out = append(out, cmd.Name)
 	out = append(out, flags...)
+	if len(positional) > 0 {
+		// An explicit end of flags: the flag parser consumes this one, so a
+		// user's own `--` (run -- CMD) always reaches the command intact.
+		out = append(out, "--")
+	}
 	return append(out, positional...), nil
 }
 

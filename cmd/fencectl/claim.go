@@ -16,7 +16,7 @@ func claimCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "claim",
 		Usage:     "claim the named task or the next ready one; prints its token",
-		UsageText: "claim [ID] [--agent A] [--ttl D] [--wait D] [--token T] [--format text|json|env]",
+		UsageText: "claim [ID] [--agent A] [--ttl D] [--wait D] [--token T] [--request-id K] [--format text|json|env]",
 		Description: `Reaps expired leases first, then claims the named task or the highest-priority,
 oldest available one, issues a new fencing token and moves the file to claimed/.
 Keep the token: every later step on the task must show it.
@@ -31,6 +31,13 @@ current, else exit 3 with how T was lost. FENCE_TOKEN is never read here.
    # exit code first (eval of nothing succeeds):
    env=$(fencectl claim --agent a1 --wait 1m --format env) && eval "$env"
    fencectl claim build-42 --token 1795000000000123              # restore
+   fencectl claim --token 1795000000000123                       # restore: the token finds its task
+   fencectl claim --agent a1 --request-id a1-run-7               # repeatable: same claim while current
+
+With --request-id K, a claim already granted to request K of the same agent
+(request ids are scoped by agent name) and still current is returned again,
+lease renewed, instead of claiming another task: an agent that writes K down
+before claiming can always recover a claim whose answer it never read.
 
 Exit 4 when nothing is ready (or the named task is not available).`,
 		Flags: []cli.Flag{
@@ -38,6 +45,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"FENCE_TTL"}, Usage: "lease length (default: the tree's)"},
 			&cli.DurationFlag{Name: "wait", Usage: "keep trying this long while nothing is ready"},
 			&cli.Uint64Flag{Name: "token", Usage: "restore: renew this claim if its token is still current"},
+			&cli.StringFlag{Name: "request-id", Usage: "idempotency key: the same agent repeating it gets the same claim back while it is current"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json or env (NAME='value' lines for eval)"},
 			jsonFlag,
 		},
@@ -66,6 +74,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			return withTree(c, out, func(t *fence.Tree) error {
 				res, err := t.Claim(c.Context, fence.ClaimRequest{
 					ID: id, Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"), Token: c.Uint64("token"),
+					RequestID: c.String("request-id"),
 				})
 				for _, r := range res.Reaped {
 					out.notice(fence.Notice{Kind: "reaped", Name: r.Task, Detail: describeReap(r)})

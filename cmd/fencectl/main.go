@@ -100,6 +100,8 @@ func commands(out *output) []*cli.Command {
 		showCommand(out),
 		logCommand(out),
 		replayCommand(out),
+		runCommand(out),
+		putCommand(out),
 	}
 }
 

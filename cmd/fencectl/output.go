@@ -101,6 +101,11 @@ func (o errorObject) MarshalJSON() ([]byte, error) {
 // fail reports err and returns its exit code. Notices are dropped with
 // --json (one object on stderr, nothing else) and printed first otherwise.
 func (o *output) fail(err error) int {
+	var status exitStatus
+	if errors.As(err, &status) {
+		o.flushNotices()
+		return status.code
+	}
 	var silent silentExit
 	if errors.As(err, &silent) {
 		// The result (e.g. replay's findings) is already on stdout.
@@ -134,6 +139,8 @@ func classify(err error) errorObject {
 		corrupt *fence.CorruptError
 		version *fence.VersionError
 		noJrnl  *fence.NoJournalError
+		atRisk  *fence.LeaseAtRiskError
+		start   *startError
 	)
 	switch {
 	case errors.As(err, &stale):
@@ -148,6 +155,11 @@ func classify(err error) errorObject {
 			at := stale.LostAt.UTC()
 			obj.LostAt = &at
 		}
+	case errors.As(err, &start):
+		obj.Code = exitNoCommand
+	case errors.As(err, &atRisk):
+		obj.Code, obj.Reason, obj.Task = exitFenced, fence.ReasonLeaseExpired, atRisk.Task
+		obj.YourToken = atRisk.Token
 	case errors.Is(err, fence.ErrNothingToClaim):
 		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNothingToClaim
 	case errors.As(err, &notAv):

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// runTree is a tree driven through the real binary, with a test clock file
+// that every fencectl process (and the long-running `run`) reads.
+type runTree struct {
+	t     *testing.T
+	dir   string
+	clock string
+	now   time.Time
+}
+
+func newRunTree(t *testing.T) *runTree {
+	t.Helper()
+	requireHooks(t)
+	base := t.TempDir()
+	rt := &runTree{t: t, dir: filepath.Join(base, "tree"), clock: filepath.Join(base, "clock"), now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rt.setClock(rt.now)
+	rt.ok("init")
+	return rt
+}
+
+func (rt *runTree) setClock(at time.Time) {
+	rt.now = at
+	if err := os.WriteFile(rt.clock+".tmp", []byte(at.Format(time.RFC3339Nano)), 0o644); err != nil {
+		rt.t.Fatal(err)
+	}
+	if err := os.Rename(rt.clock+".tmp", rt.clock); err != nil {
+		rt.t.Fatal(err)
+	}
+}
+
+func (rt *runTree) advance(d time.Duration) { rt.setClock(rt.now.Add(d)) }
+
+func (rt *runTree) cmd(args ...string) *exec.Cmd {
+	c := fencectlCmd(rt.dir, args...)
+	c.Env = append(c.Env, "FENCE_TEST_CLOCK="+rt.clock, "FENCE_AGENT=tester")
+	return c
+}
+
+// ok runs fencectl and fails the test unless it exits 0.
+func (rt *runTree) ok(args ...string) string {
+	rt.t.Helper()
+	out, err := rt.cmd(args...).CombinedOutput()
+	if err != nil {
+		rt.t.Fatalf("fencectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// code runs fencectl and returns its exit code and combined output.
+func (rt *runTree) code(args ...string) (int, string) {
+	out, err := rt.cmd(args...).CombinedOutput()
+	return exitCode(err), string(out)
+}
+
+func (rt *runTree) show(id string) map[string]any {
+	rt.t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(rt.ok("show", id, "--json")), &m); err != nil {
+		rt.t.Fatal(err)
+	}
+	return m
+}
+
+// startRun starts `fencectl run` in the background.
+func (rt *runTree) startRun(args ...string) (*exec.Cmd, *strings.Builder) {
+	rt.t.Helper()
+	c := rt.cmd(append([]string{"run"}, args...)...)
+	var out strings.Builder
+	var mu sync.Mutex
+	c.Stdout, c.Stderr = lockedWriter{&mu, &out}, lockedWriter{&mu, &out}
+	if err := c.Start(); err != nil {
+		rt.t.Fatal(err)
+	}
+	rt.t.Cleanup(func() { c.Process.Kill() })
+	return c, &out
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// waitFile waits for path to exist (an event the command under test
+// causes), failing after a generous bound.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return strings.TrimSpace(string(b))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", path)
+	return ""
+}
+
+// waitExit waits for c to end and returns its exit code.
+func waitExit(t *testing.T, c *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		return exitCode(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("fencectl run did not end")
+	}
+	return -1
+}
+
+// worker is a CMD script: it records its pid and that it started, and on
+// SIGTERM records the test clock's time, then exits 143 unless told to
+// ignore the signal.
+func worker(dir string, ignoreTerm bool) string {
+	onTerm := `cat "$FENCE_TEST_CLOCK" > ` + dir + `/term; exit 143`
+	if ignoreTerm {
+		onTerm = `cat "$FENCE_TEST_CLOCK" > ` + dir + `/term`
+	}
+	return `echo $$ > ` + dir + `/pid.tmp; mv ` + dir + `/pid.tmp ` + dir + `/pid; trap '` + onTerm + `' TERM; while :; do sleep 0.02; done`
+}
+
+func TestRun_RevokeStopsCommand(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	marks := t.TempDir()
+	run, out := rt.startRun("t1", "--ttl", "60s", "--", "sh", "-c", worker(marks, false)+`; echo never`)
+	waitFile(t, marks+"/pid")
+	rt.ok("revoke", "t1", "--reason", "operator")
+	waitFile(t, marks+"/term")
+	if code := waitExit(t, run); code != exitFenced {
+		t.Fatalf("run exited %d, want 3\n%s", code, out)
+	}
+	if !strings.Contains(out.String(), "revoked") {
+		t.Errorf("run's stderr does not say the lease was revoked:\n%s", out)
+	}
+	if st := rt.show("t1")["state"]; st != "available" {
+		t.Errorf("task is %v after the revoke, want available (run must not complete it)", st)
+	}
+	if _, err := os.Stat(filepath.Join(rt.dir, "out", "t1")); !os.IsNotExist(err) {
+		t.Errorf("out/t1 exists: nothing may be written for a lost lease")
+	}
+}
+
+func TestRun_IgnoredTermGetsKillAfterGrace(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	marks := t.TempDir()
+	run, out := rt.startRun("t1", "--ttl", "60s", "--grace", "5s", "--", "sh", "-c", worker(marks, true))
+	pid, _ := strconv.Atoi(waitFile(t, marks+"/pid"))
+	rt.ok("revoke", "t1")
+	waitFile(t, marks+"/term")
+	// Still alive: the grace has not passed on the test clock.
+	if !alive(pid) {
+		t.Fatalf("CMD died before its grace ran out")
+	}
+	rt.advance(6 * time.Second)
+	if code := waitExit(t, run); code != exitFenced {
+		t.Fatalf("run exited %d, want 3\n%s", code, out)
+	}
+	if alive(pid) {
+		t.Errorf("CMD (pid %d) still alive after run ended", pid)
+	}
+}
+
+func TestRun_BusyJournalStopsCommandBeforeDeadline(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	marks := t.TempDir()
+	run, out := rt.startRun("t1", "--ttl", "30s", "--", "sh", "-c", worker(marks, false))
+	waitFile(t, marks+"/pid")
+	deadline := rt.now.Add(30 * time.Second)
+	// Another process holds the journal: no heartbeat can get through.
+	f, err := os.OpenFile(filepath.Join(rt.dir, ".fence", "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	rt.advance(20 * time.Second) // a heartbeat is due (every 10s) and fails; the lease is at risk
+	stoppedAt, err := time.Parse(time.RFC3339Nano, waitFile(t, marks+"/term"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stoppedAt.Before(deadline) {
+		t.Errorf("CMD was stopped at %s, not before the lease deadline %s", stoppedAt, deadline)
+	}
+	if code := waitExit(t, run); code != exitFenced {
+		t.Fatalf("run exited %d, want 3\n%s", code, out)
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if !strings.Contains(out.String(), "no heartbeat got through") {
+		t.Errorf("stderr does not explain the stop:\n%s", out)
+	}
+}
+
+func TestRun_SignalIsForwardedAndTaskReleased(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	marks := t.TempDir()
+	run, out := rt.startRun("t1", "--", "sh", "-c", worker(marks, false))
+	waitFile(t, marks+"/pid")
+	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, marks+"/term")
+	if code := waitExit(t, run); code != 143 {
+		t.Fatalf("run exited %d, want CMD's 143\n%s", code, out)
+	}
+	m := rt.show("t1")
+	if m["state"] != "available" || m["attempts"].(float64) != 0 {
+		t.Errorf("task after SIGTERM: state %v attempts %v, want available with 0 attempts (released, not failed)", m["state"], m["attempts"])
+	}
+	if last := m["last_lease"].(map[string]any); last["ended_by"] != "release" {
+		t.Errorf("lease ended by %v, want release", last["ended_by"])
+	}
+}
+
+func TestRun_KilledRunTakesCommandWithIt(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	marks := t.TempDir()
+	run, _ := rt.startRun("t1", "--", "sh", "-c", worker(marks, true))
+	pid, _ := strconv.Atoi(waitFile(t, marks+"/pid"))
+	run.Process.Kill()
+	waitExit(t, run)
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("CMD (pid %d) lives on after fencectl run was killed", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRun_LoopFourRunnersFiftyTasks(t *testing.T) {
+	rt := newRunTree(t)
+	for i := 0; i < 50; i++ {
+		if err := os.WriteFile(filepath.Join(rt.dir, "inbox", fmt.Sprintf("t%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.ok("reap") // adopt
+	marks := t.TempDir()
+	var runs []*exec.Cmd
+	for r := 0; r < 4; r++ {
+		c, _ := rt.startRun("--loop", "--agent", fmt.Sprintf("r%d", r), "--", "sh", "-c", `echo "$FENCE_AGENT" >> `+marks+`/"$FENCE_TASK"`)
+		runs = append(runs, c)
+	}
+	for _, c := range runs {
+		if code := waitExit(t, c); code != 0 {
+			t.Fatalf("a runner exited %d", code)
+		}
+	}
+	for i := 0; i < 50; i++ {
+		b, err := os.ReadFile(filepath.Join(marks, fmt.Sprintf("t%02d", i)))
+		if err != nil {
+			t.Fatalf("task t%02d never ran: %v", i, err)
+		}
+		if n := strings.Count(string(b), "\n"); n != 1 {
+			t.Errorf("task t%02d ran %d times", i, n)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(rt.dir, "done"))
+	if len(entries) != 50 {
+		t.Errorf("done/ holds %d tasks, want 50", len(entries))
+	}
+	rt.ok("replay", "--check")
+}
+
+func TestRun_CommandExitStatus(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "ok")
+	rt.ok("add", "--id", "bad")
+	if code, out := rt.code("run", "ok", "--", "true"); code != 0 {
+		t.Fatalf("run true: exit %d\n%s", code, out)
+	}
+	if st := rt.show("ok")["state"]; st != "done" {
+		t.Errorf("after CMD exit 0 the task is %v, want done", st)
+	}
+	code, out := rt.code("run", "bad", "--", "sh", "-c", "exit 42")
+	if code != 42 {
+		t.Fatalf("run exit 42: exit %d\n%s", code, out)
+	}
+	m := rt.show("bad")
+	if m["state"] != "available" || m["attempts"].(float64) != 1 {
+		t.Errorf("after CMD exit 42: state %v attempts %v, want available after 1 attempt", m["state"], m["attempts"])
+	}
+	if last := m["last_lease"].(map[string]any); last["reason"] != "exit status 42" {
+		t.Errorf("fail reason %q, want %q", last["reason"], "exit status 42")
+	}
+}
+
+// alive reports whether pid runs: it exists and is not a zombie waiting
+// for init to reap it (CMD's parent, fencectl run, may be gone).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}

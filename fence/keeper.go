@@ -1,0 +1,266 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// Keeper defaults.
+const (
+	// DefaultCheckInterval is how often a keeper re-reads its lease when the
+	// journal watch is silent (it also re-reads on every journal write).
+	DefaultCheckInterval = time.Second
+	// DefaultKeeperTick is how often the keeper looks at the clock.
+	DefaultKeeperTick = 50 * time.Millisecond
+)
+
+// KeeperConfig configures a LeaseKeeper. Zero fields take the defaults
+// named beside them.
+type KeeperConfig struct {
+	Task     string
+	Token    uint64
+	Agent    string
+	Deadline time.Time     // the lease's deadline when the keeper starts
+	TTL      time.Duration // lease length each heartbeat asks for (0: the claim's own)
+	// Interval is the time between heartbeats (default TTL/3).
+	Interval time.Duration
+	// CheckInterval is the time between read-only checks of the lease
+	// (default DefaultCheckInterval); a journal write triggers one at once.
+	CheckInterval time.Duration
+	// StopBefore: if no heartbeat has succeeded by Deadline - StopBefore
+	// (journal busy, disk error), the keeper declares the lease at risk, so
+	// that the holder is stopped before the deadline, not after.
+	StopBefore time.Duration
+	// Tick is how often the loop looks at the clock (default
+	// DefaultKeeperTick).
+	Tick time.Duration
+}
+
+// LeaseAtRiskError means heartbeats kept failing and the lease would run
+// out before another could succeed.
+type LeaseAtRiskError struct {
+	Task     string
+	Token    uint64
+	Deadline time.Time
+	Err      error // the last heartbeat's failure
+}
+
+func (e *LeaseAtRiskError) Error() string {
+	return fmt.Sprintf("task %s: lease of token %d ends at %s and no heartbeat got through (last: %v); stopping before it runs out", e.Task, e.Token, fmtTime(e.Deadline), e.Err)
+}
+
+func (e *LeaseAtRiskError) Unwrap() error { return e.Err }
+
+// KeeperStep says what one runOnce did.
+type KeeperStep int
+
+// What runOnce can do.
+const (
+	StepIdle      KeeperStep = iota // nothing was due
+	StepHeartbeat                   // a heartbeat succeeded
+	StepCheck                       // a read-only check found the lease current
+	StepRetry                       // a heartbeat or check failed for now (busy, I/O); will retry
+	StepLost                        // the lease is lost or at risk; Lost() is closed
+)
+
+// LeaseKeeper keeps one lease alive in the background and says, as soon as
+// it knows, that the lease is gone: revoked, reaped, taken over, or at risk
+// because heartbeats are not getting through. `fencectl run` stops its
+// command the moment Lost() closes.
+type LeaseKeeper struct {
+	tree *Tree
+	cfg  KeeperConfig
+
+	mu        sync.Mutex
+	deadline  time.Time
+	nextBeat  time.Time
+	nextCheck time.Time
+	lastErr   error
+	lostErr   error
+
+	lost     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	started  bool
+	stopOnce sync.Once
+}
+
+// NewKeeper checks cfg, fills in the defaults and returns a keeper that is
+// not yet running.
+func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
+	if err := ValidateID(cfg.Task); err != nil {
+		return nil, err
+	}
+	if cfg.Token == 0 || cfg.Deadline.IsZero() {
+		return nil, invalidf("keeper needs the claim's token and deadline")
+	}
+	if cfg.TTL < 0 || cfg.Interval < 0 || cfg.CheckInterval < 0 || cfg.StopBefore < 0 || cfg.Tick < 0 {
+		return nil, invalidf("keeper durations must not be negative")
+	}
+	length := cfg.TTL
+	if length == 0 {
+		length = cfg.Deadline.Sub(Now())
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = max(length/3, time.Millisecond)
+	}
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = DefaultCheckInterval
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = DefaultKeeperTick
+	}
+	now := Now()
+	return &LeaseKeeper{
+		tree: t, cfg: cfg, deadline: cfg.Deadline,
+		nextBeat: now.Add(cfg.Interval), nextCheck: now.Add(cfg.CheckInterval),
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+	}, nil
+}
+
+// Start runs the keeper until Stop, ctx's end, or the loss of the lease.
+func (k *LeaseKeeper) Start(ctx context.Context) {
+	k.mu.Lock()
+	k.started = true
+	k.mu.Unlock()
+	go k.loop(ctx)
+}
+
+// Stop ends the keeper and waits for it. Safe to call twice, and before
+// Start.
+func (k *LeaseKeeper) Stop() {
+	k.stopOnce.Do(func() { close(k.stop) })
+	k.mu.Lock()
+	started := k.started
+	k.mu.Unlock()
+	if started {
+		<-k.done
+	}
+}
+
+// Lost is closed when the lease is lost or at risk; Err then says why.
+func (k *LeaseKeeper) Lost() <-chan struct{} { return k.lost }
+
+// Err returns why the lease was lost (a *StaleTokenError or a
+// *LeaseAtRiskError), or nil while it is held.
+func (k *LeaseKeeper) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lostErr
+}
+
+// Deadline returns the lease's deadline as of the last heartbeat.
+func (k *LeaseKeeper) Deadline() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.deadline
+}
+
+func (k *LeaseKeeper) loop(ctx context.Context) {
+	defer close(k.done)
+	var changed <-chan struct{}
+	if w, err := journal.Watch(k.tree.metaDir); err == nil {
+		defer w.Close()
+		changed = w.C()
+	}
+	tick := time.NewTicker(k.cfg.Tick)
+	defer tick.Stop()
+	for {
+		wrote := false
+		select {
+		case <-k.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-changed:
+			wrote = true
+		case <-tick.C:
+		}
+		if step, _ := k.runOnce(ctx, Now(), wrote); step == StepLost {
+			return
+		}
+	}
+}
+
+// runOnce does what is due at now: a heartbeat when one is due, else a
+// read-only check when the journal changed or a check is due, and then
+// gives the lease up if it is lost, or at risk of running out before a
+// heartbeat can get through.
+func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged bool) (KeeperStep, error) {
+	k.mu.Lock()
+	if k.lostErr != nil {
+		k.mu.Unlock()
+		return StepLost, k.lostErr
+	}
+	deadline, beatDue, checkDue := k.deadline, !now.Before(k.nextBeat), journalChanged || !now.Before(k.nextCheck)
+	k.mu.Unlock()
+
+	riskAt := deadline.Add(-k.cfg.StopBefore)
+	// Never wait on the lock past the point where the holder must stop.
+	wait := min(k.tree.opts.Timeout, max(riskAt.Sub(now), 10*time.Millisecond))
+	tree := k.tree.withTimeout(wait)
+	req := FencedRequest{ID: k.cfg.Task, Token: k.cfg.Token, Agent: k.cfg.Agent, TTL: k.cfg.TTL}
+
+	step := StepIdle
+	var err error
+	switch {
+	case beatDue:
+		var res Result
+		res, err = tree.Heartbeat(ctx, req)
+		if err == nil {
+			k.mu.Lock()
+			k.deadline = res.Task.Lease.Deadline
+			k.nextBeat = now.Add(k.cfg.Interval)
+			k.nextCheck = now.Add(k.cfg.CheckInterval)
+			k.lastErr = nil
+			k.mu.Unlock()
+			return StepHeartbeat, nil
+		}
+		k.mu.Lock()
+		k.nextBeat = now.Add(min(time.Second, max(k.cfg.Interval/4, k.cfg.Tick)))
+		k.mu.Unlock()
+	case checkDue:
+		_, err = tree.Verify(ctx, req)
+		k.mu.Lock()
+		k.nextCheck = now.Add(k.cfg.CheckInterval)
+		k.mu.Unlock()
+		if err == nil {
+			step = StepCheck
+		}
+	}
+	var stale *StaleTokenError
+	switch {
+	case errors.As(err, &stale):
+		return k.lose(err)
+	case err != nil:
+		step = StepRetry
+		k.mu.Lock()
+		k.lastErr = err
+		k.mu.Unlock()
+	}
+	if !now.Before(riskAt) {
+		k.mu.Lock()
+		last := k.lastErr
+		k.mu.Unlock()
+		if last == nil {
+			last = errors.New("no heartbeat was due in time; the heartbeat interval is too long for the lease")
+		}
+		return k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
+	}
+	return step, err
+}
+
+func (k *LeaseKeeper) lose(err error) (KeeperStep, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lostErr == nil {
+		k.lostErr = err
+		close(k.lost)
+	}
+	return StepLost, k.lostErr
+}
