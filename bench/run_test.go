@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkRun_RevokeToSignal measures how long `fencectl run` takes to
+// send SIGTERM to its command after an operator revokes the lease: from the
+// moment the revoke process is started, and from the moment it returned.
+// The keeper watches the journal with inotify, so this is milliseconds, not
+// a heartbeat interval.
+func BenchmarkRun_RevokeToSignal(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "tree")
+	fencectl(b, dir, "init")
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var fromStart, fromReturn []time.Duration
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("t%d", i)
+		fencectl(b, dir, "add", "--id", id)
+		marks := b.TempDir()
+		run := exec.Command(fencectlBin, "run", id, "--ttl", "1m", "--grace", "5s", "--", self)
+		run.Env = append(os.Environ(), "FENCE_DIR="+dir, "BENCH_HELPER=sigterm-recorder",
+			"BENCH_READY="+marks+"/ready", "BENCH_TERM="+marks+"/term")
+		if err := run.Start(); err != nil {
+			b.Fatal(err)
+		}
+		waitFile(b, marks+"/ready")
+		start := time.Now()
+		fencectl(b, dir, "revoke", id)
+		returned := time.Now()
+		ns, err := strconv.ParseInt(string(waitFile(b, marks+"/term")), 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		term := time.Unix(0, ns)
+		fromStart = append(fromStart, term.Sub(start))
+		fromReturn = append(fromReturn, term.Sub(returned))
+		run.Wait()
+	}
+	b.ReportMetric(ms(median(fromStart)), "ms-from-revoke-start")
+	b.ReportMetric(ms(median(fromReturn)), "ms-from-revoke-return")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
