@@ -77,7 +77,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	if err := ctx.Err(); err != nil {
 		return ReplayReport{}, err
 	}
-	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: check, Timeout: t.opts.Timeout})
+	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: check, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
 	if err != nil {
 		return ReplayReport{}, err
 	}

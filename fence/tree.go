@@ -29,6 +29,9 @@ type Options struct {
 	// result: inbox entries it could not adopt, files it had to put back.
 	// nil drops them.
 	Notify func(Notice)
+	// BoltLockOnly skips the blocking flock on .fence/lock and relies on
+	// bbolt's polling file lock: for measuring the difference only.
+	BoltLockOnly bool
 }
 
 // Notice is a side report: something found and handled, or left alone.
@@ -144,7 +147,7 @@ func (t *Tree) write(ctx context.Context, op string, fn func(tx *journal.Tx, now
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	db, err := journal.Open(t.metaDir, journal.OpenOptions{Timeout: t.opts.Timeout})
+	db, err := journal.Open(t.metaDir, journal.OpenOptions{Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
 	if err != nil {
 		return nil, false, err
 	}
@@ -175,7 +178,7 @@ func (t *Tree) read(ctx context.Context, fn func(tx *journal.Tx, now time.Time) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: true, Timeout: t.opts.Timeout})
+	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: true, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
 	if err != nil {
 		return err
 	}

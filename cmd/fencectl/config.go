@@ -60,7 +60,10 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 	if timeout < 0 {
 		return nil, usagef("invalid --timeout %s: must not be negative", timeout)
 	}
-	return fence.Open(c.String("dir"), fence.Options{Timeout: timeout, Notify: out.notice})
+	// FENCE_LOCK_MODE=bbolt is for benchmarks only (see README): it drops
+	// the blocking flock to show what bbolt's 50 ms lock polling costs.
+	boltOnly := os.Getenv("FENCE_LOCK_MODE") == "bbolt"
+	return fence.Open(c.String("dir"), fence.Options{Timeout: timeout, Notify: out.notice, BoltLockOnly: boltOnly})
 }
 
 // withTree opens the tree, runs fn and closes it.
