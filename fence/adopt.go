@@ -49,16 +49,17 @@ func (t *Tree) adoptInbox(db *journal.DB) error {
 		return err
 	}
 	crashAt("adopt:after-commit")
+	b := t.mirror.NewBatch()
 	for i, m := range movesOf(evs) {
 		if i == 1 {
 			crashAt("adopt:mid")
 		}
-		if err := t.place(m); err != nil {
+		if err := t.place(b, m); err != nil {
 			return err
 		}
 		t.notify("adopted", m.id, "inbox/"+m.id+" is now an available task")
 	}
-	return nil
+	return b.Sync()
 }
 
 func adoptEvent(id string, from fsmirror.Dir, to State, maxAttempts int, now time.Time) journal.Event {

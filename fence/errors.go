@@ -97,6 +97,13 @@ func invalidf(format string, args ...any) error {
 	return &InvalidInputError{Msg: fmt.Sprintf(format, args...)}
 }
 
+// TaskFileError refuses an action on a task whose file is missing or is
+// not a regular file where the journal says it is. Nothing changed.
+type TaskFileError struct{ Err error }
+
+func (e *TaskFileError) Error() string { return e.Err.Error() }
+func (e *TaskFileError) Unwrap() error { return e.Err }
+
 // DriftError reports that the tree and the journal disagree.
 type DriftError struct{ Findings []Finding }
 

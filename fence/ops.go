@@ -303,10 +303,10 @@ func (t *Tree) nextClaimable(tx *journal.Tx, inClaimed map[string]bool) string {
 func (t *Tree) checkFile(id string, dir fsmirror.Dir, mustExist bool) error {
 	ok, err := t.mirror.Exists(dir, id)
 	if err != nil {
-		return fmt.Errorf("%w; nothing changed (fencectl never follows symlinks in the tree: move the entry aside; `fencectl replay --check` lists such entries)", err)
+		return &TaskFileError{Err: fmt.Errorf("%w; nothing changed (fencectl never follows symlinks in the tree: move the entry aside; `fencectl replay --check` lists such entries)", err)}
 	}
 	if !ok && mustExist {
-		return fmt.Errorf("task file %s is missing; nothing changed (run `fencectl replay --check`)", t.mirror.Path(dir, id))
+		return &TaskFileError{Err: fmt.Errorf("task file %s is missing; nothing changed (run `fencectl replay --check`)", t.mirror.Path(dir, id))}
 	}
 	return nil
 }

@@ -355,13 +355,17 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 			return fmt.Errorf("adopt unknown files: %w", err)
 		}
 	}
+	b := t.mirror.NewBatch()
 	for i, m := range st.moves {
 		if i == 1 {
 			crashAt("replay:mid")
 		}
-		if err := t.place(m); err != nil {
+		if err := t.place(b, m); err != nil {
 			return err
 		}
+	}
+	if err := b.Sync(); err != nil {
+		return err
 	}
 	for _, x := range st.extra {
 		if _, err := t.mirror.Quarantine(x.dir, x.id); err != nil && !errors.Is(err, fs.ErrNotExist) {

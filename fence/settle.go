@@ -44,10 +44,14 @@ func movesOf(evs []journal.Event) []move {
 // mirrorEvents moves the files of a commit that just succeeded and
 // publishes its fenced outputs.
 func (t *Tree) mirrorEvents(evs []journal.Event) error {
+	b := t.mirror.NewBatch()
 	for _, m := range movesOf(evs) {
-		if err := t.place(m); err != nil {
+		if err := t.place(b, m); err != nil {
 			return err
 		}
+	}
+	if err := b.Sync(); err != nil {
+		return err
 	}
 	for _, ev := range evs {
 		if ev.Output != "" {
@@ -77,19 +81,20 @@ func (t *Tree) publishPending(evs []journal.Event) error {
 	return nil
 }
 
-// place performs one move. When the file is not where the journal last
-// left it (moved by hand, or by a move that a crash cut short), it looks
-// for it elsewhere; a file found nowhere is reported, not fatal: the
-// journal is the truth and `replay` explains the loss.
-func (t *Tree) place(m move) error {
+// place performs one move as part of batch b (whose Sync makes it
+// durable). When the file is not where the journal last left it (moved by
+// hand, or by a move that a crash cut short), it looks for it elsewhere; a
+// file found nowhere is reported, not fatal: the journal is the truth and
+// `replay` explains the loss.
+func (t *Tree) place(b *fsmirror.Batch, m move) error {
 	var err error
 	switch {
 	case m.staged != "":
-		err = t.mirror.MoveFrom(fsmirror.Staging, m.staged, m.to, m.id)
+		err = b.MoveFrom(fsmirror.Staging, m.staged, m.to, m.id)
 	case m.from == m.to:
 		return nil
 	default:
-		err = t.mirror.Move(m.id, m.from, m.to)
+		err = b.Move(m.id, m.from, m.to)
 	}
 	var odd *fsmirror.NotRegularError
 	switch {
@@ -130,6 +135,11 @@ func (t *Tree) ensure(m move) error {
 // Writers are serialised by the lock, so only the last commit can be
 // behind; this costs one read and a stat per task it touched.
 func (t *Tree) settle(db *journal.DB) error {
+	if last := t.batch.settledTx.Load(); last != 0 {
+		if id, err := db.TxID(); err == nil && id == last {
+			return nil // the last commit was ours and its moves are done
+		}
+	}
 	var todo []move
 	var last []journal.Event
 	err := db.View(func(tx *journal.Tx) error {

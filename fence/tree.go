@@ -49,6 +49,7 @@ type Tree struct {
 	metaDir string
 	mirror  *fsmirror.Mirror
 	opts    Options
+	batch   *batcher
 }
 
 // NoJournalError says a tree has no journal, and what to do.
@@ -117,7 +118,7 @@ func Open(root string, o Options) (*Tree, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	return &Tree{root: abs, metaDir: meta, mirror: m, opts: o}, nil
+	return &Tree{root: abs, metaDir: meta, mirror: m, opts: o, batch: &batcher{}}, nil
 }
 
 // Close releases the tree's directory handles.
@@ -139,38 +140,19 @@ func (t *Tree) notify(kind, name, detail string) {
 // call succeeded and there was nothing to record (an idempotent retry).
 var errNoChange = errors.New("no change")
 
-// write runs one writer operation: lock, open, finish the last commit's
-// moves, adopt the inbox, run fn in one transaction, then move the files of
-// the events fn committed. committed reports whether fn's transaction
-// reached the disk, so a caller knows whether to clean up after a failure.
+// write runs one writer operation: fn in a journal transaction, then the
+// file moves of the events it committed. Concurrent callers on one Tree
+// are committed in groups (batch.go): one lock, one commit and one set of
+// directory fsyncs for all of them, each answered only once its change is
+// durable. committed reports whether fn's change reached the disk, so a
+// caller knows whether to clean up after a failure.
 func (t *Tree) write(ctx context.Context, op string, fn func(tx *journal.Tx, now time.Time) ([]journal.Event, error)) (evs []journal.Event, committed bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	db, err := journal.Open(t.metaDir, journal.OpenOptions{Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
-	if err != nil {
-		return nil, false, err
-	}
-	defer db.Close()
-	if err := t.settle(db); err != nil {
-		return nil, false, err
-	}
-	if err := t.adoptInbox(db); err != nil {
-		return nil, false, err
-	}
-	err = db.Update(func(tx *journal.Tx) error {
-		var err error
-		evs, err = fn(tx, Now())
-		return err
-	})
-	if errors.Is(err, errNoChange) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	crashAt(op + ":after-commit")
-	return evs, true, t.mirrorEvents(evs)
+	p := &pendingOp{op: op, fn: fn, done: make(chan struct{})}
+	t.batch.submit(t, p)
+	return p.evs, p.committed, p.err
 }
 
 // read runs fn in a read-only transaction under the shared lock.
@@ -232,10 +214,13 @@ func trackRequest(tx *journal.Tx, c journal.Claim) error {
 	return tx.PutRequest(c.Agent, c.RequestID, c.Token)
 }
 
-// withTimeout returns a view of the tree whose lock waits are bounded by d.
+// withTimeout returns a view of the tree whose lock waits are bounded by
+// d. It batches on its own, so its bound is never stretched by a group
+// that another caller leads.
 func (t *Tree) withTimeout(d time.Duration) *Tree {
 	c := *t
 	c.opts.Timeout = d
+	c.batch = &batcher{}
 	return &c
 }
 

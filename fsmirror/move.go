@@ -46,6 +46,22 @@ func (m *Mirror) MoveFrom(from Dir, src string, to Dir, id string) error {
 
 // move does the checked rename and the two fsyncs; names are validated.
 func (m *Mirror) move(from Dir, src string, to Dir, dst string) error {
+	if err := m.rename(from, src, to, dst); err != nil {
+		return err
+	}
+	if m.Crash != nil {
+		m.Crash(CrashAfterRename)
+	}
+	// Destination first, so the old name is never durably gone while the
+	// new one is not yet durable.
+	if err := m.syncDir(to); err != nil {
+		return err
+	}
+	return m.syncDir(from)
+}
+
+// rename is the checked renameat2(RENAME_NOREPLACE), without fsyncs.
+func (m *Mirror) rename(from Dir, src string, to Dir, dst string) error {
 	fromfd, err := m.dirfd(from)
 	if err != nil {
 		return err
@@ -66,23 +82,22 @@ func (m *Mirror) move(from Dir, src string, to Dir, dst string) error {
 	err = unix.Renameat2(fromfd, src, tofd, dst, unix.RENAME_NOREPLACE)
 	switch err {
 	case nil:
+		return nil
 	case unix.EEXIST:
 		return &ExistsError{Path: m.Path(to, dst)}
 	case unix.EINVAL, unix.ENOSYS:
 		return fmt.Errorf("renameat2 RENAME_NOREPLACE is not supported on the file system of %s: %w", m.root, err)
-	default:
-		return &fs.PathError{Op: "rename", Path: m.Path(from, src), Err: err}
 	}
-	if m.Crash != nil {
-		m.Crash(CrashAfterRename)
+	return &fs.PathError{Op: "rename", Path: m.Path(from, src), Err: err}
+}
+
+func (m *Mirror) syncDir(d Dir) error {
+	fd, err := m.dirfd(d)
+	if err != nil {
+		return err
 	}
-	// Destination first, so the old name is never durably gone while the
-	// new one is not yet durable.
-	if err := unix.Fsync(tofd); err != nil {
-		return &fs.PathError{Op: "fsync (file already renamed)", Path: m.Path(to, ""), Err: err}
-	}
-	if err := unix.Fsync(fromfd); err != nil {
-		return &fs.PathError{Op: "fsync (file already renamed)", Path: m.Path(from, ""), Err: err}
+	if err := unix.Fsync(fd); err != nil {
+		return &fs.PathError{Op: "fsync (file already renamed)", Path: m.Path(d, ""), Err: err}
 	}
 	return nil
 }

@@ -243,6 +243,16 @@ func (db *DB) Path() string { return db.path }
 // and in `replay`.
 func (db *DB) Bolt() *bolt.DB { return db.b }
 
+// TxID returns the id of the last committed transaction: it changes with
+// every commit, by any process.
+func (db *DB) TxID() (id uint64, err error) {
+	err = db.View(func(tx *Tx) error {
+		id = uint64(tx.tx.ID())
+		return nil
+	})
+	return id, err
+}
+
 // Close closes bbolt, then drops the lock.
 func (db *DB) Close() error {
 	if db == nil {

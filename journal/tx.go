@@ -17,6 +17,10 @@ type Tx struct {
 	lastEvent  uint64
 }
 
+// ID is the transaction's id: for a write transaction, the id the journal
+// will report from TxID once it has committed.
+func (t *Tx) ID() uint64 { return uint64(t.tx.ID()) }
+
 // Task returns the record of id; ok is false if the journal does not know it.
 func (t *Tx) Task(id string) (task Task, ok bool, err error) {
 	v := t.tx.Bucket(bucketTasks).Get([]byte(id))

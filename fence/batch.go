@@ -1,0 +1,157 @@
+package fence
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// Group commit.
+//
+// A process that serves many agents (the library with many goroutines)
+// would otherwise pay, per operation, a lock, two bbolt syncs and two
+// directory fsyncs. Instead the first caller to arrive becomes the leader:
+// it takes the lock once, runs every queued operation in one transaction,
+// commits once, renames all files and fsyncs each directory once, then
+// answers everyone. Callers that arrive meanwhile queue for the next
+// group. Nobody is answered before their change is durable.
+
+// pendingOp is one queued writer operation and, once done, its outcome.
+type pendingOp struct {
+	op        string
+	fn        func(tx *journal.Tx, now time.Time) ([]journal.Event, error)
+	evs       []journal.Event
+	committed bool
+	err       error
+	done      chan struct{}
+}
+
+// batcher queues writer operations of one Tree.
+type batcher struct {
+	mu      sync.Mutex
+	queue   []*pendingOp
+	leading bool
+	// settledTx is the journal transaction whose moves this Tree finished
+	// itself; while it is still the last commit, settling can be skipped.
+	settledTx atomic.Uint64
+}
+
+func (b *batcher) mirrored(txID uint64) { b.settledTx.Store(txID) }
+
+// submit queues p and returns when p is done: either another caller's
+// group ran it, or this caller leads groups until the queue is empty.
+func (b *batcher) submit(t *Tree, p *pendingOp) {
+	b.mu.Lock()
+	b.queue = append(b.queue, p)
+	if b.leading {
+		b.mu.Unlock()
+		<-p.done
+		return
+	}
+	b.leading = true
+	for len(b.queue) > 0 {
+		group := b.queue
+		b.queue = nil
+		b.mu.Unlock()
+		t.runGroup(group)
+		b.mu.Lock()
+	}
+	b.leading = false
+	b.mu.Unlock()
+}
+
+// refusal reports whether err is an operation's own refusal, made before
+// it wrote anything: it fails that operation alone, not its group.
+func refusal(err error) bool {
+	var (
+		stale   *StaleTokenError
+		notAv   *NotAvailableError
+		noTask  *NoSuchTaskError
+		invalid *InvalidInputError
+		file    *TaskFileError
+	)
+	return errors.Is(err, errNoChange) || errors.Is(err, ErrNothingToClaim) ||
+		errors.As(err, &stale) || errors.As(err, &notAv) || errors.As(err, &noTask) ||
+		errors.As(err, &invalid) || errors.As(err, &file)
+}
+
+// runGroup runs a group of operations: one lock, settle and adoption, one
+// transaction, one commit, then the moves with one fsync per directory.
+func (t *Tree) runGroup(group []*pendingOp) {
+	defer func() {
+		for _, p := range group {
+			close(p.done)
+		}
+	}()
+	fail := func(err error) {
+		for _, p := range group {
+			if p.err == nil {
+				p.err, p.evs, p.committed = err, nil, false
+			}
+		}
+	}
+	db, err := journal.Open(t.metaDir, journal.OpenOptions{Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer db.Close()
+	if err := t.settle(db); err != nil {
+		fail(err)
+		return
+	}
+	if err := t.adoptInbox(db); err != nil {
+		fail(err)
+		return
+	}
+	var txID uint64
+	err = db.Update(func(tx *journal.Tx) error {
+		txID = tx.ID()
+		now := Now()
+		for _, p := range group {
+			evs, err := p.fn(tx, now)
+			switch {
+			case err == nil:
+				p.evs, p.committed = evs, true
+			case errors.Is(err, errNoChange):
+				// Success with nothing to record (an idempotent retry).
+			case refusal(err):
+				p.err = err
+			default:
+				return err // the transaction is rolled back: the whole group fails
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, p := range group {
+			p.committed = false
+		}
+		fail(err)
+		return
+	}
+	var evs []journal.Event
+	for _, p := range group {
+		if p.committed {
+			crashAt(p.op + ":after-commit")
+			evs = append(evs, p.evs...)
+		}
+	}
+	err = t.mirrorEvents(evs)
+	if err == nil && len(evs) > 0 {
+		t.batch.mirrored(txID)
+	}
+	if err != nil {
+		// Committed: the journal holds the change; the next writer
+		// finishes the moves. Report the error to everyone whose change it
+		// concerns.
+		for _, p := range group {
+			if p.committed && p.err == nil {
+				p.err = err
+			}
+		}
+	}
+}

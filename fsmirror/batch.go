@@ -1,0 +1,83 @@
+package fsmirror
+
+import "fmt"
+
+// Batch is a set of moves whose directory fsyncs are done once for all:
+// when many tasks move after one journal commit (group commit), each
+// directory is fsynced once instead of twice per file. Moves made through
+// a Batch are durable only after Sync.
+type Batch struct {
+	m     *Mirror
+	dests []Dir
+	srcs  []Dir
+	seen  map[Dir]bool
+}
+
+// NewBatch starts a batch of moves.
+func (m *Mirror) NewBatch() *Batch {
+	return &Batch{m: m, seen: map[Dir]bool{}}
+}
+
+// Move renames task id from one directory to another, like Mirror.Move,
+// but leaves the fsyncs to Sync.
+func (b *Batch) Move(id string, from, to Dir) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	if err := b.m.rename(from, id, to, id); err != nil {
+		return fmt.Errorf("move %s from %s to %s: %w", id, from, to, err)
+	}
+	b.note(from, to)
+	return nil
+}
+
+// MoveFrom renames the file src in from to id in to, like
+// Mirror.MoveFrom, but leaves the fsyncs to Sync.
+func (b *Batch) MoveFrom(from Dir, src string, to Dir, id string) error {
+	if err := validComponent(src, "file name"); err != nil {
+		return err
+	}
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	if err := b.m.rename(from, src, to, id); err != nil {
+		return fmt.Errorf("move %s to %s as %s: %w", b.m.Path(from, src), to, id, err)
+	}
+	b.note(from, to)
+	return nil
+}
+
+func (b *Batch) note(from, to Dir) {
+	if !b.seen["to:"+to] {
+		b.seen["to:"+to] = true
+		b.dests = append(b.dests, to)
+	}
+	if !b.seen["from:"+from] {
+		b.seen["from:"+from] = true
+		b.srcs = append(b.srcs, from)
+	}
+}
+
+// Sync makes every move of the batch durable: the destination directories
+// first, then the sources that were not also destinations, so no file's
+// old name is durably gone before its new one is durable.
+func (b *Batch) Sync() error {
+	if len(b.dests) == 0 {
+		return nil
+	}
+	if b.m.Crash != nil {
+		b.m.Crash(CrashAfterRename)
+	}
+	synced := map[Dir]bool{}
+	for _, d := range append(append([]Dir{}, b.dests...), b.srcs...) {
+		if synced[d] {
+			continue
+		}
+		synced[d] = true
+		if err := b.m.syncDir(d); err != nil {
+			return err
+		}
+	}
+	b.dests, b.srcs, b.seen = nil, nil, map[Dir]bool{}
+	return nil
+}
