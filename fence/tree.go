@@ -56,7 +56,7 @@ type Tree struct {
 type NoJournalError struct{ Path string }
 
 func (e *NoJournalError) Error() string {
-	return fmt.Sprintf("no journal at %s: run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR)", e.Path)
+	return fmt.Sprintf("no journal at %s: run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR); if the journal of an existing tree was lost, `fencectl recover` rebuilds it from the directories", e.Path)
 }
 
 func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }

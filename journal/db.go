@@ -64,6 +64,12 @@ func Exists(dir string) (bool, error) {
 // counter is seeded from now in microseconds. Create fails with fs.ErrExist
 // if a journal is already there.
 func Create(dir string, d Defaults, now time.Time) error {
+	return CreateSeeded(dir, d, uint64(now.UnixMicro()))
+}
+
+// CreateSeeded is Create with the token counter starting at seed: recover
+// starts above every token the lost journal can have issued.
+func CreateSeeded(dir string, d Defaults, seed uint64) error {
 	final := Path(dir)
 	if ok, err := Exists(dir); err != nil {
 		return err
@@ -87,7 +93,6 @@ func Create(dir string, d Defaults, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		seed := uint64(now.UnixMicro())
 		for k, v := range map[string][]byte{
 			keyVersion:  []byte(SchemaVersion),
 			keyTreeID:   []byte(ulid.Make().String()),
@@ -297,4 +302,43 @@ func guard(path string, err *error) func() {
 			*err = &CorruptError{Path: path, Detail: fmt.Sprint(r)}
 		}
 	}
+}
+
+// SalvageToken reads the token counter of a journal file that may be
+// damaged, without taking any lock (the caller holds .fence/lock). ok is
+// false if the counter cannot be read; it never panics.
+func SalvageToken(path string) (token uint64, ok bool) {
+	var err error
+	defer guard(path, &err)()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		return 0, false
+	}
+	defer b.Close()
+	err = b.View(func(tx *bolt.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			token, ok = getU64(meta.Get([]byte(keyToken))), true
+		}
+		return nil
+	})
+	return token, ok && err == nil
+}
+
+// ReadDefaults reads the defaults of a journal file that may be damaged;
+// ok is false if they cannot be read.
+func ReadDefaults(path string) (d Defaults, ok bool) {
+	var err error
+	defer guard(path, &err)()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		return d, false
+	}
+	defer b.Close()
+	err = b.View(func(tx *bolt.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			ok = json.Unmarshal(meta.Get([]byte(keyDefaults)), &d) == nil
+		}
+		return nil
+	})
+	return d, ok && err == nil && d.TTL > 0 && d.MaxAttempts > 0
 }

@@ -100,6 +100,7 @@ func commands(out *output) []*cli.Command {
 		showCommand(out),
 		logCommand(out),
 		replayCommand(out),
+		recoverCommand(out),
 		runCommand(out),
 		putCommand(out),
 	}

@@ -130,17 +130,18 @@ func (o *output) fail(err error) int {
 func classify(err error) errorObject {
 	obj := errorObject{Code: exitError, Reason: fence.ReasonIOError, Message: err.Error()}
 	var (
-		stale   *fence.StaleTokenError
-		notAv   *fence.NotAvailableError
-		noTask  *fence.NoSuchTaskError
-		invalid *fence.InvalidInputError
-		usage   *usageError
-		drift   *fence.DriftError
-		corrupt *fence.CorruptError
-		version *fence.VersionError
-		noJrnl  *fence.NoJournalError
-		atRisk  *fence.LeaseAtRiskError
-		start   *startError
+		stale    *fence.StaleTokenError
+		notAv    *fence.NotAvailableError
+		noTask   *fence.NoSuchTaskError
+		invalid  *fence.InvalidInputError
+		usage    *usageError
+		drift    *fence.DriftError
+		corrupt  *fence.CorruptError
+		version  *fence.VersionError
+		noJrnl   *fence.NoJournalError
+		atRisk   *fence.LeaseAtRiskError
+		start    *startError
+		readable *fence.JournalReadableError
 	)
 	switch {
 	case errors.As(err, &stale):
@@ -169,13 +170,13 @@ func classify(err error) errorObject {
 		obj.Message = err.Error() + " (waited --timeout / FENCE_TIMEOUT; look for a long-running fencectl process on this tree: fuser .fence/lock)"
 	case errors.As(err, &noTask):
 		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
-	case errors.As(err, &invalid), errors.As(err, &usage):
+	case errors.As(err, &invalid), errors.As(err, &usage), errors.As(err, &readable):
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 	case errors.As(err, &drift):
 		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, drift.Findings
 	case errors.As(err, &corrupt), errors.As(err, &version):
 		obj.Reason = fence.ReasonCorruptJournal
-		obj.Message = err.Error() + "; nothing was changed. Next step: copy the file aside and keep it (never delete a journal); if only records are damaged, `fencectl replay` rebuilds them from the event log"
+		obj.Message = err.Error() + "; nothing was changed. Next step: `fencectl recover` keeps the damaged file aside (never deleted) and rebuilds the journal from the tree's directories"
 	case errors.As(err, &noJrnl):
 	case errors.Is(err, os.ErrPermission):
 		obj.Message = err.Error() + " (check the tree's owner and mode)"

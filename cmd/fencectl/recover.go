@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+func recoverCommand(out *output) *cli.Command {
+	return &cli.Command{
+		Name:      "recover",
+		Usage:     "rebuild a lost or unreadable journal from the tree's directories",
+		UsageText: "recover [--ttl D] [--max-attempts N]",
+		Description: `When .fence/journal.db is lost or damaged, recover moves the damaged file aside
+(journal.db.damaged-<time>, never deleted), makes a new journal and adopts
+every task in the state its directory says. Tasks in claimed/ have no lease
+any more: they come back available (their files move to available/), and
+every old token is refused from then on, since new tokens start above any
+the old journal can have issued. Attempts start again at 0. A second copy of
+a task in another state directory goes to .fence/quarantine (the most final
+state wins: done, failed, claimed, available). The old defaults are kept
+when they can still be read; otherwise --ttl and --max-attempts apply.
+
+On a readable journal it refuses (exit 2): use replay.
+
+   fencectl recover && fencectl status`,
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "ttl", Value: fence.DefaultTTL, EnvVars: []string{"FENCE_TTL"}, Usage: "default lease length, if the old one cannot be read"},
+			&cli.IntFlag{Name: "max-attempts", Value: fence.DefaultMaxAttempts, Usage: "default attempts, if the old value cannot be read"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("recover takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
+			}
+			d := fence.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
+			if d.TTL <= 0 || d.MaxAttempts < 1 {
+				return usagef("--ttl must be positive and --max-attempts at least 1")
+			}
+			rep, err := fence.Recover(c.String("dir"), d, c.Duration("timeout"))
+			if err != nil {
+				return err
+			}
+			out.print(rep, func(w io.Writer) {
+				if rep.KeptAside != "" {
+					fmt.Fprintf(w, "kept the damaged journal as %s\n", rep.KeptAside)
+				}
+				fmt.Fprintf(w, "rebuilt the journal of %s: %d available, %d done, %d failed", rep.Root, rep.Counts[fence.Available], rep.Counts[fence.Done], rep.Counts[fence.Failed])
+				if len(rep.Freed) > 0 {
+					fmt.Fprintf(w, " (%d freed from claimed/)", len(rep.Freed))
+				}
+				fmt.Fprintf(w, "\nnew tokens start above %d; every older token is refused\n", rep.FirstToken)
+				for _, f := range rep.Findings {
+					fmt.Fprintf(w, "%s\n", f.Describe())
+				}
+			})
+			return nil
+		},
+	}
+}
