@@ -9,8 +9,10 @@ BUILD_TAGS ?= urfave_cli_no_docs
 # fencetest compiles in the crash points and the settable clock the tests use;
 # release builds (make build) never have them.
 TEST_TAGS  ?= fencetest
+# How long make torture runs each fuzz target.
+FUZZTIME   ?= 60s
 
-.PHONY: help build test test-race bench demo fmt lint clean
+.PHONY: help build test test-race bench torture demo fmt lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -28,6 +30,9 @@ test-race: ## the tests under the race detector
 
 bench: ## run the benchmarks (not part of make test)
 	$(GO) test -tags $(BUILD_TAGS) -run '^$$' -bench . ./bench/
+
+torture: ## the full torture suite (minutes): kill storm, crash points, linearizability, fuzzing...; writes docs/RELIABILITY.md
+	$(GO) run ./cmd/torturereport -fuzztime $(FUZZTIME)
 
 demo: build ## several agents work through a batch on a throwaway tree; one is killed and its token refused
 	@FENCECTL=$(CURDIR)/$(BIN) bash docs/demo.sh
