@@ -70,8 +70,11 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	} else if exists {
 		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true})
 		if err == nil {
+			err = db.Verify()
 			db.Close()
-			return rep, &JournalReadableError{Path: path}
+			if err == nil {
+				return rep, &JournalReadableError{Path: path}
+			}
 		}
 		var corrupt *journal.CorruptError
 		var version *journal.VersionError

@@ -248,6 +248,28 @@ func (db *DB) Path() string { return db.path }
 // and in `replay`.
 func (db *DB) Bolt() *bolt.DB { return db.b }
 
+// Verify reads the whole journal: bbolt's own consistency check, then
+// every record, claim and event decoded. Any damage found is a
+// *CorruptError. recover uses it to decide whether a journal can be kept.
+func (db *DB) Verify() error {
+	return db.View(func(tx *Tx) error {
+		if errs := tx.Check(); len(errs) > 0 {
+			return &CorruptError{Path: db.path, Detail: fmt.Sprintf("consistency check: %v", errs[0])}
+		}
+		err := tx.ForEachTask(func(Task) error { return nil })
+		if err == nil {
+			err = tx.ForEachClaim(func(Claim) error { return nil })
+		}
+		if err == nil {
+			err = tx.Events(1, func(Event) (bool, error) { return true, nil })
+		}
+		if err != nil {
+			return &CorruptError{Path: db.path, Detail: err.Error()}
+		}
+		return nil
+	})
+}
+
 // TxID returns the id of the last committed transaction: it changes with
 // every commit, by any process.
 func (db *DB) TxID() (id uint64, err error) {
@@ -308,6 +330,9 @@ func guard(path string, err *error) func() {
 // damaged, without taking any lock (the caller holds .fence/lock). ok is
 // false if the counter cannot be read; it never panics.
 func SalvageToken(path string) (token uint64, ok bool) {
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		return 0, false // never open a FIFO (it would block) or follow a symlink
+	}
 	var err error
 	defer guard(path, &err)()
 	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
@@ -327,6 +352,9 @@ func SalvageToken(path string) (token uint64, ok bool) {
 // ReadDefaults reads the defaults of a journal file that may be damaged;
 // ok is false if they cannot be read.
 func ReadDefaults(path string) (d Defaults, ok bool) {
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		return d, false
+	}
 	var err error
 	defer guard(path, &err)()
 	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
