@@ -466,8 +466,8 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 	}
 	var staged string
 	if out != nil {
-		if err := fsmirror.ValidateID(out.name); err != nil {
-			return Result{}, invalidf("invalid output name %q: must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}", out.name)
+		if err := fsmirror.ValidateOutputName(out.name); err != nil {
+			return Result{}, &InvalidInputError{Msg: err.Error()}
 		}
 		var err error
 		if staged, err = t.mirror.Stage("out", out.content, -1); err != nil {
@@ -490,6 +490,11 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 		}
 		if err := t.checkFile(rec.ID, DirOf(rec.State), false); err != nil {
 			return nil, err
+		}
+		if out != nil {
+			if err := t.mirror.CheckOutput(req.ID, out.name); err != nil {
+				return nil, &TaskFileError{Err: fmt.Errorf("%w; nothing changed (move the entry aside)", err)}
+			}
 		}
 		d, err := tx.Defaults()
 		if err != nil {

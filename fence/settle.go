@@ -74,7 +74,10 @@ func (t *Tree) publishPending(evs []journal.Event) error {
 			continue
 		}
 		if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
-			return err
+			// An odd entry in out/ must not wedge every writer: report it;
+			// the staged content stays in .fence/tmp.
+			t.notify("not_published", ev.Task, err.Error())
+			continue
 		}
 		t.notify("settled", ev.Task, "published out/"+ev.Task+"/"+ev.Output+" that an interrupted command left staged")
 	}

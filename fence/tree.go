@@ -118,7 +118,11 @@ func Open(root string, o Options) (*Tree, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	return &Tree{root: abs, metaDir: meta, mirror: m, opts: o, batch: &batcher{}}, nil
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, batch: &batcher{}}
+	if warning := m.CheckPerms(); warning != "" {
+		t.notify("warning", abs, warning)
+	}
+	return t, nil
 }
 
 // Close releases the tree's directory handles.

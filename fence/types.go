@@ -32,3 +32,12 @@ func ValidateID(id string) error {
 	}
 	return nil
 }
+
+// ValidateOutputName checks the name of a fenced output (out/<id>/<name>)
+// against the same rule as ids.
+func ValidateOutputName(name string) error {
+	if err := fsmirror.ValidateOutputName(name); err != nil {
+		return &InvalidInputError{Msg: err.Error()}
+	}
+	return nil
+}

@@ -108,3 +108,49 @@ func (m *Mirror) publish(staged, task, name string) error {
 	}
 	return nil
 }
+
+// ValidateOutputName checks an output name against the id rule; the error
+// says "output name" and quotes a long name shortened.
+func ValidateOutputName(name string) error { return validateName(name, "output name") }
+
+// CheckOutput reports whether out/<task>/<name> can be written: out/<task>
+// must be absent or a real directory, and <name> in it absent, a regular
+// file or a symlink (replaced, never followed). A fenced write checks this before it commits, so an odd entry
+// planted in out/ fails that write alone.
+func (m *Mirror) CheckOutput(task, name string) error {
+	if err := ValidateID(task); err != nil {
+		return err
+	}
+	if err := validateName(name, "output name"); err != nil {
+		return err
+	}
+	outfd, err := m.dirfd(Out)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	switch err := unix.Fstatat(outfd, task, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == unix.ENOENT:
+		return nil
+	case err != nil:
+		return &fs.PathError{Op: "lstat", Path: m.Path(Out, task), Err: err}
+	case kindOf(st.Mode) != Directory:
+		return &NotDirectoryError{Path: m.Path(Out, task), Kind: kindOf(st.Mode)}
+	}
+	taskfd, err := openDir(outfd, task, m.Path(Out, task))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(taskfd)
+	switch err := unix.Fstatat(taskfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == unix.ENOENT:
+		return nil
+	case err != nil:
+		return &fs.PathError{Op: "lstat", Path: m.Path(Out, task+"/"+name), Err: err}
+	case kindOf(st.Mode) != Regular && kindOf(st.Mode) != Symlink:
+		// A symlink is fine: the rename replaces the link itself, never
+		// what it points to. A directory or a FIFO would make it fail.
+		return &NotRegularError{Path: m.Path(Out, task+"/"+name), Kind: kindOf(st.Mode)}
+	}
+	return nil
+}

@@ -43,6 +43,20 @@ func agentName(c *cli.Context) string {
 	if a := c.String("agent"); a != "" {
 		return a
 	}
+	return defaultAgent()
+}
+
+// checkAgentAndReason refuses control characters in --agent and --reason
+// before anything is written (see checkText).
+func checkAgentAndReason(c *cli.Context) error {
+	if err := checkText("agent", c.String("agent")); err != nil {
+		return err
+	}
+	return checkText("reason", c.String("reason"))
+}
+
+// defaultAgent is user@host.
+func defaultAgent() string {
 	name := "unknown"
 	if u, err := user.Current(); err == nil {
 		name = u.Username

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -110,7 +109,7 @@ func writeEvents(w io.Writer, evs []fence.Event) {
 		if e.Token != 0 {
 			tok = fmt.Sprint(e.Token)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, fmtTime(e.Time), e.Type, e.Task, move, orDash(e.Agent), tok, strings.ReplaceAll(e.Reason, "\n", " "))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, fmtTime(e.Time), e.Type, e.Task, move, printable(orDash(e.Agent)), tok, printable(e.Reason))
 	}
 	tw.Flush()
 }

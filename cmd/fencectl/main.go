@@ -79,6 +79,7 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 	}
 	for _, c := range app.Commands {
 		c.OnUsageError = onUsageError
+		c.Before = checkAgentAndReason
 	}
 	return app
 }

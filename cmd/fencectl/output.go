@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fencectl/fencectl/fence"
 )
@@ -43,7 +46,7 @@ func (o *output) flushNotices() {
 		if o.json {
 			o.writeJSON(o.stderr, n)
 		} else {
-			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(n.Kind, "_", " "), n.Name, n.Detail)
+			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(n.Kind, "_", " "), printable(n.Name), printable(n.Detail))
 		}
 	}
 	o.notices = nil
@@ -122,7 +125,7 @@ func (o *output) fail(err error) int {
 		return obj.Code
 	}
 	o.flushNotices()
-	fmt.Fprintf(o.stderr, "fencectl: %s\n", obj.Message)
+	fmt.Fprintf(o.stderr, "fencectl: %s\n", printable(obj.Message))
 	return obj.Code
 }
 
@@ -182,4 +185,40 @@ func classify(err error) errorObject {
 		obj.Message = err.Error() + " (check the tree's owner and mode)"
 	}
 	return obj
+}
+
+// printable escapes control characters (ESC, BEL, CR, …) in text meant for
+// a terminal, so that a hostile agent name, reason or file name cannot
+// drive the reader's terminal. JSON output escapes them by itself.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	q := strconv.QuoteToGraphic(s)
+	return q[1 : len(q)-1]
+}
+
+// checkText refuses control characters in a value a user passes for the
+// journal (an agent name, a reason): it would be shown to operators later.
+func checkText(flag, s string) error {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return usagef("invalid --%s %s: control characters are not allowed", flag, strconv.QuoteToGraphic(truncate(s, 80)))
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

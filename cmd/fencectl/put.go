@@ -33,8 +33,8 @@ NAME follows the id rule. A later put of the same NAME replaces the file.
 			if err := fence.ValidateID(id); err != nil {
 				return err
 			}
-			if err := fence.ValidateID(name); err != nil {
-				return usagef("invalid output name %q: must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}", name)
+			if err := fence.ValidateOutputName(name); err != nil {
+				return err
 			}
 			tok, err := requireToken(c)
 			if err != nil {

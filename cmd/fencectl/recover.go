@@ -54,7 +54,7 @@ On a readable journal it refuses (exit 2): use replay.
 				}
 				fmt.Fprintf(w, "\nnew tokens start above %d; every older token is refused\n", rep.FirstToken)
 				for _, f := range rep.Findings {
-					fmt.Fprintf(w, "%s\n", f.Describe())
+					fmt.Fprintf(w, "%s\n", printable(f.Describe()))
 				}
 			})
 			return nil

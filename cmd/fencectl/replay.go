@@ -53,7 +53,7 @@ file, a symlink or other non-task entry in a state directory).
 						if f.Fixed {
 							mark = "fixed"
 						}
-						fmt.Fprintf(w, "%s: %s\n", mark, f.Describe())
+						fmt.Fprintf(w, "%s: %s\n", mark, printable(f.Describe()))
 					}
 					switch {
 					case len(rep.Findings) == 0:
