@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
 )
 
@@ -20,6 +21,8 @@ import (
 // group. Nobody is answered before their change is durable.
 
 // pendingOp is one queued writer operation and, once done, its outcome.
+// fn may return a refusal (see refusal) only before it writes anything:
+// the group's transaction commits whatever its members wrote.
 type pendingOp struct {
 	op        string
 	fn        func(tx *journal.Tx, now time.Time) ([]journal.Event, error)
@@ -61,6 +64,19 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 	}
 	b.leading = false
 	b.mu.Unlock()
+}
+
+// sweepStaging moves staged files whose writer died before its commit to
+// .fence/quarantine, and says so. It runs under the lock, after settle has
+// published what the last commit staged.
+func (t *Tree) sweepStaging() {
+	moved, err := t.mirror.SweepStaging(false)
+	for _, name := range moved {
+		t.notify("quarantined", name, "staged by a process that died before its commit; moved to .fence/quarantine")
+	}
+	if err != nil {
+		t.notify("warning", string(fsmirror.Staging), err.Error())
+	}
 }
 
 // refusal reports whether err is an operation's own refusal, made before
@@ -107,6 +123,7 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		fail(err)
 		return
 	}
+	t.sweepStaging()
 	var txID uint64
 	err = db.Update(func(tx *journal.Tx) error {
 		txID = tx.ID()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,7 +29,7 @@ func Now() time.Time {
 	if t, ok := parseTestTime(os.Getenv("FENCE_TEST_NOW")); ok {
 		return t
 	}
-	return time.Now()
+	return time.Now().UTC()
 }
 
 func parseTestTime(s string) (time.Time, bool) {
@@ -47,6 +48,18 @@ func parseTestTime(s string) (time.Time, bool) {
 // crashAt exits the process at a named point when FENCE_CRASH lists it.
 // Points look like "claim:after-commit"; a listed name matches the whole
 // point or the part after the colon ("after-commit" matches every op).
+//
+// Optional refinements, all read from the environment:
+//
+//   - FENCE_CRASH_AFTER=N crashes at the Nth matching hit in this process
+//     (default 1, the first), e.g. the second move:after-rename of a commit
+//     that moves two files.
+//   - FENCE_CRASH_MARK=FILE writes the point's name (and the pid) to FILE
+//     before acting, so a test can wait for the event instead of sleeping.
+//   - FENCE_CRASH_ACTION=hang blocks forever at the point instead of
+//     exiting (a stuck process that holds the lock, the journal open and
+//     possibly a half-finished commit); the test ends it with a signal.
+//     The default action, exit, exits with code 99.
 func crashAt(point string) {
 	list := os.Getenv("FENCE_CRASH")
 	if list == "" {
@@ -55,8 +68,24 @@ func crashAt(point string) {
 	_, step, _ := strings.Cut(point, ":")
 	for _, want := range strings.Split(list, ",") {
 		if want == point || (step != "" && want == step) {
+			hit := crashHits.Add(1)
+			if n, err := strconv.ParseInt(os.Getenv("FENCE_CRASH_AFTER"), 10, 64); err == nil && n > hit {
+				return
+			}
+			if mark := os.Getenv("FENCE_CRASH_MARK"); mark != "" {
+				_ = os.WriteFile(mark, []byte(fmt.Sprintf("%s %d\n", point, os.Getpid())), 0o644)
+			}
+			if os.Getenv("FENCE_CRASH_ACTION") == "hang" {
+				fmt.Fprintf(os.Stderr, "fencectl: test hang at %s (pid %d)\n", point, os.Getpid())
+				for { // not select{}: the runtime would call that a deadlock and exit
+					time.Sleep(time.Hour)
+				}
+			}
 			fmt.Fprintf(os.Stderr, "fencectl: test crash at %s\n", point)
 			os.Exit(99)
 		}
 	}
 }
+
+// crashHits counts the matching crash points this process has passed.
+var crashHits atomic.Int64

@@ -49,6 +49,7 @@ type replayState struct {
 	tasks   map[string]journal.Task
 	claims  map[uint64]journal.Claim
 	staged  map[string]string // task → staging name of its add event
+	outputs []string          // staging names of fenced outputs (put, complete --result)
 	rebuild bool              // stored records, claims or indexes differ from the log
 	moves   []move            // misplaced files to put back
 	extra   []extraCopy       // second copies to quarantine
@@ -91,6 +92,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		if err := t.adoptInbox(db); err != nil {
 			return ReplayReport{}, err
 		}
+		t.sweepStaging()
 	}
 	var rep ReplayReport
 	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
@@ -134,8 +136,11 @@ func (st *replayState) compareJournal(tx *journal.Tx, rep *ReplayReport) error {
 			return true, nil
 		}
 		st.tasks[ev.Task] = rec
-		if ev.Type == journal.EvAdd {
+		switch {
+		case ev.Type == journal.EvAdd:
 			st.staged[ev.Task] = ev.Staged
+		case ev.Staged != "":
+			st.outputs = append(st.outputs, ev.Staged)
 		}
 		if ev.Token != 0 {
 			var pc *journal.Claim
@@ -246,6 +251,23 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 	if entries, err := t.mirror.List(fsmirror.Staging); err == nil {
 		for _, e := range entries {
 			staging[e.Name] = e.Kind == fsmirror.Regular
+		}
+	}
+	// Staged files whose writer is dead: the next writer moves them to
+	// .fence/quarantine. A staged file a missing task still needs is
+	// reported below as misplaced instead.
+	needed := map[string]bool{}
+	for _, s := range st.staged {
+		needed[s] = true
+	}
+	for _, s := range st.outputs {
+		needed[s] = true // an output the next writer publishes (settle)
+	}
+	if orphans, err := t.mirror.SweepStaging(true); err == nil {
+		for _, name := range orphans {
+			if !needed[name] {
+				add(Finding{Kind: "orphan_staged", Dir: string(fsmirror.Staging), Task: name, Detail: "staged by a process that died before its commit; the next writer moves it to .fence/quarantine"})
+			}
 		}
 	}
 	for _, id := range order {

@@ -65,6 +65,12 @@ func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }
 // journal. On an existing tree it checks the journal and changes nothing;
 // created says which happened.
 func Init(root string, d journal.Defaults) (created bool, err error) {
+	return InitTimeout(root, d, DefaultTimeout)
+}
+
+// InitTimeout is Init with a bound on the wait for the lock of an
+// existing tree's journal.
+func InitTimeout(root string, d journal.Defaults, timeout time.Duration) (created bool, err error) {
 	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
 		return false, invalidf("invalid --ttl %s: must be positive and at most %s", d.TTL, MaxTTL)
 	}
@@ -82,7 +88,7 @@ func Init(root string, d journal.Defaults) (created bool, err error) {
 		return false, err
 	}
 	if exists {
-		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: DefaultTimeout})
+		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout})
 		if err != nil {
 			return false, err
 		}

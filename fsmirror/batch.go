@@ -43,6 +43,9 @@ func (b *Batch) MoveFrom(from Dir, src string, to Dir, id string) error {
 	if err := b.m.rename(from, src, to, id); err != nil {
 		return fmt.Errorf("move %s to %s as %s: %w", b.m.Path(from, src), to, id, err)
 	}
+	if from == Staging {
+		b.m.release(src)
+	}
 	b.note(from, to)
 	return nil
 }

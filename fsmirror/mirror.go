@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +64,9 @@ type Mirror struct {
 	root   string
 	rootfd int
 	fds    map[Dir]int // nil once closed
+
+	heldMu sync.Mutex
+	held   map[string]*os.File // staged files this process writes (see Stage)
 }
 
 // Create makes the tree at root, creating root itself if needed, and opens
@@ -167,6 +171,12 @@ func (m *Mirror) Close() error {
 	if m.fds == nil {
 		return nil
 	}
+	m.heldMu.Lock()
+	for name, f := range m.held {
+		f.Close()
+		delete(m.held, name)
+	}
+	m.heldMu.Unlock()
 	var errs []error
 	for _, fd := range m.fds {
 		errs = append(errs, unix.Close(fd))

@@ -41,6 +41,9 @@ func (m *Mirror) MoveFrom(from Dir, src string, to Dir, id string) error {
 	if err := m.move(from, src, to, id); err != nil {
 		return fmt.Errorf("move %s to %s as %s: %w", m.Path(from, src), to, id, err)
 	}
+	if from == Staging {
+		m.release(src)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package fsmirror
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -15,7 +16,8 @@ func (m *Mirror) Quarantine(dir Dir, name string) (string, error) {
 	}
 	dst := fmt.Sprintf("%s.%d.%s", time.Now().UTC().Format("20060102T150405"), time.Now().UnixNano()%1e9, name)
 	if dir != Inbox {
-		dst = fmt.Sprintf("%s.%s", dir, dst)
+		// ".fence/tmp" must not put a slash in the name.
+		dst = fmt.Sprintf("%s.%s", strings.ReplaceAll(strings.TrimPrefix(string(dir), "."), "/", "-"), dst)
 	}
 	if err := m.move(dir, name, Quarantine, dst); err != nil {
 		return "", fmt.Errorf("quarantine %s: %w", m.Path(dir, name), err)

@@ -3,6 +3,7 @@ package fsmirror
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -39,6 +40,7 @@ func (m *Mirror) Unstage(name string) error {
 	if err := validComponent(name, "staging file name"); err != nil {
 		return err
 	}
+	defer m.release(name)
 	fd, err := m.dirfd(Staging)
 	if err != nil {
 		return err
@@ -63,7 +65,7 @@ func (m *Mirror) writeTemp(prefix string, r io.Reader, maxBytes int64) (_ string
 	}
 	name := prefix + "-" + hex.EncodeToString(b[:])
 	path := m.Path(Staging, name)
-	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	fd, linked, err := createHeld(dirfd, name)
 	if err != nil {
 		return "", &fs.PathError{Op: "create", Path: path, Err: err}
 	}
@@ -71,7 +73,9 @@ func (m *Mirror) writeTemp(prefix string, r io.Reader, maxBytes int64) (_ string
 	defer func() {
 		if err != nil {
 			f.Close() // may already be closed; the error is the first one
-			unix.Unlinkat(dirfd, name, 0)
+			if linked {
+				unix.Unlinkat(dirfd, name, 0)
+			}
 		}
 	}()
 	src := r
@@ -80,7 +84,7 @@ func (m *Mirror) writeTemp(prefix string, r io.Reader, maxBytes int64) (_ string
 	}
 	n, err := io.Copy(f, src)
 	if err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
+		return "", err // already names the file
 	}
 	if maxBytes >= 0 && n > maxBytes {
 		return "", &TooLargeError{Limit: maxBytes}
@@ -88,8 +92,103 @@ func (m *Mirror) writeTemp(prefix string, r io.Reader, maxBytes int64) (_ string
 	if err := f.Sync(); err != nil {
 		return "", err
 	}
-	if err := f.Close(); err != nil {
-		return "", err
+	if !linked {
+		// The file gets its name only now, complete and locked.
+		if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), dirfd, name, unix.AT_SYMLINK_FOLLOW); err != nil {
+			return "", &fs.PathError{Op: "link", Path: path, Err: err}
+		}
+		linked = true
 	}
+	m.hold(name, f)
 	return name, nil
+}
+
+// createHeld creates a staging file that carries a shared flock from its
+// first moment in the directory, so that sweepers (SweepStaging) can tell a
+// file whose writer still lives from one left by a dead process. With
+// O_TMPFILE the file is nameless until it is complete and locked; where the
+// file system lacks it, the file is created by name and locked at once.
+func createHeld(dirfd int, name string) (fd int, linked bool, err error) {
+	fd, err = unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		fd, err = unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return -1, false, err
+		}
+		linked = true
+	}
+	if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
+		unix.Close(fd)
+		if linked {
+			unix.Unlinkat(dirfd, name, 0)
+		}
+		return -1, false, err
+	}
+	return fd, linked, nil
+}
+
+// hold keeps a staged file open (and so its flock held) until release.
+func (m *Mirror) hold(name string, f *os.File) {
+	m.heldMu.Lock()
+	defer m.heldMu.Unlock()
+	if m.held == nil {
+		m.held = map[string]*os.File{}
+	}
+	m.held[name] = f
+}
+
+// release closes a staged file this process held, dropping its flock.
+func (m *Mirror) release(name string) {
+	m.heldMu.Lock()
+	f := m.held[name]
+	delete(m.held, name)
+	m.heldMu.Unlock()
+	if f != nil {
+		f.Close()
+	}
+}
+
+// SweepStaging moves to .fence/quarantine every staged file whose writer
+// is gone: a process that staged content and died before its commit (or
+// whose commit failed) leaves it behind. A live writer holds a shared
+// flock on its staged file from the moment the file has a name, so a file
+// that can be locked exclusively has no writer. It returns the names moved;
+// with dryRun it only returns the names it would move.
+func (m *Mirror) SweepStaging(dryRun bool) ([]string, error) {
+	dirfd, err := m.dirfd(Staging)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := m.List(Staging)
+	if err != nil {
+		return nil, err
+	}
+	var moved []string
+	for _, e := range entries {
+		if e.Kind != Regular {
+			continue
+		}
+		fd, err := unix.Openat(dirfd, e.Name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			unix.Close(fd) // its writer lives
+			continue
+		}
+		if dryRun {
+			unix.Close(fd)
+			moved = append(moved, e.Name)
+			continue
+		}
+		_, err = m.Quarantine(Staging, e.Name)
+		unix.Close(fd)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return moved, err
+		}
+		if err == nil {
+			moved = append(moved, e.Name)
+		}
+	}
+	return moved, nil
 }

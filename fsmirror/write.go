@@ -33,6 +33,7 @@ func (m *Mirror) writeAtomic(task, name string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	defer m.release(tmp)
 	if err := m.publish(tmp, task, name); err != nil {
 		unix.Unlinkat(m.fds[Staging], tmp, 0)
 		return err
@@ -58,6 +59,7 @@ func (m *Mirror) Publish(staged, task, name string) error {
 	if err := m.publish(staged, task, name); err != nil {
 		return fmt.Errorf("write output %s: %w", m.Path(Out, task+"/"+name), err)
 	}
+	m.release(staged)
 	return nil
 }
 

@@ -80,6 +80,7 @@ func CreateSeeded(dir string, d Defaults, seed uint64) error {
 	_ = os.Remove(tmp)
 	b, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
 	if err != nil {
+		_ = os.Remove(tmp) // a full disk, say: leave nothing half made
 		return fmt.Errorf("create journal %s: %w", tmp, err)
 	}
 	err = b.Update(func(btx *bolt.Tx) error {

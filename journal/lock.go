@@ -35,7 +35,7 @@ func AcquireLock(path string, exclusive bool, timeout time.Duration) (*Lock, err
 	}
 	if timeout <= 0 {
 		f.Close()
-		return nil, ErrBusy
+		return nil, &BusyError{Lock: path, Holders: lockHolders(path)}
 	}
 
 	var (
@@ -74,7 +74,7 @@ func AcquireLock(path string, exclusive bool, timeout time.Duration) (*Lock, err
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		default:
 			gaveUp = true
-			return nil, ErrBusy
+			return nil, &BusyError{Lock: path, Waited: timeout, Holders: lockHolders(path)}
 		}
 	}
 }

@@ -30,7 +30,7 @@ nothing. The settings become the tree's defaults.
 				return usagef("init takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
 			d := fence.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
-			created, err := fence.Init(c.String("dir"), d)
+			created, err := fence.InitTimeout(c.String("dir"), d, c.Duration("timeout"))
 			if err != nil {
 				return err
 			}

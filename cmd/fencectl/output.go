@@ -170,7 +170,7 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason, obj.Task, obj.State = exitNotAvailable, fence.ReasonNotAvailable, notAv.Task, string(notAv.State)
 	case errors.Is(err, fence.ErrBusy):
 		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
-		obj.Message = err.Error() + " (waited --timeout / FENCE_TIMEOUT; look for a long-running fencectl process on this tree: fuser .fence/lock)"
+		obj.Message = err.Error() + " (--timeout / FENCE_TIMEOUT); if that process is stuck, stop it: the last commit is finished by the next writer"
 	case errors.As(err, &noTask):
 		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
 	case errors.As(err, &invalid), errors.As(err, &usage), errors.As(err, &readable):

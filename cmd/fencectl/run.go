@@ -197,7 +197,7 @@ wait:
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			now := fence.Now()
 			killAt = minTime(now.Add(grace), keeper.Deadline().Add(-margin))
-			fmt.Fprintf(out.stderr, "fencectl run: %v; sent SIGTERM to %s, SIGKILL in %s\n", lost, cfg.argv[0], killAt.Sub(now).Round(time.Millisecond))
+			fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", printable(lost.Error()), cfg.argv[0], max(killAt.Sub(now), 0).Round(time.Millisecond))
 		case s := <-sigc:
 			if signal == nil {
 				signal = s
