@@ -19,27 +19,31 @@ import (
 func TestTorture_JournalDamage(t *testing.T) {
 	requireHooks(t)
 	tasks := tortureScale(20, 500)
+	// partial damage (garbage in some pages) may spare what a command
+	// reads: such a command may succeed, but replay --check, which reads
+	// everything, must not, and nothing may panic.
 	damages := []struct {
-		name string
-		do   func(t *testing.T, path string)
+		name    string
+		do      func(t *testing.T, path string)
+		partial bool
 	}{
-		{"truncated-to-100-bytes", func(t *testing.T, p string) { must(t, os.Truncate(p, 100)) }},
+		{"truncated-to-100-bytes", func(t *testing.T, p string) { must(t, os.Truncate(p, 100)) }, false},
 		{"truncated-to-half", func(t *testing.T, p string) {
 			fi, err := os.Stat(p)
 			must(t, err)
 			must(t, os.Truncate(p, fi.Size()/2))
-		}},
-		{"garbage-in-pages", func(t *testing.T, p string) { scribble(t, p, 2*4096, 8*4096, 0x5a) }},
-		{"zeroed-meta-pages", func(t *testing.T, p string) { scribble(t, p, 0, 2*4096, 0) }},
-		{"zero-length", func(t *testing.T, p string) { must(t, os.Truncate(p, 0)) }},
-		{"directory", func(t *testing.T, p string) { must(t, os.Remove(p)); must(t, os.Mkdir(p, 0o700)) }},
-		{"fifo", func(t *testing.T, p string) { must(t, os.Remove(p)); must(t, unix.Mkfifo(p, 0o600)) }},
+		}, false},
+		{"garbage-in-pages", func(t *testing.T, p string) { scribble(t, p, 2*4096, 8*4096, 0x5a) }, true},
+		{"zeroed-meta-pages", func(t *testing.T, p string) { scribble(t, p, 0, 2*4096, 0) }, false},
+		{"zero-length", func(t *testing.T, p string) { must(t, os.Truncate(p, 0)) }, false},
+		{"directory", func(t *testing.T, p string) { must(t, os.Remove(p)); must(t, os.Mkdir(p, 0o700)) }, false},
+		{"fifo", func(t *testing.T, p string) { must(t, os.Remove(p)); must(t, unix.Mkfifo(p, 0o600)) }, false},
 		{"symlink", func(t *testing.T, p string) {
 			outside := filepath.Join(t.TempDir(), "elsewhere.db")
 			must(t, os.Rename(p, outside))
 			must(t, os.Symlink(outside, p))
-		}},
-		{"deleted", func(t *testing.T, p string) { must(t, os.Remove(p)) }},
+		}, false},
+		{"deleted", func(t *testing.T, p string) { must(t, os.Remove(p)) }, false},
 	}
 	commands := [][]string{{"status"}, {"claim"}, {"add", "--id", "new"}, {"replay", "--check"}, {"log"}, {"reap"}}
 	refusals, recovered := 0, 0
@@ -59,11 +63,16 @@ func TestTorture_JournalDamage(t *testing.T) {
 			for _, args := range commands {
 				out, err := fencectlCmd(dir, args...).CombinedOutput()
 				text := string(out)
-				if code := exitCode(err); code != exitError {
-					t.Errorf("%v on a %s journal: exit %d, want 1\n%s", args, dm.name, code, text)
-				}
+				code := exitCode(err)
 				if strings.Contains(text, "goroutine ") || strings.Contains(text, "panic:") {
 					t.Errorf("%v: a stack trace reached the user:\n%s", args, text)
+				}
+				fullRead := args[0] == "replay"
+				if dm.partial && !fullRead && code == 0 {
+					continue // the damage spared what this command reads
+				}
+				if code != exitError {
+					t.Errorf("%v on a %s journal: exit %d, want 1\n%s", args, dm.name, code, text)
 				}
 				if !strings.Contains(text, "journal.db") || !strings.Contains(text, "recover") {
 					t.Errorf("%v: the message does not name the file and `fencectl recover`:\n%s", args, text)

@@ -81,7 +81,17 @@ func run(fuzztime time.Duration, out string, skipFuzz bool) error {
 	table := render(parts, fuzz, testsOK, time.Since(start))
 	fmt.Println()
 	fmt.Print(table)
-	return writeDoc(out, table)
+	if err := writeDoc(out, table); err != nil {
+		return err
+	}
+	crashers := 0
+	for _, f := range fuzz {
+		crashers += f.crashers
+	}
+	if !testsOK || crashers > 0 {
+		return fmt.Errorf("torture tests failed or fuzzing found %d crasher(s); the report says which", crashers)
+	}
+	return nil
 }
 
 func listFuzz(pkg string) ([]string, error) {
