@@ -29,8 +29,10 @@ test-race: ## the tests under the race detector
 	# and the scripts and the race test start about two thousand of them.
 	GORACE=atexit_sleep_ms=0 $(GO) test -race -tags $(TEST_TAGS) -count=1 ./...
 
-bench: ## run the benchmarks (not part of make test)
-	$(GO) test -tags $(BUILD_TAGS) -run '^$$' -bench . ./bench/
+bench: ## run the benchmarks (not part of make test) and write docs/BENCHMARKS.md
+	@mkdir -p bin
+	$(GO) test -tags $(BUILD_TAGS) -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/ 2>&1 | tee bin/bench.out
+	$(GO) run ./bench/report -cmd "make bench" -o docs/BENCHMARKS.md < bin/bench.out
 
 torture: ## the full torture suite (minutes): kill storm, crash points, linearizability, fuzzing...; writes docs/RELIABILITY.md
 	$(GO) run ./cmd/torturereport -fuzztime $(FUZZTIME)

@@ -1,3 +1,28 @@
-// Package bench holds fencectl's benchmarks: `go test -bench . -run '^$'
-// ./bench/` (or `make bench`). They never run in `make test`.
+// Package bench holds fencectl's benchmarks: fencectl against the patterns
+// people use today and against the disk's and the machine's own limits, all
+// in one run on one file system. `make bench` runs them and regenerates
+// docs/BENCHMARKS.md with bench/report; they never run in `make test`
+// (TestMain builds nothing unless -test.bench is set, and there are no
+// tests here).
+//
+//	go test -tags urfave_cli_no_docs -run '^$' -bench . -benchtime 1x ./bench/
+//
+// Each benchmark does a fixed batch of work per b.N and overrides ns/op with
+// the time per claim, so -benchtime 1x (one batch) is the intended setting;
+// -count N gives benchstat N samples. The metrics (claims/s, p50-ms, p99-ms,
+// x-floor, other-cpu-pct) are described in stats_test.go.
+//
+// Files:
+//
+//	floor_test.go     the fdatasync and rename floors, the hello-world ceiling
+//	cli_test.go       claim + complete through the release binary; the
+//	                  FENCE_LOCK_MODE=bbolt variant; claims alone at 8 procs
+//	library_test.go   claim + complete through the Go API, 1 and 16 goroutines
+//	baseline_test.go  bare rename; flock + JSON state file (in-process and one
+//	                  process per step via BENCH_HELPER); the helper commands
+//	scale_test.go     claim-next and status with 1k, 100k, 1M tasks
+//	                  (BENCH_MAX_TASKS=N leaves out the sizes above N)
+//	run_test.go       fencectl run: revoke to SIGTERM
+//	tree_test.go      building trees fast (files + one replay commit)
+//	report/           the generator of docs/BENCHMARKS.md
 package bench

@@ -1,59 +1,136 @@
 package bench
 
 import (
+	"bufio"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"syscall"
+	"strings"
 	"testing"
 	"time"
 )
 
-// fencectlBin is the release binary (make build's tags), built once.
-var fencectlBin string
+// The binaries the benchmarks start, built once by TestMain (only when
+// benchmarks run: `make test` compiles this package and builds nothing).
+var (
+	fencectlBin      string // the release binary: make build's tags and flags
+	fencectlPlainBin string // a plain `go build`, docs generator linked in
+	helloBin         string // a Go hello-world: the process-start ceiling
+	selfBin          string // this test binary, for the BENCH_HELPER commands
+)
 
-// TestMain builds the binary the CLI benchmarks run, and doubles as the
+// workDir holds the binaries and the trees that are built once and shared
+// by several benchmarks (the scale trees). It is on the same file system as
+// every b.TempDir(), so all figures are measured on the same disk.
+var workDir string
+
+// TestMain builds the binaries the benchmarks run, and doubles as the
 // helper commands they start (see helperMain).
 func TestMain(m *testing.M) {
 	if h := os.Getenv("BENCH_HELPER"); h != "" {
-		helperMain(h)
-		return
+		os.Exit(helperMain(h))
 	}
-	dir, err := os.MkdirTemp("", "fencectl-bench")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run()) // no benchmarks asked for: build nothing
 	}
-	fencectlBin = filepath.Join(dir, "fencectl")
-	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-trimpath", "-o", fencectlBin, "../cmd/fencectl")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build fencectl:", err)
-		os.Exit(1)
+	code, err := setUp()
+	if err == nil {
+		mark := markCPU()
+		code = m.Run()
+		fmt.Printf("benchothercpu: %.1f\n", otherCPU(mark, markCPU()))
+	} else {
+		fmt.Fprintln(os.Stderr, "bench set-up:", err)
+		code = 1
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
+	os.RemoveAll(workDir)
 	os.Exit(code)
 }
 
-// helperMain runs a small command for a benchmark in its own process.
-//
-//	sigterm-recorder: write "ready" to $BENCH_READY, then on SIGTERM write
-//	the time (Unix ns) to $BENCH_TERM and exit 143.
-func helperMain(name string) {
-	switch name {
-	case "sigterm-recorder":
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGTERM)
-		os.WriteFile(os.Getenv("BENCH_READY"), []byte("ready"), 0o644)
-		<-c
-		os.WriteFile(os.Getenv("BENCH_TERM"), []byte(fmt.Sprint(time.Now().UnixNano())), 0o644)
-		os.Exit(143)
+func setUp() (int, error) {
+	dir, err := os.MkdirTemp("", "fencectl-bench")
+	if err != nil {
+		return 1, err
 	}
-	fmt.Fprintln(os.Stderr, "unknown helper", name)
-	os.Exit(2)
+	workDir = dir
+	if selfBin, err = os.Executable(); err != nil {
+		return 1, err
+	}
+	printBenchDir(dir)
+	fencectlBin = filepath.Join(dir, "fencectl")
+	fencectlPlainBin = filepath.Join(dir, "fencectl-plain")
+	helloBin = filepath.Join(dir, "hello")
+	// The make build binary: static (CGO_ENABLED=0) with the docs generator
+	// left out, exactly as the Makefile builds it; and a plain go build.
+	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs", "-trimpath", "-o", fencectlBin, "../cmd/fencectl"); err != nil {
+		return 1, err
+	}
+	if err := goBuild("", nil, "build", "-o", fencectlPlainBin, "../cmd/fencectl"); err != nil {
+		return 1, err
+	}
+	hello := filepath.Join(dir, "hello-src")
+	if err := os.MkdirAll(hello, 0o755); err != nil {
+		return 1, err
+	}
+	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n"
+	if err := os.WriteFile(filepath.Join(hello, "main.go"), []byte(src), 0o644); err != nil {
+		return 1, err
+	}
+	if err := os.WriteFile(filepath.Join(hello, "go.mod"), []byte("module hello\n\ngo 1.22\n"), 0o644); err != nil {
+		return 1, err
+	}
+	if err := goBuild(hello, nil, "build", "-o", helloBin, "."); err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+func goBuild(dir string, env []string, args ...string) error {
+	build := exec.Command("go", args...)
+	build.Dir = dir
+	build.Env = append(append(os.Environ(), "GOFLAGS="), env...) // a plain build means plain
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// printBenchDir prints, as go-bench configuration lines (benchstat keeps
+// them as labels; bench/report puts them in the doc), where the trees live,
+// on what file system, and the load average at the start. TestMain adds
+// benchothercpu at the end: the % of the machine's CPU that other processes
+// used during the whole run.
+func printBenchDir(dir string) {
+	dev, fstype := mountOf(dir)
+	fmt.Printf("benchdir: %s\nbenchfs: %s %s\n", filepath.Dir(dir), fstype, dev)
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("benchload: %s\n", strings.Join(strings.Fields(string(load))[:3], " "))
+	}
+}
+
+// mountOf finds the mount holding path in /proc/mounts (longest prefix).
+func mountOf(path string) (dev, fstype string) {
+	f, err := os.Open("/proc/mounts")
+	if err != nil {
+		return "?", "?"
+	}
+	defer f.Close()
+	best := -1
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 3 {
+			continue
+		}
+		mp := fs[1]
+		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > best {
+			best, dev, fstype = len(mp), fs[0], fs[2]
+		}
+	}
+	return dev, fstype
 }
 
 // fencectl runs the release binary on dir and fails b on error.

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,10 +52,14 @@ func BenchmarkRun_RevokeToSignal(b *testing.B) {
 	b.ReportMetric(ms(median(fromReturn)), "ms-from-revoke-return")
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+// sigtermRecorder is the sigterm-recorder helper: write "ready" to
+// $BENCH_READY, then on SIGTERM write the time (Unix ns) to $BENCH_TERM and
+// exit 143.
+func sigtermRecorder() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM)
+	os.WriteFile(os.Getenv("BENCH_READY"), []byte("ready"), 0o644)
+	<-c
+	os.WriteFile(os.Getenv("BENCH_TERM"), []byte(fmt.Sprint(time.Now().UnixNano())), 0o644)
+	os.Exit(143)
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
