@@ -69,9 +69,9 @@ func (t *Tx) LastCommit() ([]Event, error) {
 func (t *Tx) Events(from uint64, fn func(Event) (more bool, err error)) error {
 	c := t.tx.Bucket(bucketEvents).Cursor()
 	for k, v := c.Seek(u64(from)); k != nil; k, v = c.Next() {
-		var ev Event
-		if err := json.Unmarshal(v, &ev); err != nil {
-			return fmt.Errorf("decode event %d: %w", getU64(k), err)
+		ev, err := decodeEvent(k, v)
+		if err != nil {
+			return err
 		}
 		more, err := fn(ev)
 		if err != nil || !more {
@@ -86,9 +86,9 @@ func (t *Tx) Events(from uint64, fn func(Event) (more bool, err error)) error {
 func (t *Tx) EventsBackward(fn func(Event) (more bool, err error)) error {
 	c := t.tx.Bucket(bucketEvents).Cursor()
 	for k, v := c.Last(); k != nil; k, v = c.Prev() {
-		var ev Event
-		if err := json.Unmarshal(v, &ev); err != nil {
-			return fmt.Errorf("decode event %d: %w", getU64(k), err)
+		ev, err := decodeEvent(k, v)
+		if err != nil {
+			return err
 		}
 		more, err := fn(ev)
 		if err != nil || !more {
@@ -112,9 +112,9 @@ func (t *Tx) TaskEventsBackward(id string, fn func(Event) (more bool, err error)
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Prev() {
 		seq := k[len(prefix):]
-		var ev Event
-		if err := json.Unmarshal(events.Get(seq), &ev); err != nil {
-			return fmt.Errorf("decode event %d: %w", getU64(seq), err)
+		ev, err := decodeEvent(seq, events.Get(seq))
+		if err != nil {
+			return err
 		}
 		more, err := fn(ev)
 		if err != nil || !more {
@@ -122,4 +122,13 @@ func (t *Tx) TaskEventsBackward(id string, fn func(Event) (more bool, err error)
 		}
 	}
 	return nil
+}
+
+// decodeEvent decodes the event stored under key k.
+func decodeEvent(k, v []byte) (Event, error) {
+	var ev Event
+	if err := json.Unmarshal(v, &ev); err != nil {
+		return ev, fmt.Errorf("decode event %d: %w", getU64(k), err)
+	}
+	return ev, nil
 }
