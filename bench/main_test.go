@@ -105,6 +105,7 @@ func goBuild(dir string, env []string, args ...string) error {
 // used during the whole run.
 func printBenchDir(dir string) {
 	dev, fstype := mountOf(dir)
+	fmt.Printf("benchdate: %s\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("benchdir: %s\nbenchfs: %s %s\n", filepath.Dir(dir), fstype, dev)
 	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Printf("benchload: %s\n", strings.Join(strings.Fields(string(load))[:3], " "))

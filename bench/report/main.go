@@ -30,7 +30,7 @@ import (
 )
 
 func main() {
-	cmd := flag.String("cmd", "", "the go test command that make bench ran to produce the input, shown in the document")
+	cmd := flag.String("cmd", "", "how the input was produced, shown in the document: a go test command line (shown as what make bench runs) or e.g. \"make bench\"")
 	outPath := flag.String("o", "", "write the document here (default: stdout)")
 	flag.Parse()
 	res, err := parse(os.Stdin)
@@ -169,11 +169,17 @@ func write(w io.Writer, r *results, cmd string, now time.Time) {
 	p("`benchstat old.txt new.txt`.\n\n")
 
 	p("## The run\n\n| | |\n|---|---|\n")
+	if t, err := time.Parse(time.RFC3339, r.config["benchdate"]); err == nil {
+		now = t.UTC() // when the run started, if it said
+	}
 	p("| Date | %s |\n", now.Format("2006-01-02 15:04 MST"))
-	if cmd == "" {
+	switch {
+	case cmd == "":
 		p("| Command | `make bench` |\n")
-	} else {
+	case strings.HasPrefix(cmd, "go "):
 		p("| Command | `make bench`, which runs `%s` |\n", strings.ReplaceAll(cmd, "|", `\|`))
+	default:
+		p("| Command | `%s` |\n", strings.ReplaceAll(cmd, "|", `\|`))
 	}
 	p("| Machine | %s |\n", machine(r))
 	p("| Go | %s %s/%s |\n", runtime.Version(), orDash(r.config["goos"]), orDash(r.config["goarch"]))
