@@ -37,12 +37,26 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*pendingOp
 	leading bool
-	// settledTx is the journal transaction whose moves this Tree finished
-	// itself; while it is still the last commit, settling can be skipped.
-	settledTx atomic.Uint64
+	// settled is the head (journal.DB.Head) of the last commit whose moves
+	// this Tree finished itself; while it is still the head, settling can
+	// be skipped.
+	settled atomic.Pointer[string]
 }
 
-func (b *batcher) mirrored(txID uint64) { b.settledTx.Store(txID) }
+// mirrored records that every move up to the commit head is done: in this
+// process, and in the mark for the next process (see fsmirror.MarkName).
+func (t *Tree) mirrored(head string) {
+	t.batch.settled.Store(&head)
+	t.mirror.WriteMark(head)
+}
+
+// isMirrored reports whether the moves of commit head are known to be done.
+func (t *Tree) isMirrored(head string) bool {
+	if p := t.batch.settled.Load(); p != nil && *p == head {
+		return true
+	}
+	return t.mirror.ReadMark() == head
+}
 
 // submit queues p and returns when p is done: either another caller's
 // group ran it, or this caller leads groups until the queue is empty.
@@ -124,9 +138,7 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		return
 	}
 	t.sweepStaging()
-	var txID uint64
 	err = db.Update(func(tx *journal.Tx) error {
-		txID = tx.ID()
 		now := Now()
 		for _, p := range group {
 			evs, err := p.fn(tx, now)
@@ -158,17 +170,19 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		}
 	}
 	err = t.mirrorEvents(evs)
-	if err == nil && len(evs) > 0 {
-		t.batch.mirrored(txID)
+	if err == nil {
+		// settle finished the commits before this one; this group's moves
+		// are durable now.
+		if head, err := db.Head(); err == nil {
+			t.mirrored(head)
+		}
+		return
 	}
-	if err != nil {
-		// Committed: the journal holds the change; the next writer
-		// finishes the moves. Report the error to everyone whose change it
-		// concerns.
-		for _, p := range group {
-			if p.committed && p.err == nil {
-				p.err = err
-			}
+	// Committed: the journal holds the change; the next writer finishes the
+	// moves. Report the error to everyone whose change it concerns.
+	for _, p := range group {
+		if p.committed && p.err == nil {
+			p.err = err
 		}
 	}
 }

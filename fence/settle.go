@@ -136,16 +136,19 @@ func (t *Tree) ensure(m move) error {
 
 // settle finishes the moves of the last commit if a crash cut them short.
 // Writers are serialised by the lock, so only the last commit can be
-// behind; this costs one read and a stat per task it touched.
+// behind; this costs one read and a stat per task it touched, or nothing
+// when the writer of that commit marked its moves done.
 func (t *Tree) settle(db *journal.DB) error {
-	if last := t.batch.settledTx.Load(); last != 0 {
-		if id, err := db.TxID(); err == nil && id == last {
-			return nil // the last commit was ours and its moves are done
-		}
+	head, err := db.Head()
+	if err != nil {
+		return err
+	}
+	if t.isMirrored(head) {
+		return nil
 	}
 	var todo []move
 	var last []journal.Event
-	err := db.View(func(tx *journal.Tx) error {
+	err = db.View(func(tx *journal.Tx) error {
 		evs, err := tx.LastCommit()
 		if err != nil {
 			return err

@@ -18,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
 )
 
@@ -1319,12 +1320,78 @@ func TestTree_AdoptDuplicateLeftInInbox(t *testing.T) {
 	fileAt(t, tree, "t1", fence.Available)
 }
 
+// The mark of an older commit must not vouch for the last one: a writer
+// that died after its commit left the previous writer's mark behind.
+func TestTree_SettleIgnoresMarkOfOlderCommit(t *testing.T) {
+	tree, _ := newTreeWith(t, testDefaults, fence.Options{})
+	add(t, tree, "t1", 0)
+	markPath := filepath.Join(tree.Root(), ".fence", fsmirror.MarkName)
+	older, err := os.ReadFile(markPath)
+	if err != nil || len(older) == 0 {
+		t.Fatalf("no mark after a commit: %q, %v", older, err)
+	}
+	claim(t, tree, "t1", "a")
+	if now, _ := os.ReadFile(markPath); string(now) == string(older) {
+		t.Fatalf("the mark did not change with the claim's commit: %q", now)
+	}
+	// The claim's process "died" after its commit: file not moved, mark
+	// still the one from before.
+	if err := os.Rename(tree.Path("t1", fence.Claimed), tree.Path("t1", fence.Available)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(markPath, older, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var notes notices
+	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	add(t, next, "t2", 0)
+	if _, ok := notes.of("settled")["t1"]; !ok {
+		t.Errorf("no settled notice: %+v", notes.list)
+	}
+	fileAt(t, tree, "t1", fence.Claimed)
+}
+
+// A mark that names the last commit spares the next process the check:
+// here a file moved by hand after a complete claim stays where it is (the
+// check would have put it back), which shows the check was skipped.
+func TestTree_SettleTrustsMarkOfLastCommit(t *testing.T) {
+	tree, _ := newTreeWith(t, testDefaults, fence.Options{})
+	add(t, tree, "t1", 0)
+	claim(t, tree, "t1", "a")
+	if err := os.Rename(tree.Path("t1", fence.Claimed), tree.Path("t1", fence.Available)); err != nil {
+		t.Fatal(err)
+	}
+	var notes notices
+	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	add(t, next, "t2", 0)
+	if _, ok := notes.of("settled")["t1"]; ok {
+		t.Errorf("settled t1 although the mark vouched for the last commit: %+v", notes.list)
+	}
+	// Put it back so the helpers' invariant check at cleanup holds.
+	if err := os.Rename(tree.Path("t1", fence.Available), tree.Path("t1", fence.Claimed)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTree_SettleFinishesInterruptedMove(t *testing.T) {
 	tree, n := newTreeWith(t, testDefaults, fence.Options{})
 	add(t, tree, "t1", 0)
 	c := claim(t, tree, "t1", "a")
-	// As if the claim's process died after the commit, before the rename.
+	// As if the claim's process died after the commit, before the rename:
+	// the file is where it was, and that process never wrote the mark that
+	// says its moves are done.
 	if err := os.Rename(tree.Path("t1", fence.Claimed), tree.Path("t1", fence.Available)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(tree.Root(), ".fence", fsmirror.MarkName)); err != nil {
 		t.Fatal(err)
 	}
 	// The next writer after a crash is another process: a fresh Tree (the

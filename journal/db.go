@@ -32,6 +32,7 @@ const minFileSize = 4 * 4096
 // DB is an open journal together with the flock that guards it.
 type DB struct {
 	b    *bolt.DB
+	file *os.File // the file bbolt opened, and holds its own flock on
 	path string
 	lock *Lock
 }
@@ -191,7 +192,7 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		}
 		return nil, &CorruptError{Path: path, Detail: err.Error()}
 	}
-	db = &DB{b: b, path: path, lock: lock}
+	db = &DB{b: b, file: file, path: path, lock: lock}
 	if err := db.checkVersion(); err != nil {
 		b.Close()
 		return nil, err
@@ -271,24 +272,33 @@ func (db *DB) Verify() error {
 	})
 }
 
-// TxID returns the id of the last committed transaction: it changes with
-// every commit, by any process.
-func (db *DB) TxID() (id uint64, err error) {
+// Head identifies the last commit, by any process: the tree's id, bbolt's
+// transaction id and the range of events that commit wrote. A journal that
+// recover rebuilds has a new tree id, so two commits on one tree never share
+// a head.
+func (db *DB) Head() (head string, err error) {
 	err = db.View(func(tx *Tx) error {
-		id = uint64(tx.tx.ID())
+		meta := tx.tx.Bucket(bucketMeta)
+		head = fmt.Sprintf("%s %d %x", meta.Get([]byte(keyTreeID)), tx.tx.ID(), meta.Get([]byte(keyLastCommit)))
 		return nil
 	})
-	return id, err
+	return head, err
 }
 
-// Close closes bbolt, then drops the lock.
+// Close drops the locks, then closes bbolt. Unmapping the journal and
+// closing it take tens of microseconds and need no lock: everything this
+// handle wrote is committed, and it reads nothing more. So the next writer
+// is let in first (bbolt's own flock too, or it would poll for it).
 func (db *DB) Close() error {
 	if db == nil {
 		return nil
 	}
-	err := db.b.Close()
-	if lerr := db.lock.Release(); err == nil {
-		err = lerr
+	if db.file != nil {
+		_ = unix.Flock(int(db.file.Fd()), unix.LOCK_UN)
+	}
+	err := db.lock.Release()
+	if cerr := db.b.Close(); cerr != nil {
+		err = cerr
 	}
 	return err
 }
