@@ -132,7 +132,12 @@ func Open(root string, o Options) (*Tree, error) {
 }
 
 // Close releases the tree's directory handles.
-func (t *Tree) Close() error { return t.mirror.Close() }
+func (t *Tree) Close() error {
+	if db := t.batch.idle.Swap(nil); db != nil {
+		db.Close()
+	}
+	return t.mirror.Close()
+}
 
 // Root returns the tree's absolute root.
 func (t *Tree) Root() string { return t.root }
@@ -160,7 +165,7 @@ func (t *Tree) write(ctx context.Context, op string, fn func(tx *journal.Tx, now
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	p := &pendingOp{op: op, fn: fn, done: make(chan struct{})}
+	p := &pendingOp{op: op, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	t.batch.submit(t, p)
 	return p.evs, p.committed, p.err
 }

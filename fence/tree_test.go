@@ -1567,3 +1567,36 @@ func TestTree_HugeTTLIsNotReaped(t *testing.T) {
 		t.Errorf("Verify after the next claim: %v", err)
 	}
 }
+
+// Two Trees on one directory stand for two processes. Each parks its
+// journal handle between writes; every time the other one has committed
+// in between, the parked handle must be dropped and the journal reopened,
+// or its stale freelist would hand out pages the other one is using.
+func TestTree_InterleavedWritersReopenStaleHandle(t *testing.T) {
+	a, _ := newTreeWith(t, testDefaults, fence.Options{})
+	b, err := fence.Open(a.Root(), fence.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	trees := []*fence.Tree{a, b}
+	for i := 0; i < 20; i++ {
+		add(t, trees[i%2], fmt.Sprintf("t%02d", i), 0)
+	}
+	for i := 0; i < 20; i++ {
+		w, other := trees[i%2], trees[(i+1)%2]
+		c := claim(t, w, "", fmt.Sprintf("agent-%d", i%2))
+		// The other handle completes it: a commit between two of w's.
+		if _, err := other.Complete(bg, fence.FencedRequest{ID: c.Task.ID, Token: c.Token}); err != nil {
+			t.Fatalf("round %d: complete %s through the other tree: %v", i, c.Task.ID, err)
+		}
+		fileAt(t, w, c.Task.ID, fence.Done)
+	}
+	st, err := a.Status(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Counts[fence.Done] != 20 || st.Counts[fence.Available] != 0 {
+		t.Errorf("counts = %v; want 20 done", st.Counts)
+	}
+}

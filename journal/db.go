@@ -31,10 +31,12 @@ const minFileSize = 4 * 4096
 
 // DB is an open journal together with the flock that guards it.
 type DB struct {
-	b    *bolt.DB
-	file *os.File // the file bbolt opened, and holds its own flock on
-	path string
-	lock *Lock
+	b        *bolt.DB
+	file     *os.File // the file bbolt opened, and holds its own flock on
+	path     string
+	lock     *Lock
+	readOnly bool
+	parked   *parkedState // set while parked (see Park)
 }
 
 // OpenOptions say how to open a journal.
@@ -192,7 +194,7 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		}
 		return nil, &CorruptError{Path: path, Detail: err.Error()}
 	}
-	db = &DB{b: b, file: file, path: path, lock: lock}
+	db = &DB{b: b, file: file, path: path, lock: lock, readOnly: o.ReadOnly}
 	if err := db.checkVersion(); err != nil {
 		b.Close()
 		return nil, err
@@ -293,7 +295,7 @@ func (db *DB) Close() error {
 	if db == nil {
 		return nil
 	}
-	if db.file != nil {
+	if db.file != nil && db.parked == nil {
 		_ = unix.Flock(int(db.file.Fd()), unix.LOCK_UN)
 	}
 	err := db.lock.Release()

@@ -1,0 +1,151 @@
+package journal_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// addTask commits one new available task.
+func addTask(t *testing.T, db *journal.DB, id string) {
+	t.Helper()
+	update(t, db, func(tx *journal.Tx) error {
+		if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: id, To: journal.Available}); err != nil {
+			return err
+		}
+		return tx.PutTask(nil, available(id, 0, 1))
+	})
+}
+
+// openParked opens the journal in dir for writing, commits one task and
+// parks the handle; Close runs at cleanup.
+func openParked(t *testing.T, dir string) *journal.DB {
+	t.Helper()
+	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	addTask(t, db, "mine")
+	if err := db.Park(); err != nil {
+		t.Fatalf("Park: %v", err)
+	}
+	return db
+}
+
+// A parked handle holds no lock: another writer gets in at once.
+func TestPark_ReleasesLocks(t *testing.T) {
+	dir := newJournalClosed(t)
+	openParked(t, dir)
+	other, err := journal.Open(dir, journal.OpenOptions{Timeout: 0})
+	if err != nil {
+		t.Fatalf("Open while the other handle is parked: %v", err)
+	}
+	other.Close()
+}
+
+// With nobody else committing, Resume hands the same handle back, and it
+// writes as before.
+func TestPark_ResumeUnchanged(t *testing.T) {
+	dir := newJournalClosed(t)
+	db := openParked(t, dir)
+	if err := db.Resume(time.Second); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	addTask(t, db, "after-resume")
+	// While resumed, the lock is held again.
+	if _, err := journal.AcquireLock(filepath.Join(dir, journal.LockName), true, 0); !errors.Is(err, journal.ErrBusy) {
+		t.Fatalf("lock while resumed: err = %v; want ErrBusy", err)
+	}
+	if err := db.Park(); err != nil {
+		t.Fatal(err)
+	}
+	check, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	view(t, check, func(tx *journal.Tx) error {
+		for _, id := range []string{"mine", "after-resume"} {
+			if _, ok, err := tx.Task(id); err != nil || !ok {
+				t.Errorf("task %s after park and resume: ok=%v err=%v", id, ok, err)
+			}
+		}
+		for _, e := range tx.Check() {
+			t.Errorf("bbolt check: %v", e)
+		}
+		return nil
+	})
+}
+
+// A commit by another handle (another process) makes the parked one stale:
+// its freelist no longer matches the file.
+func TestPark_StaleAfterOtherCommit(t *testing.T) {
+	dir := newJournalClosed(t)
+	db := openParked(t, dir)
+	other, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, other, "theirs")
+	other.Close()
+	if err := db.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
+		t.Fatalf("Resume after another commit: err = %v; want ErrStale", err)
+	}
+	// A failed Resume leaves no lock behind.
+	again, err := journal.Open(dir, journal.OpenOptions{Timeout: 0})
+	if err != nil {
+		t.Fatalf("Open after a stale Resume: %v", err)
+	}
+	again.Close()
+}
+
+// A journal replaced under the same path (recover does this) is another
+// file: the parked handle must not write to the old one.
+func TestPark_StaleAfterFileReplaced(t *testing.T) {
+	dir := newJournalClosed(t)
+	db := openParked(t, dir)
+	fresh := t.TempDir()
+	if err := journal.Create(fresh, defaults, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(journal.Path(fresh), journal.Path(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
+		t.Fatalf("Resume after the file was replaced: err = %v; want ErrStale", err)
+	}
+}
+
+// Resume waits for the lock like Open, and gives up busy.
+func TestPark_ResumeBusy(t *testing.T) {
+	dir := newJournalClosed(t)
+	db := openParked(t, dir)
+	holder := mustLock(t, filepath.Join(dir, journal.LockName), true, time.Second)
+	if err := db.Resume(50 * time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+		t.Fatalf("Resume while another holds the lock: err = %v; want ErrBusy", err)
+	}
+	holder.Release()
+	if err := db.Resume(time.Second); err != nil {
+		t.Fatalf("Resume once the lock is free: %v", err)
+	}
+}
+
+func TestPark_OnlyWriters(t *testing.T) {
+	dir := newJournalClosed(t)
+	ro, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if err := ro.Park(); err == nil {
+		t.Error("Park of a read-only handle succeeded")
+	}
+	if err := ro.Resume(time.Second); err == nil {
+		t.Error("Resume of a handle that was never parked succeeded")
+	}
+}
