@@ -1,7 +1,6 @@
 package fsmirror
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -59,9 +58,11 @@ func (m *Mirror) writeTemp(prefix string, r io.Reader, maxBytes int64) (_ string
 	if err != nil {
 		return "", err
 	}
+	// getrandom(2) directly: crypto/rand would link the FIPS module, whose
+	// package initialisers every fencectl process would pay at start.
 	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
+	if n, err := unix.Getrandom(b[:], 0); err != nil || n != len(b) {
+		return "", fmt.Errorf("getrandom for a staging name: %d bytes, %v", n, err)
 	}
 	name := prefix + "-" + hex.EncodeToString(b[:])
 	path := m.Path(Staging, name)
