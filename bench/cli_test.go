@@ -185,26 +185,35 @@ func BenchmarkCLI_Claim(b *testing.B) {
 		b.Run(fmt.Sprintf("build=%s/procs=8", build.name), func(b *testing.B) {
 			n := cliClaims * b.N
 			cli := newAgentCLI(build.bin, newTree(b, n))
-			hello := func() run {
-				return runWorkers(b, 8, ceilingRuns/2, func(int, int) (time.Duration, error) {
-					return timed(func() error { return exec.Command(helloBin).Run() })
+			againstHello(b, func() run {
+				return runWorkers(b, 8, n, func(w, _ int) (time.Duration, error) {
+					_, _, lat, err := cli.claim(fmt.Sprintf("agent-%d", w))
+					return lat, err
 				})
-			}
-			before := hello()
-			b.ResetTimer()
-			r := runWorkers(b, 8, n, func(w, _ int) (time.Duration, error) {
-				_, _, lat, err := cli.claim(fmt.Sprintf("agent-%d", w))
-				return lat, err
 			})
-			b.StopTimer()
-			after := hello()
-			report(b, r)
 			cli.reportBusy(b)
-			// The ceiling measured right before and right after this run, so
-			// that load from elsewhere hits both sides of the ratio alike.
-			helloRate := float64(before.ops+after.ops) / (before.elapsed + after.elapsed).Seconds()
-			b.ReportMetric(helloRate, "hello-runs/s")
-			b.ReportMetric(float64(r.ops)/r.elapsed.Seconds()/helloRate, "x-hello")
 		})
 	}
+}
+
+// againstHello times claims (a run of one-process-per-claim claims, 8
+// ways) between two runs of hello-world 8 ways, and reports it with
+// x-hello: its claims/s over the hello-world rate measured right before
+// and right after, so that load from elsewhere hits both sides of the
+// ratio alike.
+func againstHello(b *testing.B, claims func() run) {
+	hello := func() run {
+		return runWorkers(b, 8, ceilingRuns/2, func(int, int) (time.Duration, error) {
+			return timed(func() error { return exec.Command(helloBin).Run() })
+		})
+	}
+	before := hello()
+	b.ResetTimer()
+	r := claims()
+	b.StopTimer()
+	after := hello()
+	report(b, r)
+	helloRate := float64(before.ops+after.ops) / (before.elapsed + after.elapsed).Seconds()
+	b.ReportMetric(helloRate, "hello-runs/s")
+	b.ReportMetric(float64(r.ops)/r.elapsed.Seconds()/helloRate, "x-hello")
 }

@@ -2,7 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -58,4 +61,48 @@ func reportRuns(b *testing.B, r run) {
 	b.ReportMetric(ms(percentile(r.lats, 0.5)), "p50-ms")
 	b.ReportMetric(ms(percentile(r.lats, 0.99)), "p99-ms")
 	reportOther(b, r)
+}
+
+// BenchmarkCeiling_DurableClaim is the ceiling for a durable
+// one-process-per-claim CLI: bench/testdata/bareclaim takes a lock, writes
+// and syncs one journal page and one commit record, renames the task file
+// and fsyncs both directories, and does nothing else; run 8 ways like
+// BenchmarkCLI_Claim, with hello-world measured around it (x-hello).
+func BenchmarkCeiling_DurableClaim(b *testing.B) {
+	b.Run("procs=8", func(b *testing.B) {
+		n := cliClaims * b.N
+		dir := b.TempDir()
+		for _, d := range []string{"available", "claimed"} {
+			if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := createEmpty(filepath.Join(dir, "available"), n); err != nil {
+			b.Fatal(err)
+		}
+		j, err := os.Create(filepath.Join(dir, "journal"))
+		if err == nil {
+			err = j.Truncate(1001 * 4096)
+		}
+		if err == nil {
+			err = j.Sync()
+		}
+		j.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		againstHello(b, func() run {
+			return runWorkers(b, 8, n, func(int, int) (time.Duration, error) {
+				var out []byte
+				lat, err := timed(func() (err error) {
+					out, err = exec.Command(bareClaimBin, dir).Output()
+					return err
+				})
+				if err == nil && !strings.HasPrefix(string(out), "FENCE_TASK=t") {
+					err = fmt.Errorf("bareclaim printed %q", out)
+				}
+				return lat, helperErr(err)
+			})
+		})
+	})
 }

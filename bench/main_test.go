@@ -18,6 +18,7 @@ var (
 	fencectlBin      string // the release binary: make build's tags and flags
 	fencectlPlainBin string // a plain `go build`, docs generator linked in
 	helloBin         string // a Go hello-world: the process-start ceiling
+	bareClaimBin     string // testdata/bareclaim: a durable claim with nothing else
 	selfBin          string // this test binary, for the BENCH_HELPER commands
 )
 
@@ -82,6 +83,10 @@ func setUp() (int, error) {
 		return 1, err
 	}
 	if err := goBuild(hello, nil, "build", "-o", helloBin, "."); err != nil {
+		return 1, err
+	}
+	bareClaimBin = filepath.Join(dir, "bareclaim")
+	if err := goBuild("testdata/bareclaim", nil, "build", "-o", bareClaimBin, "."); err != nil {
 		return 1, err
 	}
 	return 0, nil

@@ -1,0 +1,3 @@
+module bareclaim
+
+go 1.22
