@@ -16,8 +16,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SchemaVersion is the layout of the buckets this code reads and writes.
-const SchemaVersion = "1"
+// SchemaVersion is the layout of the buckets this code writes: version 2
+// stores records in the binary form of codec.go. It also reads version 1
+// (JSON records, same buckets), and its first write to such a journal
+// marks it version 2, so that an older fencectl refuses it with a
+// VersionError instead of failing on a record it cannot decode.
+const SchemaVersion = "2"
+
+// schemaV1 is the JSON-record layout, still read.
+const schemaV1 = "1"
 
 // FileName and LockName are the journal's files inside the .fence directory.
 const (
@@ -37,6 +44,7 @@ type DB struct {
 	lock     *Lock
 	readOnly bool
 	parked   *parkedState // set while parked (see Park)
+	version  string       // the journal's schema version, as opened
 }
 
 // OpenOptions say how to open a journal.
@@ -232,10 +240,11 @@ func (db *DB) checkVersion() error {
 		if meta == nil {
 			return &CorruptError{Path: db.path, Detail: "not a fencectl journal (no meta bucket)"}
 		}
-		v := meta.Get([]byte(keyVersion))
-		if string(v) != SchemaVersion {
-			return &VersionError{Path: db.path, Found: string(v), Supported: SchemaVersion}
+		v := string(meta.Get([]byte(keyVersion)))
+		if v != SchemaVersion && v != schemaV1 {
+			return &VersionError{Path: db.path, Found: v, Supported: SchemaVersion}
 		}
+		db.version = v
 		for _, name := range allBuckets {
 			if tx.tx.Bucket(name) == nil {
 				return &CorruptError{Path: db.path, Detail: "bucket " + string(name) + " is missing"}
@@ -309,13 +318,24 @@ func (db *DB) Close() error {
 // records it puts commit together or not at all.
 func (db *DB) Update(fn func(*Tx) error) (err error) {
 	defer guard(db.path, &err)()
-	return db.b.Update(func(btx *bolt.Tx) error {
+	err = db.b.Update(func(btx *bolt.Tx) error {
 		tx := &Tx{tx: btx}
 		if err := fn(tx); err != nil {
 			return err
 		}
+		if db.version == schemaV1 {
+			// This transaction may write binary records: from now on the
+			// journal is version 2 (see SchemaVersion).
+			if err := btx.Bucket(bucketMeta).Put([]byte(keyVersion), []byte(SchemaVersion)); err != nil {
+				return err
+			}
+		}
 		return tx.finish()
 	})
+	if err == nil {
+		db.version = SchemaVersion
+	}
+	return err
 }
 
 // View runs fn in a read-only transaction.

@@ -2,7 +2,6 @@ package journal
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 )
 
@@ -17,11 +16,7 @@ func (t *Tx) Append(ev Event) (Event, error) {
 		return ev, err
 	}
 	ev.Seq = seq
-	v, err := json.Marshal(ev)
-	if err != nil {
-		return ev, err
-	}
-	if err := b.Put(u64(seq), v); err != nil {
+	if err := b.Put(u64(seq), encodeEvent(ev)); err != nil {
 		return ev, err
 	}
 	if err := t.tx.Bucket(bucketByTask).Put(byTaskKey(ev.Task, seq), nil); err != nil {
@@ -126,8 +121,8 @@ func (t *Tx) TaskEventsBackward(id string, fn func(Event) (more bool, err error)
 
 // decodeEvent decodes the event stored under key k.
 func decodeEvent(k, v []byte) (Event, error) {
-	var ev Event
-	if err := json.Unmarshal(v, &ev); err != nil {
+	ev, err := decodeEventRecord(v)
+	if err != nil {
 		return ev, fmt.Errorf("decode event %d: %w", getU64(k), err)
 	}
 	return ev, nil

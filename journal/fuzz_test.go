@@ -113,6 +113,14 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add("a\x00b", []byte(`{"lease":{"deadline":"0001-01-01T00:00:00Z"}}`))
 	f.Add("zzz", []byte(`{"seq":1`+strings.Repeat(" ", 1000)+`}`))
 	f.Add("t1", []byte(strings.Repeat(`{"last":`, 10000)+`null`+strings.Repeat(`}`, 10000)))
+	// The binary form (journal/codec.go): whole, cut short, with a byte
+	// too many, with a huge string length, and an unknown version.
+	bin := journal.EncodeTask(goodRecord())
+	f.Add("t1", bin)
+	f.Add("t1", bin[:len(bin)/2])
+	f.Add("t1", append(append([]byte{}, bin...), 0))
+	f.Add("t1", []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
+	f.Add("t1", []byte{2, 't', '1'})
 
 	dir := fuzzJournal(f)
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
@@ -185,6 +193,11 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add(uint64(2), "t1", []byte("\x00\x01\x02"))
 	f.Add(uint64(2), "t1", []byte(``))
 	f.Add(uint64(2), "t1", []byte(`{"type":"put","output":"../../escape","staged":".."}`))
+	bin := journal.EncodeEvent(journal.Event{Seq: 2, Time: t0, Type: journal.EvClaim, Task: "t1", From: journal.Available,
+		To: journal.Claimed, Agent: "a", Token: 5, Deadline: &dl})
+	f.Add(uint64(2), "t1", bin)
+	f.Add(uint64(2), "t1", bin[:len(bin)-1])
+	f.Add(uint64(2), "t1", []byte{1, 2, 1, 0x80})
 
 	dir := fuzzJournal(f)
 	first, _ := json.Marshal(journal.Event{Seq: 1, Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available})

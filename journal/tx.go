@@ -15,6 +15,7 @@ type Tx struct {
 	tx         *bolt.Tx
 	firstEvent uint64 // seq of this transaction's first appended event, 0 if none
 	lastEvent  uint64
+	defaults   *Defaults // read once per transaction: every claim asks
 }
 
 // ID is the transaction's id: for a write transaction, the id the journal
@@ -27,7 +28,8 @@ func (t *Tx) Task(id string) (task Task, ok bool, err error) {
 	if v == nil {
 		return Task{}, false, nil
 	}
-	if err := json.Unmarshal(v, &task); err != nil {
+	task, err = decodeTask(v)
+	if err != nil {
 		return Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
 	}
 	return task, true, nil
@@ -45,11 +47,7 @@ func (t *Tx) PutTask(old *Task, rec Task) error {
 			return err
 		}
 	}
-	v, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), v); err != nil {
+	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), encodeTask(rec)); err != nil {
 		return err
 	}
 	if err := t.index(rec); err != nil {
@@ -133,8 +131,8 @@ func (t *Tx) Leases(fn func(id string) error) error {
 // ForEachTask calls fn for every record, in id order.
 func (t *Tx) ForEachTask(fn func(Task) error) error {
 	return t.tx.Bucket(bucketTasks).ForEach(func(k, v []byte) error {
-		var rec Task
-		if err := json.Unmarshal(v, &rec); err != nil {
+		rec, err := decodeTask(v)
+		if err != nil {
 			return fmt.Errorf("decode task %q: %w", k, err)
 		}
 		return fn(rec)
@@ -163,7 +161,8 @@ func (t *Tx) Claim(token uint64) (c Claim, ok bool, err error) {
 	if v == nil {
 		return Claim{}, false, nil
 	}
-	if err := json.Unmarshal(v, &c); err != nil {
+	c, err = decodeClaim(v)
+	if err != nil {
 		return Claim{}, false, fmt.Errorf("decode claim %d: %w", token, err)
 	}
 	return c, true, nil
@@ -171,11 +170,7 @@ func (t *Tx) Claim(token uint64) (c Claim, ok bool, err error) {
 
 // PutClaim stores c under its token.
 func (t *Tx) PutClaim(c Claim) error {
-	v, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), v)
+	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), encodeClaim(c))
 }
 
 // Request returns the token of the current claim granted to request id
@@ -209,9 +204,15 @@ func (t *Tx) DeleteRequest(agent, id string) error {
 
 // Defaults returns the tree-wide settings chosen at init.
 func (t *Tx) Defaults() (Defaults, error) {
+	if t.defaults != nil {
+		return *t.defaults, nil
+	}
 	var d Defaults
-	err := json.Unmarshal(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)), &d)
-	return d, err
+	if err := json.Unmarshal(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)), &d); err != nil {
+		return d, err
+	}
+	t.defaults = &d
+	return d, nil
 }
 
 // TreeID returns the journal's unique id, made at init.
@@ -264,8 +265,8 @@ func (t *Tx) IndexSizes() (ready, expiry int) {
 // ForEachClaim calls fn for every stored claim, in token order.
 func (t *Tx) ForEachClaim(fn func(Claim) error) error {
 	return t.tx.Bucket(bucketClaims).ForEach(func(k, v []byte) error {
-		var c Claim
-		if err := json.Unmarshal(v, &c); err != nil {
+		c, err := decodeClaim(v)
+		if err != nil {
 			return fmt.Errorf("decode claim %d: %w", getU64(k), err)
 		}
 		return fn(c)

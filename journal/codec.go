@@ -1,0 +1,327 @@
+package journal
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Record encoding.
+//
+// Task records, claims and events are written in a compact binary form:
+// one version byte (codecV1), then the fields in a fixed order, integers as
+// varints, strings length-prefixed, times as UTC instants. A claim decodes
+// and encodes four or five records, and with encoding/json that was half of
+// the work a group commit does per operation (2.6 µs to decode one task,
+// 1.3 µs to encode it) plus, in every new process, the reflection that
+// builds json's type tables.
+//
+// Journals written before this encoding hold JSON records, which always
+// start with '{'. Decoding looks at the first byte and reads either, so
+// old journals keep working and are converted record by record as tasks
+// change; nothing needs a migration.
+//
+// Times are stored as instants in UTC (every time the journal records comes
+// from fence.Now, which is UTC); decoding returns them in UTC.
+
+// codecV1 starts every binary record. It can never start a JSON record.
+const codecV1 = 0x01
+
+// errTrailing and errShort are the decoder's two ways to find a damaged record.
+var (
+	errShort    = errors.New("record truncated")
+	errTrailing = errors.New("unexpected bytes after the record")
+)
+
+// ---- encoding
+
+type encoder struct{ b []byte }
+
+func (e *encoder) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) int(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *encoder) str(s string)  { e.uint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *encoder) flag(ok bool)  { e.b = append(e.b, boolByte(ok)) }
+func (e *encoder) time(t time.Time) {
+	// Zero stays zero; everything else as seconds and nanoseconds, which
+	// covers every year time.Time can hold (UnixNano stops at 2262).
+	if t.IsZero() {
+		e.b = append(e.b, 0)
+		return
+	}
+	e.b = append(e.b, 1)
+	e.int(t.Unix())
+	e.uint(uint64(t.Nanosecond()))
+}
+
+func boolByte(ok bool) byte {
+	if ok {
+		return 1
+	}
+	return 0
+}
+
+func (e *encoder) leaseEnd(l *LeaseEnd) {
+	e.uint(l.Token)
+	e.str(l.Agent)
+	e.time(l.At)
+	e.str(string(l.By))
+	e.str(l.Reason)
+}
+
+func encodeTask(t Task) []byte {
+	e := encoder{b: make([]byte, 0, 128)}
+	e.b = append(e.b, codecV1)
+	e.str(t.ID)
+	e.str(string(t.State))
+	e.int(t.Priority)
+	e.int(int64(t.MaxAttempts))
+	e.int(int64(t.Attempts))
+	e.uint(t.Seq)
+	e.time(t.Created)
+	e.time(t.Updated)
+	e.flag(t.Lease != nil)
+	if l := t.Lease; l != nil {
+		e.uint(l.Token)
+		e.str(l.Agent)
+		e.time(l.ClaimedAt)
+		e.time(l.Deadline)
+		e.int(int64(l.TTL))
+		e.str(l.RequestID)
+	}
+	e.flag(t.Last != nil)
+	if t.Last != nil {
+		e.leaseEnd(t.Last)
+	}
+	return e.b
+}
+
+func encodeClaim(c Claim) []byte {
+	e := encoder{b: make([]byte, 0, 96)}
+	e.b = append(e.b, codecV1)
+	e.uint(c.Token)
+	e.str(c.Task)
+	e.str(c.Agent)
+	e.time(c.At)
+	e.str(c.RequestID)
+	e.flag(c.Ended != nil)
+	if c.Ended != nil {
+		e.leaseEnd(c.Ended)
+	}
+	return e.b
+}
+
+func encodeEvent(ev Event) []byte {
+	e := encoder{b: make([]byte, 0, 96)}
+	e.b = append(e.b, codecV1)
+	e.uint(ev.Seq)
+	e.time(ev.Time)
+	e.str(string(ev.Type))
+	e.str(ev.Task)
+	e.str(string(ev.From))
+	e.str(string(ev.To))
+	e.str(ev.Agent)
+	e.uint(ev.Token)
+	e.str(ev.Reason)
+	e.flag(ev.Deadline != nil)
+	if ev.Deadline != nil {
+		e.time(*ev.Deadline)
+	}
+	e.int(ev.Priority)
+	e.int(int64(ev.MaxAttempts))
+	e.str(ev.RequestID)
+	e.str(ev.Staged)
+	e.str(ev.Output)
+	e.str(ev.Source)
+	return e.b
+}
+
+// ---- decoding
+
+// decoder reads fields in order; the first problem sticks in err and every
+// later read returns a zero value, so callers check err once at the end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+}
+
+func (d *decoder) uint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(errShort)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) int() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail(errShort)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// intN reads a varint that must fit in an int.
+func (d *decoder) intN() int {
+	v := d.int()
+	if v < math.MinInt || v > math.MaxInt {
+		d.fail(fmt.Errorf("integer %d out of range", v))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) str() string {
+	n := d.uint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(errShort)
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) flag() bool {
+	if d.err != nil {
+		return false
+	}
+	if len(d.b) == 0 {
+		d.fail(errShort)
+		return false
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	if c > 1 {
+		d.fail(fmt.Errorf("flag byte %d", c))
+	}
+	return c == 1
+}
+
+func (d *decoder) time() time.Time {
+	if !d.flag() {
+		return time.Time{}
+	}
+	sec := d.int()
+	nsec := d.uint()
+	if d.err == nil && nsec >= 1e9 {
+		d.fail(fmt.Errorf("nanoseconds %d out of range", nsec))
+	}
+	if d.err != nil {
+		return time.Time{}
+	}
+	return time.Unix(sec, int64(nsec)).UTC()
+}
+
+func (d *decoder) leaseEnd() *LeaseEnd {
+	return &LeaseEnd{Token: d.uint(), Agent: d.str(), At: d.time(), By: EventType(d.str()), Reason: d.str()}
+}
+
+// start checks the version byte; ok is false for a JSON record.
+func (d *decoder) start() (binary bool) {
+	switch {
+	case len(d.b) == 0:
+		d.fail(errShort)
+		return true
+	case d.b[0] == '{':
+		return false
+	case d.b[0] != codecV1:
+		d.fail(fmt.Errorf("unknown record format %#x", d.b[0]))
+		return true
+	}
+	d.b = d.b[1:]
+	return true
+}
+
+func (d *decoder) end() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(errTrailing)
+	}
+	return d.err
+}
+
+func decodeTask(v []byte) (Task, error) {
+	d := decoder{b: v}
+	if !d.start() {
+		var t Task
+		err := json.Unmarshal(v, &t)
+		return t, err
+	}
+	t := Task{
+		ID: d.str(), State: State(d.str()), Priority: d.int(), MaxAttempts: d.intN(), Attempts: d.intN(),
+		Seq: d.uint(), Created: d.time(), Updated: d.time(),
+	}
+	if d.flag() {
+		t.Lease = &Lease{Token: d.uint(), Agent: d.str(), ClaimedAt: d.time(), Deadline: d.time(),
+			TTL: time.Duration(d.int()), RequestID: d.str()}
+	}
+	if d.flag() {
+		t.Last = d.leaseEnd()
+	}
+	if err := d.end(); err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+func decodeClaim(v []byte) (Claim, error) {
+	d := decoder{b: v}
+	if !d.start() {
+		var c Claim
+		err := json.Unmarshal(v, &c)
+		return c, err
+	}
+	c := Claim{Token: d.uint(), Task: d.str(), Agent: d.str(), At: d.time(), RequestID: d.str()}
+	if d.flag() {
+		c.Ended = d.leaseEnd()
+	}
+	if err := d.end(); err != nil {
+		return Claim{}, err
+	}
+	return c, nil
+}
+
+func decodeEventRecord(v []byte) (Event, error) {
+	d := decoder{b: v}
+	if !d.start() {
+		var ev Event
+		err := json.Unmarshal(v, &ev)
+		return ev, err
+	}
+	ev := Event{
+		Seq: d.uint(), Time: d.time(), Type: EventType(d.str()), Task: d.str(),
+		From: State(d.str()), To: State(d.str()), Agent: d.str(), Token: d.uint(), Reason: d.str(),
+	}
+	if d.flag() {
+		t := d.time()
+		ev.Deadline = &t
+	}
+	ev.Priority = d.int()
+	ev.MaxAttempts = d.intN()
+	ev.RequestID, ev.Staged, ev.Output, ev.Source = d.str(), d.str(), d.str(), d.str()
+	if err := d.end(); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}

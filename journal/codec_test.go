@@ -1,0 +1,236 @@
+package journal_test
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// utc is how the codec returns times: the same instant, in UTC.
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.Unix(t.Unix(), int64(t.Nanosecond())).UTC()
+}
+
+func sampleTask() journal.Task {
+	dl := t0.Add(90 * time.Second)
+	return journal.Task{ID: "build-42", State: journal.Claimed, Priority: -7, MaxAttempts: 3, Attempts: 2, Seq: 1 << 40,
+		Created: t0, Updated: t0.Add(time.Nanosecond),
+		Lease: &journal.Lease{Token: 1795313309003512, Agent: "agent é 1", ClaimedAt: t0, Deadline: dl, TTL: 10 * time.Minute, RequestID: "r-7"},
+		Last:  &journal.LeaseEnd{Token: 17, Agent: "old", At: t0.Add(-time.Hour), By: journal.EvReap, Reason: "lease expired"}}
+}
+
+func TestCodec_RoundTrip(t *testing.T) {
+	task := sampleTask()
+	if got, err := journal.DecodeTask(journal.EncodeTask(task)); err != nil || !reflect.DeepEqual(got, task) {
+		t.Errorf("task round trip:\n got %+v, %v\nwant %+v", got, err, task)
+	}
+	bare := journal.Task{ID: "t", State: journal.Available}
+	if got, err := journal.DecodeTask(journal.EncodeTask(bare)); err != nil || !reflect.DeepEqual(got, bare) {
+		t.Errorf("bare task round trip: got %+v, %v", got, err)
+	}
+	claim := journal.Claim{Token: 9, Task: "build-42", Agent: "a", At: t0, RequestID: "k", Ended: task.Last}
+	if got, err := journal.DecodeClaim(journal.EncodeClaim(claim)); err != nil || !reflect.DeepEqual(got, claim) {
+		t.Errorf("claim round trip: got %+v, %v", got, err)
+	}
+	dl := t0.Add(time.Minute)
+	ev := journal.Event{Seq: 3, Time: t0, Type: journal.EvPut, Task: "build-42", From: journal.Claimed, To: journal.Claimed,
+		Agent: "a", Token: 9, Reason: "r", Deadline: &dl, Priority: math.MinInt64, MaxAttempts: math.MaxInt32,
+		RequestID: "k", Staged: "put-00ff", Output: "log.txt", Source: "inbox"}
+	if got, err := journal.DecodeEvent(journal.EncodeEvent(ev)); err != nil || !reflect.DeepEqual(got, ev) {
+		t.Errorf("event round trip:\n got %+v, %v\nwant %+v", got, err, ev)
+	}
+}
+
+// Records written before the binary codec are JSON; they must read back
+// exactly as a binary record of the same value does.
+func TestCodec_ReadsJSONRecords(t *testing.T) {
+	task := sampleTask()
+	old, _ := json.Marshal(task)
+	fromJSON, err := journal.DecodeTask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromBin, _ := journal.DecodeTask(journal.EncodeTask(task))
+	if !reflect.DeepEqual(fromJSON, fromBin) {
+		t.Errorf("JSON and binary decode differ:\nJSON %+v\n bin %+v", fromJSON, fromBin)
+	}
+	ev := journal.Event{Seq: 1, Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available}
+	oldEv, _ := json.Marshal(ev)
+	if got, err := journal.DecodeEvent(oldEv); err != nil || !reflect.DeepEqual(got, ev) {
+		t.Errorf("JSON event: got %+v, %v", got, err)
+	}
+	claim := journal.Claim{Token: 9, Task: "t1", Agent: "a", At: t0}
+	oldClaim, _ := json.Marshal(claim)
+	if got, err := journal.DecodeClaim(oldClaim); err != nil || !reflect.DeepEqual(got, claim) {
+		t.Errorf("JSON claim: got %+v, %v", got, err)
+	}
+}
+
+// Every cut of a record, a byte too many, an unknown version and a bad
+// flag are errors, never a panic and never a half-read value.
+func TestCodec_DamagedRecords(t *testing.T) {
+	full := journal.EncodeTask(sampleTask())
+	for n := 0; n < len(full); n++ {
+		if got, err := journal.DecodeTask(full[:n]); err == nil {
+			t.Errorf("record cut to %d of %d bytes decoded: %+v", n, len(full), got)
+		}
+	}
+	if _, err := journal.DecodeTask(append(append([]byte{}, full...), 0)); err == nil {
+		t.Error("a byte after the record was accepted")
+	}
+	if _, err := journal.DecodeTask(append([]byte{7}, full[1:]...)); err == nil {
+		t.Error("an unknown version byte was accepted")
+	}
+	bad := journal.EncodeTask(journal.Task{ID: "t"})
+	bad[len(bad)-1] = 2 // the last flag (no Last) as 2
+	if _, err := journal.DecodeTask(bad); err == nil {
+		t.Error("flag byte 2 was accepted")
+	}
+	ev := journal.EncodeEvent(journal.Event{Seq: 1, Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available})
+	for n := 0; n < len(ev); n++ {
+		if _, err := journal.DecodeEvent(ev[:n]); err == nil {
+			t.Errorf("event cut to %d of %d bytes decoded", n, len(ev))
+		}
+	}
+}
+
+// FuzzCodecRoundTrip: any record the journal can hold decodes to itself
+// (times as the same instant in UTC), and its encoding never looks like
+// JSON to the decoder.
+func FuzzCodecRoundTrip(f *testing.F) {
+	f.Add("t1", "claimed", "agent", "", int64(0), int64(3), uint64(1), int64(1893456000), int64(5), true, true)
+	f.Add("", "", "", "\x00\xff", int64(math.MinInt64), int64(-1), uint64(math.MaxUint64), int64(-62135596800), int64(0), false, true)
+	f.Add("x", "{", "}", "{\"id\":1}", int64(math.MaxInt64), int64(math.MaxInt32), uint64(0), int64(253402300799), int64(999999999), true, false)
+	f.Fuzz(func(t *testing.T, id, state, agent, reason string, prio, n int64, token uint64, sec, nsec int64, lease, last bool) {
+		at := time.Unix(sec, nsec%1e9).In(time.FixedZone("x", 3600))
+		task := journal.Task{ID: id, State: journal.State(state), Priority: prio, MaxAttempts: int(n), Attempts: int(-n),
+			Seq: token, Created: at, Updated: time.Time{}}
+		if lease {
+			task.Lease = &journal.Lease{Token: token, Agent: agent, ClaimedAt: at, Deadline: at, TTL: time.Duration(prio), RequestID: reason}
+		}
+		if last {
+			task.Last = &journal.LeaseEnd{Token: token, Agent: agent, At: at, By: journal.EventType(reason), Reason: reason}
+		}
+		want := task
+		want.Created = utc(at)
+		if lease {
+			l := *task.Lease
+			l.ClaimedAt, l.Deadline = utc(at), utc(at)
+			want.Lease = &l
+		}
+		if last {
+			e := *task.Last
+			e.At = utc(at)
+			want.Last = &e
+		}
+		got, err := journal.DecodeTask(journal.EncodeTask(task))
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("task round trip:\n got %+v, %v\nwant %+v", got, err, want)
+		}
+		dl := at
+		ev := journal.Event{Seq: token, Time: at, Type: journal.EventType(state), Task: id, From: journal.State(agent),
+			To: journal.State(reason), Agent: agent, Token: token, Reason: reason, Priority: prio, MaxAttempts: int(n),
+			RequestID: id, Staged: state, Output: agent, Source: reason}
+		if lease {
+			ev.Deadline = &dl
+		}
+		wantEv := ev
+		wantEv.Time = utc(at)
+		if lease {
+			u := utc(at)
+			wantEv.Deadline = &u
+		}
+		gotEv, err := journal.DecodeEvent(journal.EncodeEvent(ev))
+		if err != nil || !reflect.DeepEqual(gotEv, wantEv) {
+			t.Fatalf("event round trip:\n got %+v, %v\nwant %+v", gotEv, err, wantEv)
+		}
+		c := journal.Claim{Token: token, Task: id, Agent: agent, At: at, RequestID: reason, Ended: task.Last}
+		wantC := c
+		wantC.At, wantC.Ended = utc(at), want.Last
+		gotC, err := journal.DecodeClaim(journal.EncodeClaim(c))
+		if err != nil || !reflect.DeepEqual(gotC, wantC) {
+			t.Fatalf("claim round trip:\n got %+v, %v\nwant %+v", gotC, err, wantC)
+		}
+	})
+}
+
+// A version 1 journal (JSON records) is read as it is, and its first write
+// marks it version 2, so that an older fencectl refuses it cleanly instead
+// of failing on the binary records that write adds.
+func TestCodec_UpgradesVersion1Journal(t *testing.T) {
+	dir := newJournalClosed(t)
+	old := sampleTask()
+	oldJSON, _ := json.Marshal(old)
+	b, err := bolt.Open(journal.Path(dir), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte("meta")).Put([]byte("version"), []byte("1")); err != nil {
+			return err
+		}
+		return tx.Bucket([]byte("tasks")).Put([]byte(old.ID), oldJSON)
+	})
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := func() string {
+		t.Helper()
+		b, err := bolt.Open(journal.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		var v string
+		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
+		return v
+	}
+
+	ro, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("Open of a version 1 journal: %v", err)
+	}
+	view(t, ro, func(tx *journal.Tx) error {
+		if got, ok, err := tx.Task(old.ID); err != nil || !ok || got.Lease == nil || got.Lease.Token != old.Lease.Token {
+			t.Errorf("JSON record in a version 1 journal: %+v, %v, %v", got, ok, err)
+		}
+		return nil
+	})
+	ro.Close()
+	if v := version(); v != "1" {
+		t.Fatalf("reading changed the version to %q", v)
+	}
+
+	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, db, "new")
+	db.Close()
+	if v := version(); v != journal.SchemaVersion {
+		t.Errorf("version after the first write = %q; want %q", v, journal.SchemaVersion)
+	}
+	db, err = journal.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	view(t, db, func(tx *journal.Tx) error {
+		for _, id := range []string{old.ID, "new"} {
+			if _, ok, err := tx.Task(id); err != nil || !ok {
+				t.Errorf("task %s after the upgrade: ok=%v err=%v", id, ok, err)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,11 @@
+package journal
+
+// The record codec, for the tests of package journal_test.
+var (
+	EncodeTask  = encodeTask
+	DecodeTask  = decodeTask
+	EncodeClaim = encodeClaim
+	DecodeClaim = decodeClaim
+	EncodeEvent = encodeEvent
+	DecodeEvent = decodeEventRecord
+)
