@@ -11,7 +11,8 @@ import (
 
 // Record encoding.
 //
-// Task records, claims and events are written in a compact binary form:
+// Task records, claims, events and the defaults are written in a compact
+// binary form:
 // one version byte (codecV1), then the fields in a fixed order, integers as
 // varints, strings length-prefixed, times as UTC instants. A claim decodes
 // and encodes four or five records, and with encoding/json that was half of
@@ -324,4 +325,26 @@ func decodeEventRecord(v []byte) (Event, error) {
 		return Event{}, err
 	}
 	return ev, nil
+}
+
+func encodeDefaults(d Defaults) []byte {
+	e := encoder{b: make([]byte, 0, 16)}
+	e.b = append(e.b, codecV1)
+	e.int(int64(d.TTL))
+	e.int(int64(d.MaxAttempts))
+	return e.b
+}
+
+func decodeDefaults(v []byte) (Defaults, error) {
+	d := decoder{b: v}
+	if !d.start() {
+		var def Defaults
+		err := json.Unmarshal(v, &def)
+		return def, err
+	}
+	def := Defaults{TTL: time.Duration(d.int()), MaxAttempts: d.intN()}
+	if err := d.end(); err != nil {
+		return Defaults{}, err
+	}
+	return def, nil
 }

@@ -50,6 +50,21 @@ func TestCodec_RoundTrip(t *testing.T) {
 	}
 }
 
+func TestCodec_Defaults(t *testing.T) {
+	d := journal.Defaults{TTL: 90 * time.Second, MaxAttempts: 5}
+	if got, err := journal.DecodeDefaults(journal.EncodeDefaults(d)); err != nil || got != d {
+		t.Errorf("defaults round trip: %+v, %v", got, err)
+	}
+	old, _ := json.Marshal(d)
+	if got, err := journal.DecodeDefaults(old); err != nil || got != d {
+		t.Errorf("JSON defaults (schema 1): %+v, %v", got, err)
+	}
+	bin := journal.EncodeDefaults(d)
+	if _, err := journal.DecodeDefaults(bin[:len(bin)-1]); err == nil {
+		t.Error("truncated defaults decoded")
+	}
+}
+
 // Records written before the binary codec are JSON; they must read back
 // exactly as a binary record of the same value does.
 func TestCodec_ReadsJSONRecords(t *testing.T) {

@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -101,14 +100,10 @@ func CreateSeeded(dir string, d Defaults, seed uint64) error {
 			}
 		}
 		meta := btx.Bucket(bucketMeta)
-		dj, err := json.Marshal(d)
-		if err != nil {
-			return err
-		}
 		for k, v := range map[string][]byte{
 			keyVersion:  []byte(SchemaVersion),
 			keyTreeID:   []byte(ulid.Make().String()),
-			keyDefaults: dj,
+			keyDefaults: encodeDefaults(d),
 			keyToken:    u64(seed),
 		} {
 			if err := meta.Put([]byte(k), v); err != nil {
@@ -397,7 +392,9 @@ func ReadDefaults(path string) (d Defaults, ok bool) {
 	defer b.Close()
 	err = b.View(func(tx *bolt.Tx) error {
 		if meta := tx.Bucket(bucketMeta); meta != nil {
-			ok = json.Unmarshal(meta.Get([]byte(keyDefaults)), &d) == nil
+			var err error
+			d, err = decodeDefaults(meta.Get([]byte(keyDefaults)))
+			ok = err == nil
 		}
 		return nil
 	})

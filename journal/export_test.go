@@ -8,4 +8,7 @@ var (
 	DecodeClaim = decodeClaim
 	EncodeEvent = encodeEvent
 	DecodeEvent = decodeEventRecord
+
+	EncodeDefaults = encodeDefaults
+	DecodeDefaults = decodeDefaults
 )

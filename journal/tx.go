@@ -2,7 +2,6 @@ package journal
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -207,9 +206,9 @@ func (t *Tx) Defaults() (Defaults, error) {
 	if t.defaults != nil {
 		return *t.defaults, nil
 	}
-	var d Defaults
-	if err := json.Unmarshal(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)), &d); err != nil {
-		return d, err
+	d, err := decodeDefaults(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)))
+	if err != nil {
+		return d, fmt.Errorf("decode defaults: %w", err)
 	}
 	t.defaults = &d
 	return d, nil
