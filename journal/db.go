@@ -183,7 +183,7 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		ReadOnly:     o.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
-			f, err := os.OpenFile(name, flag, mode)
+			f, err := openPlain(name, flag, uint32(mode.Perm()))
 			file = f
 			return f, err
 		},

@@ -21,7 +21,7 @@ type Lock struct {
 // it returns, that goroutine drops the lock at once, so an abandoned wait
 // never ends up holding the journal.
 func AcquireLock(path string, exclusive bool, timeout time.Duration) (*Lock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := openPlain(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
@@ -96,4 +96,18 @@ func (l *Lock) Release() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// openPlain opens a file with open(2) and wraps it with os.NewFile. The
+// result works like os.OpenFile's for files, but the runtime's network
+// poller is left alone: os.OpenFile tries to register every file with it,
+// and in a process whose first file this is, that means creating the
+// epoll instance first (six system calls for nothing, under the lock for
+// bbolt's file).
+func openPlain(path string, flag int, perm uint32) (*os.File, error) {
+	fd, err := unix.Open(path, flag|unix.O_CLOEXEC, perm)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
