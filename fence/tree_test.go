@@ -1600,3 +1600,27 @@ func TestTree_InterleavedWritersReopenStaleHandle(t *testing.T) {
 		t.Errorf("counts = %v; want 20 done", st.Counts)
 	}
 }
+
+// CloseAtExit holds nothing back: right after it, another handle on the
+// tree (another process, in real use) writes without waiting.
+func TestTree_CloseAtExitLeavesNoLock(t *testing.T) {
+	tree, _ := newTreeWith(t, testDefaults, fence.Options{})
+	add(t, tree, "t1", 0)
+	first, err := fence.Open(tree.Root(), fence.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim(t, first, "t1", "a")
+	if err := first.CloseAtExit(); err != nil {
+		t.Fatalf("CloseAtExit: %v", err)
+	}
+	// A timeout of a nanosecond: any lock still held makes this busy.
+	impatient, err := fence.Open(tree.Root(), fence.Options{Timeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+	if _, err := impatient.Add(bg, fence.AddRequest{ID: "t2"}); err != nil {
+		t.Fatalf("write with no wait after CloseAtExit: %v", err)
+	}
+}

@@ -80,13 +80,18 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 	return fence.Open(c.String("dir"), fence.Options{Timeout: timeout, Notify: out.notice, BoltLockOnly: boltOnly})
 }
 
-// withTree opens the tree, runs fn and closes it.
+// withTree opens the tree, runs fn and closes it (CloseAtExit when the
+// process ends right after).
 func withTree(c *cli.Context, out *output, fn func(*fence.Tree) error) error {
 	t, err := openTree(c, out)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
+	if exitsAfterRun {
+		defer t.CloseAtExit()
+	} else {
+		defer t.Close()
+	}
 	return fn(t)
 }
 

@@ -14,8 +14,13 @@ import (
 )
 
 func main() {
+	exitsAfterRun = true
 	os.Exit(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
+
+// exitsAfterRun is set when this process ends with the command it runs
+// (main), not when a test calls run in-process; see withTree.
+var exitsAfterRun bool
 
 // run builds the app, runs it and turns the outcome into an exit code. It
 // is the only place that decides how an error is shown.
