@@ -9,12 +9,15 @@
 //
 // Each benchmark does a fixed batch of work per b.N and overrides ns/op with
 // the time per claim, so -benchtime 1x (one batch) is the intended setting;
-// -count N gives benchstat N samples. The metrics (claims/s, p50-ms, p99-ms,
+// -count N gives benchstat N samples (make bench: BENCH_COUNT, default 3,
+// and the report takes the median of each figure). The metrics (claims/s, p50-ms, p99-ms,
 // x-floor, other-cpu-pct) are described in stats_test.go.
 //
 // Files:
 //
-//	floor_test.go     the fdatasync and rename floors, the hello-world ceiling
+//	floor_test.go     the fdatasync and rename floors, the hello-world ceiling,
+//	                  and a bare durable claim (testdata/bareclaim) run like
+//	                  fencectl claim
 //	cli_test.go       claim + complete through the release binary; the
 //	                  FENCE_LOCK_MODE=bbolt variant; claims alone at 8 procs
 //	library_test.go   claim + complete through the Go API, 1 and 16 goroutines

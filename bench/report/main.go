@@ -75,6 +75,16 @@ type results struct {
 	total    string                          // the package's run time, e.g. "412.3s"
 }
 
+// runs is how many times the benchmarks ran (go test -count): the most
+// samples any benchmark's ns/op has.
+func (r *results) runs() int {
+	n := 0
+	for _, units := range r.samples {
+		n = max(n, len(units["ns/op"]))
+	}
+	return n
+}
+
 // get is the median of name's samples of unit.
 func (r *results) get(name, unit string) (float64, bool) {
 	vs := r.samples[name][unit]
@@ -191,6 +201,9 @@ func write(w io.Writer, r *results, cmd string, now time.Time) {
 			what += " and the 1M-task tree"
 		}
 		p("| Time | %s for the whole suite, %s included |\n", r.total, what)
+	}
+	if n := r.runs(); n > 1 {
+		p("| Samples | every benchmark ran %d times; each figure below is the median of its %d |\n", n, n)
 	}
 	p("\n")
 	if v, err := strconv.ParseFloat(r.config["benchothercpu"], 64); err == nil && v > noisy {
