@@ -34,6 +34,12 @@ func (n *notices) add(x fence.Notice) {
 	n.list = append(n.list, x)
 }
 
+// has reports whether a notice of kind about name was given.
+func (n *notices) has(kind, name string) bool {
+	_, ok := n.of(kind)[name]
+	return ok
+}
+
 // of returns the notices of one kind, by name.
 func (n *notices) of(kind string) map[string]fence.Notice {
 	n.mu.Lock()

@@ -1320,6 +1320,30 @@ func TestTree_AdoptDuplicateLeftInInbox(t *testing.T) {
 	fileAt(t, tree, "t1", fence.Available)
 }
 
+// moveBack moves id's file from state from back to state to by hand, as a
+// crash between a commit and its rename leaves it.
+func moveBack(t *testing.T, tree *fence.Tree, id string, from, to fence.State) {
+	t.Helper()
+	if err := os.Rename(tree.Path(id, from), tree.Path(id, to)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextWriter is the next process to write after tree's last commit: a
+// fresh Tree (the one that committed skips the check of its own commit)
+// that adds a task and returns what it noticed on the way.
+func nextWriter(t *testing.T, tree *fence.Tree) *notices {
+	t.Helper()
+	var notes notices
+	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	add(t, next, "next-writer", 0)
+	return &notes
+}
+
 // The mark of an older commit must not vouch for the last one: a writer
 // that died after its commit left the previous writer's mark behind.
 func TestTree_SettleIgnoresMarkOfOlderCommit(t *testing.T) {
@@ -1336,20 +1360,11 @@ func TestTree_SettleIgnoresMarkOfOlderCommit(t *testing.T) {
 	}
 	// The claim's process "died" after its commit: file not moved, mark
 	// still the one from before.
-	if err := os.Rename(tree.Path("t1", fence.Claimed), tree.Path("t1", fence.Available)); err != nil {
-		t.Fatal(err)
-	}
+	moveBack(t, tree, "t1", fence.Claimed, fence.Available)
 	if err := os.WriteFile(markPath, older, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var notes notices
-	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer next.Close()
-	add(t, next, "t2", 0)
-	if _, ok := notes.of("settled")["t1"]; !ok {
+	if notes := nextWriter(t, tree); !notes.has("settled", "t1") {
 		t.Errorf("no settled notice: %+v", notes.list)
 	}
 	fileAt(t, tree, "t1", fence.Claimed)
@@ -1362,50 +1377,28 @@ func TestTree_SettleTrustsMarkOfLastCommit(t *testing.T) {
 	tree, _ := newTreeWith(t, testDefaults, fence.Options{})
 	add(t, tree, "t1", 0)
 	claim(t, tree, "t1", "a")
-	if err := os.Rename(tree.Path("t1", fence.Claimed), tree.Path("t1", fence.Available)); err != nil {
-		t.Fatal(err)
-	}
-	var notes notices
-	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer next.Close()
-	add(t, next, "t2", 0)
-	if _, ok := notes.of("settled")["t1"]; ok {
+	moveBack(t, tree, "t1", fence.Claimed, fence.Available)
+	if notes := nextWriter(t, tree); notes.has("settled", "t1") {
 		t.Errorf("settled t1 although the mark vouched for the last commit: %+v", notes.list)
 	}
 	// Put it back so the helpers' invariant check at cleanup holds.
-	if err := os.Rename(tree.Path("t1", fence.Available), tree.Path("t1", fence.Claimed)); err != nil {
-		t.Fatal(err)
-	}
+	moveBack(t, tree, "t1", fence.Available, fence.Claimed)
 }
 
 func TestTree_SettleFinishesInterruptedMove(t *testing.T) {
-	tree, n := newTreeWith(t, testDefaults, fence.Options{})
+	tree, _ := newTreeWith(t, testDefaults, fence.Options{})
 	add(t, tree, "t1", 0)
 	c := claim(t, tree, "t1", "a")
 	// As if the claim's process died after the commit, before the rename:
 	// the file is where it was, and that process never wrote the mark that
 	// says its moves are done.
-	if err := os.Rename(tree.Path("t1", fence.Claimed), tree.Path("t1", fence.Available)); err != nil {
-		t.Fatal(err)
-	}
+	moveBack(t, tree, "t1", fence.Claimed, fence.Available)
 	if err := os.Remove(filepath.Join(tree.Root(), ".fence", fsmirror.MarkName)); err != nil {
 		t.Fatal(err)
 	}
-	// The next writer after a crash is another process: a fresh Tree (the
-	// Tree that committed skips the check for its own last commit).
-	var notes notices
-	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer next.Close()
-	add(t, next, "t2", 0) // any writer finishes the last commit first
-	n = &notes
-	if _, ok := n.of("settled")["t1"]; !ok {
-		t.Errorf("no settled notice: %+v", n.list)
+	// Any writer finishes the last commit first.
+	if notes := nextWriter(t, tree); !notes.has("settled", "t1") {
+		t.Errorf("no settled notice: %+v", notes.list)
 	}
 	fileAt(t, tree, "t1", fence.Claimed)
 	if _, err := tree.Verify(bg, fence.FencedRequest{ID: "t1", Token: c.Token}); err != nil {
