@@ -10,8 +10,8 @@
 // Each benchmark does a fixed batch of work per b.N and overrides ns/op with
 // the time per claim, so -benchtime 1x (one batch) is the intended setting;
 // -count N gives benchstat N samples (make bench: BENCH_COUNT, default 3,
-// and the report takes the median of each figure). The metrics (claims/s, p50-ms, p99-ms,
-// x-floor, other-cpu-pct) are described in stats_test.go.
+// and the report takes the median of each figure). The metrics (claims/s,
+// p50-ms, p99-ms, x-floor, other-cpu-pct) are described in stats_test.go.
 //
 // Files:
 //

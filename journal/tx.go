@@ -14,12 +14,7 @@ type Tx struct {
 	tx         *bolt.Tx
 	firstEvent uint64 // seq of this transaction's first appended event, 0 if none
 	lastEvent  uint64
-	defaults   *Defaults // read once per transaction: every claim asks
 }
-
-// ID is the transaction's id: for a write transaction, the id the journal
-// will report from TxID once it has committed.
-func (t *Tx) ID() uint64 { return uint64(t.tx.ID()) }
 
 // Task returns the record of id; ok is false if the journal does not know it.
 func (t *Tx) Task(id string) (task Task, ok bool, err error) {
@@ -203,14 +198,10 @@ func (t *Tx) DeleteRequest(agent, id string) error {
 
 // Defaults returns the tree-wide settings chosen at init.
 func (t *Tx) Defaults() (Defaults, error) {
-	if t.defaults != nil {
-		return *t.defaults, nil
-	}
 	d, err := decodeDefaults(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)))
 	if err != nil {
 		return d, fmt.Errorf("decode defaults: %w", err)
 	}
-	t.defaults = &d
 	return d, nil
 }
 
