@@ -120,7 +120,7 @@ func Open(root string, o Options) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Crash = crashAt
+	m.Crash, m.Fault = crashAt, renameFault
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}

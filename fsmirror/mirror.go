@@ -60,6 +60,11 @@ type Mirror struct {
 	// Crash, when non-nil, is called at named crash points (CrashAfterRename);
 	// tests set it to exit the process there. It is nil in normal use.
 	Crash func(point string)
+	// Fault, when non-nil, is asked before every rename of a file out of
+	// a directory; a non-zero errno fails that rename as the kernel would
+	// (EPERM, EXDEV). Test builds set it from the environment; it is nil
+	// in normal use.
+	Fault func(from Dir, name string) unix.Errno
 
 	root   string
 	rootfd int
