@@ -73,6 +73,9 @@ func (t *Tree) adoptInbox(db *journal.DB) {
 			}
 			evs = append(evs, ev)
 		}
+		if len(evs) > 0 {
+			crashAt("adopt:before-commit")
+		}
 		return nil
 	})
 	if err != nil {

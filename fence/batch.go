@@ -168,15 +168,16 @@ var errTrySolo = errors.New("rerun the failing operation alone")
 var errRolledBack = errors.New("operation failed; its writes are rolled back")
 
 // beginWrite is what every writer does first, under the lock: finish the
-// last commit, adopt the inbox, sweep the staging directory. Only a
-// failure of the journal stops it; a problem with one task's file is a
-// notice, never a reason to stop every writer.
+// last commit, sweep the staging directory (which puts back what an
+// interrupted adoption staged), adopt the inbox. Only a failure of the
+// journal stops it; a problem with one task's file is a notice, never a
+// reason to stop every writer.
 func (t *Tree) beginWrite(db *journal.DB) error {
 	if err := t.settle(db); err != nil {
 		return err
 	}
-	t.adoptInbox(db)
 	t.sweepStaging(db)
+	t.adoptInbox(db)
 	return nil
 }
 
