@@ -78,7 +78,7 @@ func taskState(t *testing.T, tree *Tree, id string) (journal.Task, []journal.Eve
 // Before, the group committed the refused operation's heartbeat.
 func TestGroup_WriteThenRefuseCommitsNothing(t *testing.T) {
 	for _, refuse := range []error{
-		invalidf("refused after writing"),                // a refusal
+		invalidf("refused after writing"),                  // a refusal
 		&StaleTokenError{Reason: ReasonNotHeld, Task: "b"}, // another refusal
 		errors.New("disk on fire"),                         // not a refusal
 	} {
