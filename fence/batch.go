@@ -40,6 +40,13 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*pendingOp
 	leading bool
+	*writerSlot
+}
+
+// writerSlot is what every view of a Tree (withTimeout) shares, so that a
+// view made per heartbeat parks no handle of its own: one journal mapping
+// and descriptor per Tree, however long it runs.
+type writerSlot struct {
 	// idle is the journal handle of the last group, parked (see
 	// journal.DB.Park) for the next group to resume; nil if none.
 	idle atomic.Pointer[journal.DB]
