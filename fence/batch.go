@@ -174,12 +174,21 @@ var errTrySolo = errors.New("rerun the failing operation alone")
 // alone and failed after writing; its own error is in its pendingOp.
 var errRolledBack = errors.New("operation failed; its writes are rolled back")
 
-// beginWrite is what every writer does first, under the lock: finish the
-// last commit, sweep the staging directory (which puts back what an
+// beginWrite is what every writer does first, under the lock: notice
+// replaced directories, finish the last commit, sweep the staging directory (which puts back what an
 // interrupted adoption staged), adopt the inbox. Only a failure of the
 // journal stops it; a problem with one task's file is a notice, never a
 // reason to stop every writer.
 func (t *Tree) beginWrite(db *journal.DB) error {
+	// A long-lived Tree must act on the directories that are there now,
+	// not on ones an operator moved away since it opened them.
+	replaced, err := t.mirror.Refresh()
+	if err != nil {
+		return err
+	}
+	for _, d := range replaced {
+		t.notify("reopened", string(d), string(d)+"/ was replaced since this process opened it; using the new one")
+	}
 	if err := t.settle(db); err != nil {
 		return err
 	}

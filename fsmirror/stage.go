@@ -27,7 +27,12 @@ func (m *Mirror) Stage(prefix string, r io.Reader, maxBytes int64) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("stage: %w", err)
 	}
-	if err := unix.Fsync(m.fds[Staging]); err != nil {
+	dirfd, err := m.dirfd(Staging)
+	if err != nil {
+		m.Unstage(name)
+		return "", fmt.Errorf("stage: %w", err)
+	}
+	if err := unix.Fsync(dirfd); err != nil {
 		m.Unstage(name)
 		return "", fmt.Errorf("stage: %w", &fs.PathError{Op: "fsync", Path: m.Path(Staging, ""), Err: err})
 	}
