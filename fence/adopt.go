@@ -1,6 +1,9 @@
 package fence
 
 import (
+	"errors"
+	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -12,18 +15,31 @@ import (
 // filesystem, rename in), so a listed file is complete. Entries that cannot
 // be adopted are reported and left where they are; nothing is deleted.
 // inbox/ is normally empty, so this costs one directory read per writer.
-func (t *Tree) adoptInbox(db *journal.DB) error {
+//
+// Nothing in inbox/ may stop the writer that looks at it (a heartbeat
+// above all), so adoption never fails the group: every problem is a
+// notice. Each file is first renamed into .fence/tmp (fsmirror.Batch.
+// Adopt), before the commit: that rename is the test that the file can
+// leave inbox/ at all (EPERM in a sticky drop box owned by another user,
+// EXDEV when inbox/ is a mount point), and a file that fails it is
+// reported, left in inbox/ and never adopted. After the commit the staged
+// file moves into available/ like an added one; a crash before the commit
+// leaves it staged for the next writer to put back (restoreAdoptions).
+func (t *Tree) adoptInbox(db *journal.DB) {
 	valid, rejected, err := t.mirror.ScanInbox()
 	if err != nil {
-		return err
+		t.notify("warning", string(fsmirror.Inbox), err.Error()+"; nothing adopted")
+		return
 	}
 	for _, r := range rejected {
 		t.notify("inbox_rejected", r.Name, r.Why)
 	}
 	if len(valid) == 0 {
-		return nil
+		return
 	}
+	b := t.mirror.NewBatch()
 	var evs []journal.Event
+	staged := map[string]string{} // task id → staged name
 	err = db.Update(func(tx *journal.Tx) error {
 		d, err := tx.Defaults()
 		if err != nil {
@@ -37,29 +53,99 @@ func (t *Tree) adoptInbox(db *journal.DB) error {
 				t.notify("inbox_duplicate", id, "a task with this id already exists; left in inbox/ (rename it to adopt it)")
 				continue
 			}
-			_, ev, err := commit(tx, nil, adoptEvent(id, fsmirror.Inbox, Available, d.MaxAttempts, now))
+			if dir, _, err := t.mirror.Locate(id); err == nil && dir != fsmirror.Inbox {
+				t.notify("inbox_duplicate", id, "a file "+string(dir)+"/"+id+" that the journal does not know has this id; left in inbox/ (run `fencectl replay`, or rename it)")
+				continue
+			}
+			name, err := b.Adopt(fsmirror.Inbox, id)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // taken away meanwhile
+			}
 			if err != nil {
+				t.notify("inbox_unmovable", id, err.Error()+"; left in inbox/, not adopted (inbox/ must be a plain directory on the tree's file system that fencectl may move files out of)")
+				continue
+			}
+			staged[id] = name
+			ev := adoptEvent(id, fsmirror.Inbox, Available, d.MaxAttempts, now)
+			ev.Staged = name
+			if _, ev, err = commit(tx, nil, ev); err != nil {
 				return err
 			}
 			evs = append(evs, ev)
 		}
+		if len(evs) > 0 {
+			crashAt("adopt:before-commit")
+		}
 		return nil
 	})
 	if err != nil {
-		return err
+		for id, name := range staged {
+			if perr := t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id); perr != nil {
+				t.notify("warning", id, perr.Error())
+			}
+		}
+		t.notify("warning", string(fsmirror.Inbox), "adoption not committed: "+err.Error()+"; the files are back in inbox/")
+		return
 	}
 	crashAt("adopt:after-commit")
-	b := t.mirror.NewBatch()
 	for i, m := range movesOf(evs) {
 		if i == 1 {
 			crashAt("adopt:mid")
 		}
 		if err := t.place(b, m); err != nil {
-			return err
+			t.notify("not_moved", m.id, err.Error()+"; the task is available, its file stays in "+string(fsmirror.Staging)+" until a writer moves it")
+			continue
 		}
 		t.notify("adopted", m.id, "inbox/"+m.id+" is now an available task")
 	}
-	return b.Sync()
+	if err := b.Sync(); err != nil {
+		t.notify("warning", string(fsmirror.Inbox), err.Error())
+	}
+}
+
+// restoreAdoptions deals with files an adoption staged (see adoptInbox)
+// that are still in .fence/tmp: a process died between staging and
+// committing (the journal does not know the task: back to inbox/), or
+// between committing and moving (the task's file goes where its record
+// says). It runs under the lock, after settle, and reports what it did.
+func (t *Tree) restoreAdoptions(db *journal.DB, names []string) {
+	for _, name := range names {
+		id := strings.TrimPrefix(name, fsmirror.AdoptPrefix)
+		if fsmirror.ValidateID(id) != nil {
+			continue
+		}
+		var rec journal.Task
+		var known bool
+		if err := db.View(func(tx *journal.Tx) (err error) {
+			rec, known, err = tx.Task(id)
+			return err
+		}); err != nil {
+			t.notify("warning", name, err.Error())
+			continue
+		}
+		var err error
+		switch {
+		case !known:
+			err = t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id)
+			if err == nil {
+				t.notify("settled", id, "put back into inbox/ a file that an interrupted adoption left in "+string(fsmirror.Staging))
+			}
+		default:
+			to := DirOf(rec.State)
+			if ok, _ := t.mirror.Exists(to, id); ok {
+				// Adopted and in place: the staged file is a second copy.
+				_, err = t.mirror.Quarantine(fsmirror.Staging, name)
+				break
+			}
+			err = t.mirror.MoveFrom(fsmirror.Staging, name, to, id)
+			if err == nil {
+				t.notify("settled", id, "finished the move to "+string(to)+"/ that an interrupted adoption left undone")
+			}
+		}
+		if err != nil {
+			t.notify("not_moved", id, err.Error())
+		}
+	}
 }
 
 func adoptEvent(id string, from fsmirror.Dir, to State, maxAttempts int, now time.Time) journal.Event {

@@ -3,6 +3,7 @@ package fence
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,8 +23,8 @@ import (
 // group. Nobody is answered before their change is durable.
 
 // pendingOp is one queued writer operation and, once done, its outcome.
-// fn may return a refusal (see refusal) only before it writes anything:
-// the group's transaction commits whatever its members wrote.
+// fn may be run more than once (see commitGroup), each time in a fresh
+// transaction: it must set everything it reports on every run.
 type pendingOp struct {
 	op        string
 	fn        func(tx *journal.Tx, now time.Time) ([]journal.Event, error)
@@ -39,6 +40,13 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*pendingOp
 	leading bool
+	*writerSlot
+}
+
+// writerSlot is what every view of a Tree (withTimeout) shares, so that a
+// view made per heartbeat parks no handle of its own: one journal mapping
+// and descriptor per Tree, however long it runs.
+type writerSlot struct {
 	// idle is the journal handle of the last group, parked (see
 	// journal.DB.Park) for the next group to resume; nil if none.
 	idle atomic.Pointer[journal.DB]
@@ -143,31 +151,50 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 }
 
 // sweepStaging moves staged files whose writer died before its commit to
-// .fence/quarantine, and says so. It runs under the lock, after settle has
-// published what the last commit staged.
-func (t *Tree) sweepStaging() {
-	moved, err := t.mirror.SweepStaging(false)
+// .fence/quarantine, and says so, and finishes or undoes adoptions that a
+// crash interrupted. It runs under the lock, after settle has published
+// what the last commit staged.
+func (t *Tree) sweepStaging(db *journal.DB) {
+	moved, adopting, err := t.mirror.Sweep(false)
 	for _, name := range moved {
 		t.notify("quarantined", name, "staged by a process that died before its commit; moved to .fence/quarantine")
 	}
 	if err != nil {
 		t.notify("warning", string(fsmirror.Staging), err.Error())
 	}
+	t.restoreAdoptions(db, adopting)
 }
 
-// refusal reports whether err is an operation's own refusal, made before
-// it wrote anything: it fails that operation alone, not its group.
-func refusal(err error) bool {
-	var (
-		stale   *StaleTokenError
-		notAv   *NotAvailableError
-		noTask  *NoSuchTaskError
-		invalid *InvalidInputError
-		file    *TaskFileError
-	)
-	return errors.Is(err, errNoChange) || errors.Is(err, ErrNothingToClaim) ||
-		errors.As(err, &stale) || errors.As(err, &notAv) || errors.As(err, &noTask) ||
-		errors.As(err, &invalid) || errors.As(err, &file)
+// errTrySolo rolls a group's transaction back because one of its
+// operations failed after writing: the others are run again without it,
+// then it runs alone (see commitGroup).
+var errTrySolo = errors.New("rerun the failing operation alone")
+
+// errRolledBack rolls back the transaction of an operation that runs
+// alone and failed after writing; its own error is in its pendingOp.
+var errRolledBack = errors.New("operation failed; its writes are rolled back")
+
+// beginWrite is what every writer does first, under the lock: notice
+// replaced directories, finish the last commit, sweep the staging directory (which puts back what an
+// interrupted adoption staged), adopt the inbox. Only a failure of the
+// journal stops it; a problem with one task's file is a notice, never a
+// reason to stop every writer.
+func (t *Tree) beginWrite(db *journal.DB) error {
+	// A long-lived Tree must act on the directories that are there now,
+	// not on ones an operator moved away since it opened them.
+	replaced, err := t.mirror.Refresh()
+	if err != nil {
+		return err
+	}
+	for _, d := range replaced {
+		t.notify("reopened", string(d), string(d)+"/ was replaced since this process opened it; using the new one")
+	}
+	if err := t.settle(db); err != nil {
+		return err
+	}
+	t.sweepStaging(db)
+	t.adoptInbox(db)
+	return nil
 }
 
 // runGroup runs a group of operations: one lock, settle and adoption, one
@@ -178,75 +205,132 @@ func (t *Tree) runGroup(group []*pendingOp) {
 			close(p.done)
 		}
 	}()
-	fail := func(err error) {
-		for _, p := range group {
-			if p.err == nil {
-				p.err, p.evs, p.committed = err, nil, false
-			}
+	fail := func(ops []*pendingOp, err error) {
+		for _, p := range ops {
+			p.err, p.evs, p.committed = err, nil, false
 		}
 	}
 	db, err := t.openWriter()
 	if err != nil {
-		fail(err)
+		fail(group, err)
 		return
 	}
 	healthy := false
 	defer func() { t.parkWriter(db, healthy) }()
-	if err := t.settle(db); err != nil {
-		fail(err)
+	if err := t.beginWrite(db); err != nil {
+		fail(group, err)
 		return
 	}
-	if err := t.adoptInbox(db); err != nil {
-		fail(err)
-		return
+	// bbolt's Batch semantics: an operation that fails after writing is
+	// taken out, the rest run again without it, and it runs alone last.
+	pending, solo := group, []*pendingOp(nil)
+	for {
+		retry, err := t.commitGroup(db, pending)
+		if err != nil {
+			fail(solo, err)
+			return
+		}
+		if retry == nil {
+			break
+		}
+		solo = append(solo, retry)
+		pending = slices.DeleteFunc(slices.Clone(pending), func(p *pendingOp) bool { return p == retry })
 	}
-	t.sweepStaging()
+	for i, p := range solo {
+		if _, err := t.commitGroup(db, []*pendingOp{p}); err != nil {
+			fail(solo[i+1:], err)
+			return
+		}
+	}
+	healthy = true
+}
+
+// commitGroup runs ops in one transaction, commits it and makes its moves.
+// An operation that fails having written nothing fails alone: the others
+// commit. One that fails after writing rolls the transaction back and is
+// returned as retry, for the caller to run the others again without it
+// and then it alone; alone (len(ops) == 1), its error rolls back what it
+// wrote. So a refusal never commits anything, whoever wrote it, and the
+// rule "refuse before writing" is a fast path, not a convention that
+// correctness hangs on. err is a failure of the whole group (the commit,
+// a directory fsync); the ops carry their outcomes.
+func (t *Tree) commitGroup(db *journal.DB, ops []*pendingOp) (retry *pendingOp, err error) {
+	for _, p := range ops {
+		p.evs, p.committed, p.err = nil, false, nil
+	}
 	err = db.Update(func(tx *journal.Tx) error {
 		now := Now()
-		for _, p := range group {
+		for _, p := range ops {
+			before := tx.Writes()
 			evs, err := p.fn(tx, now)
 			switch {
 			case err == nil:
 				p.evs, p.committed = evs, true
-			case errors.Is(err, errNoChange):
-				// Success with nothing to record (an idempotent retry).
-			case refusal(err):
-				p.err = err
+			case tx.Writes() == before:
+				if !errors.Is(err, errNoChange) { // errNoChange: success, nothing to record
+					p.err = err
+				}
+			case len(ops) > 1:
+				retry = p
+				return errTrySolo
 			default:
-				return err // the transaction is rolled back: the whole group fails
+				if !errors.Is(err, errNoChange) {
+					p.err = err
+				}
+				return errRolledBack
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		for _, p := range group {
-			p.committed = false
+	switch {
+	case errors.Is(err, errTrySolo):
+		return retry, nil
+	case errors.Is(err, errRolledBack):
+		return nil, nil
+	case err != nil:
+		for _, p := range ops {
+			if p.err == nil {
+				p.err = err
+			}
+			p.evs, p.committed = nil, false
 		}
-		fail(err)
-		return
+		return nil, err
 	}
 	var evs []journal.Event
-	for _, p := range group {
+	for _, p := range ops {
 		if p.committed {
 			crashAt(p.op + ":after-commit")
 			evs = append(evs, p.evs...)
 		}
 	}
-	err = t.mirrorEvents(evs)
-	if err == nil {
+	failed, err := t.mirrorEvents(evs)
+	// Committed: the journal holds the change; the next writer finishes
+	// what is left. A task whose file could not move fails the operations
+	// that moved it, not the others; a failed fsync fails them all.
+	for _, p := range ops {
+		if !p.committed || p.err != nil {
+			continue
+		}
+		if err != nil {
+			p.err = err
+			continue
+		}
+		for _, ev := range p.evs {
+			if ferr := failed[ev.Task]; ferr != nil {
+				p.err = ferr
+				break
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(failed) == 0 {
 		// settle finished the commits before this one; this group's moves
 		// are durable now.
 		if head, err := db.Head(); err == nil {
 			t.mirrored(head)
-			healthy = true
-		}
-		return
-	}
-	// Committed: the journal holds the change; the next writer finishes the
-	// moves. Report the error to everyone whose change it concerns.
-	for _, p := range group {
-		if p.committed && p.err == nil {
-			p.err = err
 		}
 	}
+	return nil, nil
 }

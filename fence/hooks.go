@@ -2,7 +2,13 @@
 
 package fence
 
-import "time"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/fsmirror"
+)
 
 // Now is the clock every rule reads. Release builds read the system clock;
 // test builds (tag fencetest, hooks_fencetest.go) let tests set it.
@@ -15,3 +21,7 @@ func crashAt(point string) {}
 
 // TestHooks reports whether this binary was built with the test hooks.
 const TestHooks = false
+
+// renameFault fails chosen renames in test builds (see hooks_fencetest.go);
+// nil here, so release builds never ask.
+var renameFault func(from fsmirror.Dir, name string) unix.Errno

@@ -9,6 +9,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/fsmirror"
 )
 
 // TestHooks reports whether this binary was built with the test hooks.
@@ -89,3 +93,32 @@ func crashAt(point string) {
 
 // crashHits counts the matching crash points this process has passed.
 var crashHits atomic.Int64
+
+// renameFault fails the rename of a file out of a directory as the kernel
+// would, when FENCE_TEST_RENAME_FAULT lists it: comma-separated
+// "dir/name=ERRNO" entries, ERRNO one of EPERM, EXDEV, EACCES, EROFS
+// (say "inbox/t1=EPERM" for a file in a sticky drop box owned by another
+// user). Read at every call, so a test can change it between commands.
+var renameFault = func(from fsmirror.Dir, name string) unix.Errno {
+	list := os.Getenv("FENCE_TEST_RENAME_FAULT")
+	if list == "" {
+		return 0
+	}
+	for _, item := range strings.Split(list, ",") {
+		path, errno, _ := strings.Cut(item, "=")
+		if path != string(from)+"/"+name {
+			continue
+		}
+		switch errno {
+		case "EXDEV":
+			return unix.EXDEV
+		case "EACCES":
+			return unix.EACCES
+		case "EROFS":
+			return unix.EROFS
+		default:
+			return unix.EPERM
+		}
+	}
+	return 0
+}

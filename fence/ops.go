@@ -54,6 +54,7 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	}
 	var res Result
 	_, committed, err := t.write(ctx, "add", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		res = Result{} // a group may run this more than once
 		if _, known, err := tx.Task(req.ID); err != nil {
 			return nil, err
 		} else if known {
@@ -165,6 +166,7 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	var res ClaimResult
 	var claimErr error
 	_, _, err := t.write(ctx, "claim", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		res, claimErr = ClaimResult{}, nil // a group may run this more than once
 		reaped, evs, err := reapExpired(tx, now)
 		if err != nil {
 			return nil, err
@@ -180,8 +182,14 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		for _, r := range reaped {
 			inClaimed[r.Task] = true
 		}
+		before := tx.Writes()
 		ev, rec, err := t.claimStep(tx, req, now, d.TTL, inClaimed)
 		if err != nil {
+			if tx.Writes() != before {
+				// Refused after writing: fail the whole operation, so
+				// that the group commit rolls all of it back.
+				return nil, err
+			}
 			// A refusal still commits the reaps before it.
 			claimErr = err
 			if len(evs) == 0 {
@@ -213,13 +221,16 @@ func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaul
 		// claim that request was already granted, if it is still current:
 		// the way back for a claimer that crashed before reading the answer.
 		if tok, ok := tx.Request(req.Agent, req.RequestID); ok {
+			// Refuse a request id used for another task before restore
+			// writes its heartbeat.
+			if c, known, err := tx.Claim(tok); err != nil {
+				return journal.Event{}, journal.Task{}, err
+			} else if known && req.ID != "" && c.Task != req.ID {
+				return journal.Event{}, journal.Task{}, invalidf("request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, c.Task, req.ID)
+			}
 			again := req
 			again.Token, again.ID = tok, ""
-			ev, rec, err := restore(tx, again, now, defaultTTL)
-			if err == nil && req.ID != "" && rec.ID != req.ID {
-				return ev, rec, invalidf("request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, rec.ID, req.ID)
-			}
-			return ev, rec, err
+			return restore(tx, again, now, defaultTTL)
 		}
 	}
 	id := req.ID
@@ -476,6 +487,7 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 	}
 	var res Result
 	_, committed, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		res = Result{} // a group may run this more than once
 		rec, claim, err := lookup(tx, req.ID, req.Token)
 		if err != nil {
 			return nil, err
@@ -637,6 +649,7 @@ func (t *Tree) operator(ctx context.Context, typ journal.EventType, id string, b
 	}
 	var res Result
 	_, _, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		res = Result{} // a group may run this more than once
 		rec, ok, err := tx.Task(id)
 		if err != nil {
 			return nil, err

@@ -86,13 +86,9 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	if !check {
 		// Replay is a writer: like every writer it first finishes the last
 		// commit and adopts the inbox.
-		if err := t.settle(db); err != nil {
+		if err := t.beginWrite(db); err != nil {
 			return ReplayReport{}, err
 		}
-		if err := t.adoptInbox(db); err != nil {
-			return ReplayReport{}, err
-		}
-		t.sweepStaging()
 	}
 	var rep ReplayReport
 	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
@@ -137,7 +133,7 @@ func (st *replayState) compareJournal(tx *journal.Tx, rep *ReplayReport) error {
 		}
 		st.tasks[ev.Task] = rec
 		switch {
-		case ev.Type == journal.EvAdd:
+		case ev.Type == journal.EvAdd || ev.Type == journal.EvAdopt && ev.Staged != "":
 			st.staged[ev.Task] = ev.Staged
 		case ev.Staged != "":
 			st.outputs = append(st.outputs, ev.Staged)

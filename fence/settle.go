@@ -31,6 +31,9 @@ func movesOf(evs []journal.Event) []move {
 				m.from, m.staged = fsmirror.Staging, ev.Staged
 			case journal.EvAdopt:
 				m.from = fsmirror.Dir(ev.Source)
+				if ev.Staged != "" { // staged out of inbox/ before the commit
+					m.from, m.staged = fsmirror.Staging, ev.Staged
+				}
 			}
 			at[ev.Task] = len(out)
 			out = append(out, m)
@@ -42,25 +45,34 @@ func movesOf(evs []journal.Event) []move {
 }
 
 // mirrorEvents moves the files of a commit that just succeeded and
-// publishes its fenced outputs.
-func (t *Tree) mirrorEvents(evs []journal.Event) error {
+// publishes its fenced outputs. A move or publish that fails for one
+// task's file (EPERM, EXDEV, an occupied destination) is that task's
+// failure, named in failed: the other tasks' moves go on. err is a
+// failure of them all (a directory fsync).
+func (t *Tree) mirrorEvents(evs []journal.Event) (failed map[string]error, err error) {
+	fail := func(id string, err error) {
+		if failed == nil {
+			failed = map[string]error{}
+		}
+		failed[id] = err
+	}
 	b := t.mirror.NewBatch()
 	for _, m := range movesOf(evs) {
 		if err := t.place(b, m); err != nil {
-			return err
+			fail(m.id, err)
 		}
 	}
 	if err := b.Sync(); err != nil {
-		return err
+		return failed, err
 	}
 	for _, ev := range evs {
-		if ev.Output != "" {
+		if ev.Output != "" && failed[ev.Task] == nil {
 			if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
-				return err
+				fail(ev.Task, err)
 			}
 		}
 	}
-	return nil
+	return failed, nil
 }
 
 // publishPending publishes the outputs of the last commit that a crash
@@ -175,9 +187,17 @@ func (t *Tree) settle(db *journal.DB) error {
 	}
 	for _, m := range todo {
 		if err := t.ensure(m); err != nil {
-			return err
+			// One task's file (EPERM, EXDEV, an occupied destination) must
+			// not stop every writer: report it and leave it for replay.
+			t.notify("not_settled", m.id, err.Error()+"; left for `fencectl replay` (run `fencectl replay --check` to see it)")
+			continue
 		}
 		t.notify("settled", m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
 	}
-	return t.publishPending(last)
+	if err := t.publishPending(last); err != nil {
+		return err
+	}
+	// Settled as far as it can be: the next writer need not try again.
+	t.mirrored(head)
+	return nil
 }

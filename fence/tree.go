@@ -120,11 +120,11 @@ func Open(root string, o Options) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Crash = crashAt
+	m.Crash, m.Fault = crashAt, renameFault
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, batch: &batcher{}}
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, batch: &batcher{writerSlot: &writerSlot{}}}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify("warning", abs, warning)
 	}
@@ -243,11 +243,13 @@ func trackRequest(tx *journal.Tx, c journal.Claim) error {
 
 // withTimeout returns a view of the tree whose lock waits are bounded by
 // d. It batches on its own, so its bound is never stretched by a group
-// that another caller leads.
+// that another caller leads, but shares the tree's parked journal handle
+// (it used to park one of its own, never closed: a mapping and two
+// descriptors leaked per keeper heartbeat). The view needs no Close.
 func (t *Tree) withTimeout(d time.Duration) *Tree {
 	c := *t
 	c.opts.Timeout = d
-	c.batch = &batcher{}
+	c.batch = &batcher{writerSlot: t.batch.writerSlot}
 	return &c
 }
 

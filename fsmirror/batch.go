@@ -50,6 +50,28 @@ func (b *Batch) MoveFrom(from Dir, src string, to Dir, id string) error {
 	return nil
 }
 
+// AdoptPrefix starts the name under which Adopt stages a file in
+// .fence/tmp: AdoptPrefix + the task id.
+const AdoptPrefix = "adopt-"
+
+// Adopt renames the regular file id in from (the inbox) to .fence/tmp as
+// AdoptPrefix+id and returns that name, for MoveFrom once the adoption
+// has committed. It is the check that the file can leave from at all
+// (EPERM in a sticky drop box owned by another user, EXDEV when from is
+// a mount point): a file that cannot is never adopted. It fails with
+// *ExistsError if a file of that name is already staged.
+func (b *Batch) Adopt(from Dir, id string) (string, error) {
+	if err := ValidateID(id); err != nil {
+		return "", err
+	}
+	name := AdoptPrefix + id
+	if err := b.m.rename(from, id, Staging, name); err != nil {
+		return "", fmt.Errorf("move %s to %s: %w", b.m.Path(from, id), Staging, err)
+	}
+	b.note(from, Staging)
+	return name, nil
+}
+
 func (b *Batch) note(from, to Dir) {
 	if !b.seen["to:"+to] {
 		b.seen["to:"+to] = true

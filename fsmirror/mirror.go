@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,14 +62,38 @@ type Mirror struct {
 	// Crash, when non-nil, is called at named crash points (CrashAfterRename);
 	// tests set it to exit the process there. It is nil in normal use.
 	Crash func(point string)
+	// Fault, when non-nil, is asked before every rename of a file out of
+	// a directory; a non-zero errno fails that rename as the kernel would
+	// (EPERM, EXDEV). Test builds set it from the environment; it is nil
+	// in normal use.
+	Fault func(from Dir, name string) unix.Errno
 
-	root   string
-	rootfd int
-	fds    map[Dir]int // nil once closed
+	root string
+	// tab holds the open descriptors; nil once closed. Refresh replaces
+	// it whole, so readers never see a table being changed.
+	tab atomic.Pointer[table]
+
+	retiredMu sync.Mutex
+	retired   []int // descriptors Refresh replaced, closed by Close
 
 	heldMu sync.Mutex
 	held   map[string]*os.File // staged files this process writes (see Stage)
 }
+
+// table is a set of open directory descriptors and the identity of the
+// directory each one was opened on.
+type table struct {
+	rootfd int
+	fds    map[Dir]int
+	ids    map[Dir]fileID
+}
+
+// fileID identifies a directory: a held descriptor keeps naming the
+// directory it was opened on after a rename, so the identity is what tells
+// a replaced directory.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(st *unix.Stat_t) fileID { return fileID{uint64(st.Dev), st.Ino} }
 
 // Create makes the tree at root, creating root itself if needed, and opens
 // it. Directories that already exist are kept, so Create is idempotent; a
@@ -115,7 +141,9 @@ func open(root string, create bool) (_ *Mirror, err error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: abs, Err: err}
 	}
-	m := &Mirror{root: abs, rootfd: rootfd, fds: make(map[Dir]int, len(layout))}
+	m := &Mirror{root: abs}
+	tab := &table{rootfd: rootfd, fds: make(map[Dir]int, len(layout)), ids: make(map[Dir]fileID, len(layout))}
+	m.tab.Store(tab)
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -123,9 +151,9 @@ func open(root string, create bool) (_ *Mirror, err error) {
 	}()
 	dirty := map[int]string{} // parent fds that gained an entry
 	for _, l := range layout {
-		parent, ppath := m.rootfd, abs
+		parent, ppath := tab.rootfd, abs
 		if l.parent != "" {
-			parent, ppath = m.fds[l.parent], m.Path(l.parent, "")
+			parent, ppath = tab.fds[l.parent], m.Path(l.parent, "")
 		}
 		if create {
 			switch err := unix.Mkdirat(parent, l.name, l.mode); err {
@@ -140,7 +168,12 @@ func open(root string, create bool) (_ *Mirror, err error) {
 		if err != nil {
 			return nil, err
 		}
-		m.fds[l.dir] = fd
+		tab.fds[l.dir] = fd
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, &fs.PathError{Op: "fstat", Path: m.Path(l.dir, ""), Err: err}
+		}
+		tab.ids[l.dir] = idOf(&st)
 	}
 	for fd, path := range dirty {
 		if err := unix.Fsync(fd); err != nil {
@@ -168,7 +201,8 @@ func openDir(parent int, name, path string) (int, error) {
 
 // Close releases the tree's descriptors. Calling it again does nothing.
 func (m *Mirror) Close() error {
-	if m.fds == nil {
+	tab := m.tab.Swap(nil)
+	if tab == nil {
 		return nil
 	}
 	m.heldMu.Lock()
@@ -178,12 +212,116 @@ func (m *Mirror) Close() error {
 	}
 	m.heldMu.Unlock()
 	var errs []error
-	for _, fd := range m.fds {
+	for _, fd := range tab.fds {
 		errs = append(errs, unix.Close(fd))
 	}
-	errs = append(errs, unix.Close(m.rootfd))
-	m.fds, m.rootfd = nil, -1
+	errs = append(errs, unix.Close(tab.rootfd))
+	m.retiredMu.Lock()
+	for _, fd := range m.retired {
+		unix.Close(fd)
+	}
+	m.retired = nil
+	m.retiredMu.Unlock()
 	return errors.Join(errs...)
+}
+
+// Refresh notices directories of the tree that were replaced since they
+// were opened and opens the new ones. A long-lived process (run --loop,
+// the library) holds its descriptors for days; after an operator archives
+// a directory (`mv done done.old && mkdir done`) the held descriptor still
+// names done.old, and completions would land there. Each directory's
+// identity (device, inode) is compared with an lstat of its path (never
+// following a symlink); root is compared with a stat of its path, which
+// the user may have named through a symlink. A directory that is missing
+// or is not a directory is an error, as it is for Open. Callers run
+// Refresh under the journal lock, before they act: about one fstatat per
+// directory. The replaced descriptors stay open until Close, since another
+// goroutine may be using one at this moment.
+func (m *Mirror) Refresh() (replaced []Dir, err error) {
+	old := m.tab.Load()
+	if old == nil {
+		return nil, fmt.Errorf("tree %s: %w", m.root, fs.ErrClosed)
+	}
+	var tab *table // a copy, made at the first change
+	cur := old
+	var st unix.Stat_t
+	if err := unix.Stat(m.root, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: m.root, Err: err}
+	}
+	var rootID unix.Stat_t
+	if err := unix.Fstat(old.rootfd, &rootID); err != nil {
+		return nil, &fs.PathError{Op: "fstat", Path: m.root, Err: err}
+	}
+	changed := map[Dir]bool{}
+	var opened []int
+	defer func() {
+		if err != nil {
+			for _, fd := range opened {
+				unix.Close(fd)
+			}
+		}
+	}()
+	clone := func() {
+		if tab == nil {
+			tab = &table{rootfd: old.rootfd, fds: maps.Clone(old.fds), ids: maps.Clone(old.ids)}
+			cur = tab
+		}
+	}
+	if idOf(&st) != idOf(&rootID) {
+		fd, err := unix.Open(m.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: m.root, Err: err}
+		}
+		opened = append(opened, fd)
+		clone()
+		tab.rootfd = fd
+		changed[""] = true
+	}
+	for _, l := range layout {
+		parent := cur.rootfd
+		if l.parent != "" {
+			parent = cur.fds[l.parent]
+		}
+		path := m.Path(l.dir, "")
+		if err := unix.Fstatat(parent, l.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return nil, &fs.PathError{Op: "lstat", Path: path, Err: err}
+		}
+		if k := kindOf(st.Mode); k != Directory {
+			return nil, &NotDirectoryError{Path: path, Kind: k}
+		}
+		if !changed[l.parent] && idOf(&st) == cur.ids[l.dir] {
+			continue
+		}
+		fd, err := openDir(parent, l.name, path)
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, fd)
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, &fs.PathError{Op: "fstat", Path: path, Err: err}
+		}
+		clone()
+		tab.fds[l.dir], tab.ids[l.dir] = fd, idOf(&st)
+		changed[l.dir] = true
+		replaced = append(replaced, l.dir)
+	}
+	if tab == nil {
+		return nil, nil
+	}
+	if !m.tab.CompareAndSwap(old, tab) {
+		return nil, fmt.Errorf("tree %s: refreshed or closed meanwhile", m.root)
+	}
+	m.retiredMu.Lock()
+	if changed[""] {
+		m.retired = append(m.retired, old.rootfd)
+	}
+	for d := range changed {
+		if d != "" {
+			m.retired = append(m.retired, old.fds[d])
+		}
+	}
+	m.retiredMu.Unlock()
+	return replaced, nil
 }
 
 // Root returns the absolute path of the tree.
@@ -199,10 +337,11 @@ func (m *Mirror) Path(dir Dir, name string) string {
 
 // dirfd returns the open descriptor of dir.
 func (m *Mirror) dirfd(dir Dir) (int, error) {
-	if m.fds == nil {
+	tab := m.tab.Load()
+	if tab == nil {
 		return -1, fmt.Errorf("tree %s: %w", m.root, fs.ErrClosed)
 	}
-	fd, ok := m.fds[dir]
+	fd, ok := tab.fds[dir]
 	if !ok {
 		return -1, fmt.Errorf("unknown tree directory %q", dir)
 	}
@@ -213,7 +352,8 @@ func (m *Mirror) dirfd(dir Dir) (int, error) {
 // writable by every user (anyone could then add, move or delete tasks behind
 // the journal's back), or "" if not. It is advice; nothing is refused.
 func (m *Mirror) CheckPerms() string {
-	if m.fds == nil {
+	tab := m.tab.Load()
+	if tab == nil {
 		return ""
 	}
 	var loose []string
@@ -223,9 +363,9 @@ func (m *Mirror) CheckPerms() string {
 			loose = append(loose, path)
 		}
 	}
-	check(m.rootfd, m.root)
+	check(tab.rootfd, m.root)
 	for _, l := range layout {
-		check(m.fds[l.dir], m.Path(l.dir, ""))
+		check(tab.fds[l.dir], m.Path(l.dir, ""))
 	}
 	if len(loose) == 0 {
 		return ""

@@ -79,6 +79,11 @@ func (m *Mirror) rename(from Dir, src string, to Dir, dst string) error {
 	if err := m.checkRegular(fromfd, from, src); err != nil {
 		return err
 	}
+	if m.Fault != nil {
+		if errno := m.Fault(from, src); errno != 0 {
+			return &fs.PathError{Op: "rename", Path: m.Path(from, src), Err: errno}
+		}
+	}
 	// The check above and the rename are two steps: an entry swapped in
 	// between is moved, not followed, since rename never follows the last
 	// component. NOREPLACE is what keeps a task from being overwritten.

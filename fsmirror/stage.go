@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +27,12 @@ func (m *Mirror) Stage(prefix string, r io.Reader, maxBytes int64) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("stage: %w", err)
 	}
-	if err := unix.Fsync(m.fds[Staging]); err != nil {
+	dirfd, err := m.dirfd(Staging)
+	if err != nil {
+		m.Unstage(name)
+		return "", fmt.Errorf("stage: %w", err)
+	}
+	if err := unix.Fsync(dirfd); err != nil {
 		m.Unstage(name)
 		return "", fmt.Errorf("stage: %w", &fs.PathError{Op: "fsync", Path: m.Path(Staging, ""), Err: err})
 	}
@@ -156,17 +162,28 @@ func (m *Mirror) release(name string) {
 // that can be locked exclusively has no writer. It returns the names moved;
 // with dryRun it only returns the names it would move.
 func (m *Mirror) SweepStaging(dryRun bool) ([]string, error) {
+	moved, _, err := m.Sweep(dryRun)
+	return moved, err
+}
+
+// Sweep is SweepStaging that also returns the names of files an adoption
+// staged (AdoptPrefix, see Batch.Adopt), which it leaves alone: they carry
+// no flock, and only the journal can say whether their adoption committed.
+func (m *Mirror) Sweep(dryRun bool) (moved, adopting []string, err error) {
 	dirfd, err := m.dirfd(Staging)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	entries, err := m.List(Staging)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var moved []string
 	for _, e := range entries {
 		if e.Kind != Regular {
+			continue
+		}
+		if strings.HasPrefix(e.Name, AdoptPrefix) {
+			adopting = append(adopting, e.Name)
 			continue
 		}
 		fd, err := unix.Openat(dirfd, e.Name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -185,11 +202,11 @@ func (m *Mirror) SweepStaging(dryRun bool) ([]string, error) {
 		_, err = m.Quarantine(Staging, e.Name)
 		unix.Close(fd)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return moved, err
+			return moved, adopting, err
 		}
 		if err == nil {
 			moved = append(moved, e.Name)
 		}
 	}
-	return moved, nil
+	return moved, adopting, nil
 }

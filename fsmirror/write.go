@@ -35,7 +35,9 @@ func (m *Mirror) writeAtomic(task, name string, r io.Reader) error {
 	}
 	defer m.release(tmp)
 	if err := m.publish(tmp, task, name); err != nil {
-		unix.Unlinkat(m.fds[Staging], tmp, 0)
+		if fd, err := m.dirfd(Staging); err == nil {
+			unix.Unlinkat(fd, tmp, 0)
+		}
 		return err
 	}
 	return nil
@@ -97,7 +99,11 @@ func (m *Mirror) publish(staged, task, name string) error {
 		return err
 	}
 	defer unix.Close(taskfd)
-	if err := unix.Renameat(m.fds[Staging], staged, taskfd, name); err != nil {
+	stagefd, err := m.dirfd(Staging)
+	if err != nil {
+		return err
+	}
+	if err := unix.Renameat(stagefd, staged, taskfd, name); err != nil {
 		return &fs.PathError{Op: "rename", Path: m.Path(Staging, staged), Err: err}
 	}
 	if err := unix.Fsync(taskfd); err != nil {

@@ -148,15 +148,22 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		return nil, fmt.Errorf("%w at %s", ErrNoJournal, Path(dir))
 	}
 	var lock *Lock
-	boltTimeout := time.Second // we hold .fence/lock, so bbolt's lock never waits in practice
-	if o.BoltLockOnly {
-		boltTimeout = max(o.Timeout, time.Millisecond)
-	} else {
+	start := time.Now()
+	if !o.BoltLockOnly {
 		lock, err = AcquireLock(filepath.Join(dir, LockName), !o.ReadOnly, o.Timeout)
-		if err != nil {
+		if err != nil && !(o.ReadOnly && readOnlyFS(err)) {
 			return nil, err
 		}
+		err = nil
+		// A reader on a read-only tree without a lock file cannot make
+		// one: bbolt's shared lock (below) alone keeps writers out.
 	}
+	// Holding .fence/lock, bbolt's own lock is free in practice. It is not
+	// when .fence/lock was removed (or replaced) while a writer held it:
+	// the next process locks a new file and must then wait for bbolt's.
+	// That wait is the rest of the caller's timeout, and running out is
+	// busy (exit 5), as for .fence/lock.
+	boltTimeout := max(o.Timeout-time.Since(start), time.Millisecond)
 	defer func() {
 		if err != nil {
 			lock.Release()
@@ -189,10 +196,10 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		},
 	})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) && o.BoltLockOnly {
-			return nil, ErrBusy
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, &BusyError{Lock: path, Waited: o.Timeout, Holders: lockHolders(path)}
 		}
-		if errors.Is(err, fs.ErrPermission) || errors.Is(err, berrors.ErrTimeout) {
+		if errors.Is(err, fs.ErrPermission) {
 			return nil, fmt.Errorf("open journal %s: %w", path, err)
 		}
 		return nil, &CorruptError{Path: path, Detail: err.Error()}
@@ -203,6 +210,12 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// readOnlyFS reports whether err says a file could not be created because
+// the file system or directory is read-only to us.
+func readOnlyFS(err error) bool {
+	return errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
 }
 
 // checkFile refuses what bbolt would mishandle: a symlink (never followed),

@@ -10,6 +10,7 @@ import (
 // commit, so the next opener can check that the last commit reached the
 // tree.
 func (t *Tx) Append(ev Event) (Event, error) {
+	t.wrote()
 	b := t.tx.Bucket(bucketEvents)
 	seq, err := b.NextSequence()
 	if err != nil {

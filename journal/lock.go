@@ -1,7 +1,9 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync"
 	"time"
@@ -20,8 +22,12 @@ type Lock struct {
 // blocking call runs in a goroutine; if the caller has given up by the time
 // it returns, that goroutine drops the lock at once, so an abandoned wait
 // never ends up holding the journal.
+//
+// A shared lock is taken on a read-only descriptor (flock needs no write
+// access), so readers work on a read-only tree: a backup, a read-only
+// mount in a monitoring container. Only a missing lock file is created.
 func AcquireLock(path string, exclusive bool, timeout time.Duration) (*Lock, error) {
-	f, err := openPlain(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	f, err := openLockFile(path, exclusive)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
@@ -77,6 +83,18 @@ func AcquireLock(path string, exclusive bool, timeout time.Duration) (*Lock, err
 			return nil, &BusyError{Lock: path, Waited: timeout, Holders: lockHolders(path)}
 		}
 	}
+}
+
+// openLockFile opens the lock file: read-write for a writer, read-only for
+// a reader, creating it if it is missing.
+func openLockFile(path string, exclusive bool) (*os.File, error) {
+	if !exclusive {
+		f, err := openPlain(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return f, err
+		}
+	}
+	return openPlain(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 }
 
 func flockRetry(fd, how int) error {

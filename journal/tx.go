@@ -14,7 +14,21 @@ type Tx struct {
 	tx         *bolt.Tx
 	firstEvent uint64 // seq of this transaction's first appended event, 0 if none
 	lastEvent  uint64
+	// writes counts the calls of methods that change state, made or
+	// attempted (a failed Put counts: it may have changed a page). Every
+	// such method calls wrote first, so that Writes can tell a caller
+	// sharing one transaction among several operations (fence's group
+	// commit) whether an operation that failed left anything behind.
+	writes int
 }
+
+// wrote counts one state change; every method that writes calls it first.
+func (t *Tx) wrote() { t.writes++ }
+
+// Writes returns how many state-changing calls this transaction has made
+// so far. An operation that fails with Writes unchanged left the
+// transaction as it found it; one that changed it must not commit.
+func (t *Tx) Writes() int { return t.writes }
 
 // Task returns the record of id; ok is false if the journal does not know it.
 func (t *Tx) Task(id string) (task Task, ok bool, err error) {
@@ -33,6 +47,7 @@ func (t *Tx) Task(id string) (task Task, ok bool, err error) {
 // per-state counts in step. old is the record it replaces (nil for a new
 // task); passing it saves a read and keeps index maintenance exact.
 func (t *Tx) PutTask(old *Task, rec Task) error {
+	t.wrote()
 	if old != nil {
 		if err := t.unindex(*old); err != nil {
 			return err
@@ -136,6 +151,7 @@ func (t *Tx) ForEachTask(fn func(Task) error) error {
 // NextToken issues a fencing token: max(counter+1, now in µs), stored back
 // as the new counter. See the package doc for why the clock takes part.
 func (t *Tx) NextToken(now time.Time) (uint64, error) {
+	t.wrote()
 	meta := t.tx.Bucket(bucketMeta)
 	next := getU64(meta.Get([]byte(keyToken))) + 1
 	if clock := uint64(now.UnixMicro()); clock > next {
@@ -164,6 +180,7 @@ func (t *Tx) Claim(token uint64) (c Claim, ok bool, err error) {
 
 // PutClaim stores c under its token.
 func (t *Tx) PutClaim(c Claim) error {
+	t.wrote()
 	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), encodeClaim(c))
 }
 
@@ -180,6 +197,7 @@ func (t *Tx) Request(agent, id string) (uint64, bool) {
 
 // PutRequest records that request id of agent was granted token.
 func (t *Tx) PutRequest(agent, id string, token uint64) error {
+	t.wrote()
 	b, err := t.tx.CreateBucketIfNotExists(bucketRequests)
 	if err != nil {
 		return err
@@ -189,6 +207,7 @@ func (t *Tx) PutRequest(agent, id string, token uint64) error {
 
 // DeleteRequest forgets request id of agent (its claim ended).
 func (t *Tx) DeleteRequest(agent, id string) error {
+	t.wrote()
 	b := t.tx.Bucket(bucketRequests)
 	if b == nil {
 		return nil
@@ -215,6 +234,7 @@ func (t *Tx) TreeID() string {
 // that replay can write them afresh from the event log. Events and the
 // token counter are kept.
 func (t *Tx) Reset() error {
+	t.wrote()
 	if t.tx.Bucket(bucketRequests) != nil {
 		if err := t.tx.DeleteBucket(bucketRequests); err != nil {
 			return err

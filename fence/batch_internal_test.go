@@ -1,0 +1,148 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// groupTree makes a tree with tasks a, b and c claimed, and returns their
+// tokens by id.
+func groupTree(t *testing.T) (*Tree, map[string]uint64) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tree")
+	if _, err := Init(dir, journal.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Open(dir, Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	ctx := context.Background()
+	tokens := map[string]uint64{}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := tree.Add(ctx, AddRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := tree.Claim(ctx, ClaimRequest{ID: id, Agent: "agent-" + id, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[id] = c.Token
+	}
+	return tree, tokens
+}
+
+// beatOp is a group member that heartbeats task id to an hour from now,
+// counting its runs; with refuse set it then returns refuse, having written.
+func beatOp(id string, token uint64, refuse error, runs *int) *pendingOp {
+	fn := func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		*runs++
+		rec, ok, err := tx.Task(id)
+		if err != nil || !ok {
+			return nil, errors.Join(err, errors.New("no task "+id))
+		}
+		deadline := now.Add(time.Hour)
+		_, ev, err := commit(tx, &rec, journal.Event{Time: now, Type: journal.EvHeartbeat, Task: id,
+			From: Claimed, To: Claimed, Agent: rec.Lease.Agent, Token: token, Deadline: &deadline})
+		if err != nil {
+			return nil, err
+		}
+		if refuse != nil {
+			return nil, refuse
+		}
+		return []journal.Event{ev}, nil
+	}
+	return &pendingOp{op: "heartbeat", fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+}
+
+// taskState is what a refused operation must leave as it was: the record
+// and the task's events.
+func taskState(t *testing.T, tree *Tree, id string) (journal.Task, []journal.Event) {
+	t.Helper()
+	v, err := tree.Show(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Task, v.Events
+}
+
+// An operation that writes and then refuses inside a group commits
+// nothing, while the others in the group commit: bbolt's Batch semantics.
+// Before, the group committed the refused operation's heartbeat.
+func TestGroup_WriteThenRefuseCommitsNothing(t *testing.T) {
+	for _, refuse := range []error{
+		invalidf("refused after writing"),                  // a refusal
+		&StaleTokenError{Reason: ReasonNotHeld, Task: "b"}, // another refusal
+		errors.New("disk on fire"),                         // not a refusal
+	} {
+		t.Run(refuse.Error(), func(t *testing.T) {
+			tree, tok := groupTree(t)
+			recB, evsB := taskState(t, tree, "b")
+			recA, _ := taskState(t, tree, "a")
+			var runsA, runsB, runsC int
+			a := beatOp("a", tok["a"], nil, &runsA)
+			b := beatOp("b", tok["b"], refuse, &runsB)
+			c := beatOp("c", tok["c"], nil, &runsC)
+			tree.runGroup([]*pendingOp{a, b, c})
+
+			if b.err != refuse || b.committed || b.evs != nil {
+				t.Errorf("refusing op: err %v, committed %v, evs %v; want its own error, nothing committed", b.err, b.committed, b.evs)
+			}
+			if r, e := taskState(t, tree, "b"); !reflect.DeepEqual(r, recB) || !reflect.DeepEqual(e, evsB) {
+				t.Errorf("the refused op's writes committed:\n record %+v\n   was %+v\n events %d, were %d", r, recB, len(e), len(evsB))
+			}
+			for _, p := range []*pendingOp{a, c} {
+				if p.err != nil || !p.committed || len(p.evs) != 1 {
+					t.Errorf("other op: err %v, committed %v, evs %d; want committed", p.err, p.committed, len(p.evs))
+				}
+			}
+			if r, _ := taskState(t, tree, "a"); !r.Lease.Deadline.After(recA.Lease.Deadline.Add(30 * time.Minute)) {
+				t.Errorf("a's heartbeat did not commit: deadline %s, was %s", r.Lease.Deadline, recA.Lease.Deadline)
+			}
+			// a ran in the rolled-back attempt and again without b; b ran in
+			// the group and alone; c, after b, only without it.
+			if runsA != 2 || runsB != 2 || runsC != 1 {
+				t.Errorf("runs a=%d b=%d c=%d, want 2 2 1", runsA, runsB, runsC)
+			}
+		})
+	}
+}
+
+// Alone, an operation that writes then refuses rolls back what it wrote.
+func TestGroup_WriteThenRefuseAlone(t *testing.T) {
+	tree, tok := groupTree(t)
+	rec, evs := taskState(t, tree, "b")
+	var runs int
+	b := beatOp("b", tok["b"], invalidf("no"), &runs)
+	tree.runGroup([]*pendingOp{b})
+	if b.err == nil || b.committed || runs != 1 {
+		t.Errorf("err %v, committed %v, runs %d; want the refusal, nothing committed, one run", b.err, b.committed, runs)
+	}
+	if r, e := taskState(t, tree, "b"); !reflect.DeepEqual(r, rec) || !reflect.DeepEqual(e, evs) {
+		t.Errorf("the refused op's writes committed: %+v (was %+v)", r, rec)
+	}
+}
+
+// A refusal before any write costs the others nothing: no rollback, no rerun.
+func TestGroup_RefuseBeforeWritingFailsAlone(t *testing.T) {
+	tree, tok := groupTree(t)
+	var runsA, runsC int
+	a := beatOp("a", tok["a"], nil, &runsA)
+	refused := &pendingOp{op: "x", done: make(chan struct{}), lead: make(chan struct{}, 1),
+		fn: func(*journal.Tx, time.Time) ([]journal.Event, error) { return nil, ErrNothingToClaim }}
+	c := beatOp("c", tok["c"], nil, &runsC)
+	tree.runGroup([]*pendingOp{a, refused, c})
+	if !errors.Is(refused.err, ErrNothingToClaim) || refused.committed {
+		t.Errorf("refused op: %v, committed %v", refused.err, refused.committed)
+	}
+	if runsA != 1 || runsC != 1 || a.err != nil || c.err != nil || !a.committed || !c.committed {
+		t.Errorf("others: runs %d %d, errs %v %v, committed %v %v; want one run each, committed", runsA, runsC, a.err, c.err, a.committed, c.committed)
+	}
+}
