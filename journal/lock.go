@@ -21,7 +21,8 @@ type Lock struct {
 // the waiter is woken the moment the holder lets go (no polling tail). The
 // blocking call runs in a goroutine; if the caller has given up by the time
 // it returns, that goroutine drops the lock at once, so an abandoned wait
-// never ends up holding the journal.
+// never ends up holding the journal, and the next caller in this process
+// takes over an abandoned wait instead of starting another (lockWaiter).
 //
 // A shared lock is taken on a read-only descriptor (flock needs no write
 // access), so readers work on a read-only tree: a backup, a read-only
@@ -44,45 +45,110 @@ func AcquireLock(path string, exclusive bool, timeout time.Duration) (*Lock, err
 		return nil, &BusyError{Lock: path, Holders: lockHolders(path)}
 	}
 
-	var (
-		mu       sync.Mutex
-		gaveUp   bool
-		acquired = make(chan error, 1)
-	)
-	go func() {
-		err := flockRetry(int(f.Fd()), how)
-		mu.Lock()
-		defer mu.Unlock()
-		if gaveUp {
-			f.Close() // releases the lock if we got it
-			return
-		}
-		acquired <- err
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case err := <-acquired:
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		return &Lock{f: f}, nil
-	case <-timer.C:
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case err := <-acquired: // won the race with the timer after all
-			if err == nil {
-				return &Lock{f: f}, nil
-			}
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		default:
-			gaveUp = true
-			return nil, &BusyError{Lock: path, Waited: timeout, Holders: lockHolders(path)}
+	key := lockKey{path, how}
+	if w := adoptWaiter(key); w != nil {
+		f.Close()
+		return w.await(timeout)
+	}
+	w := &lockWaiter{f: f, key: key, waiting: true, result: make(chan error, 1)}
+	go w.wait()
+	return w.await(timeout)
+}
+
+// lockKey names what a waiter waits for: one lock file, in one mode.
+type lockKey struct {
+	path string
+	how  int
+}
+
+// A lockWaiter is a goroutine blocked in flock(2) on its own descriptor.
+// flock cannot be interrupted, so a caller that gives up leaves its waiter
+// blocked until the holder lets go. Such abandoned waiters are kept in
+// abandoned and handed to the next caller that wants the same lock, rather
+// than each retry opening a descriptor of its own: a keeper that retries
+// every second against a stuck holder would otherwise gain a descriptor
+// (and a goroutine) per retry for as long as the holder is stuck.
+type lockWaiter struct {
+	f       *os.File
+	key     lockKey
+	waiting bool       // someone awaits the result; guarded by waitersMu
+	result  chan error // the flock's outcome, sent while waiting
+}
+
+var (
+	waitersMu sync.Mutex
+	abandoned = map[lockKey][]*lockWaiter{}
+)
+
+// adoptWaiter takes an abandoned waiter for key, if there is one.
+func adoptWaiter(key lockKey) *lockWaiter {
+	waitersMu.Lock()
+	defer waitersMu.Unlock()
+	ws := abandoned[key]
+	if len(ws) == 0 {
+		return nil
+	}
+	w := ws[len(ws)-1]
+	if len(ws) == 1 {
+		delete(abandoned, key)
+	} else {
+		abandoned[key] = ws[:len(ws)-1]
+	}
+	w.waiting = true
+	return w
+}
+
+// wait blocks in flock and hands the outcome to whoever awaits it; with
+// nobody waiting it drops the lock at once, so an abandoned wait never
+// ends up holding the journal.
+func (w *lockWaiter) wait() {
+	err := flockRetry(int(w.f.Fd()), w.key.how)
+	waitersMu.Lock()
+	defer waitersMu.Unlock()
+	if w.waiting {
+		w.result <- err
+		return
+	}
+	ws := abandoned[w.key]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
 		}
 	}
+	if len(ws) == 0 {
+		delete(abandoned, w.key)
+	} else {
+		abandoned[w.key] = ws
+	}
+	w.f.Close() // releases the lock if we got it
+}
+
+// await waits up to timeout for w's flock; on timeout w is left for the
+// next caller (see lockWaiter).
+func (w *lockWaiter) await(timeout time.Duration) (*Lock, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-w.result:
+	case <-timer.C:
+		waitersMu.Lock()
+		select {
+		case err = <-w.result: // won the race with the timer after all
+			waitersMu.Unlock()
+		default:
+			w.waiting = false
+			abandoned[w.key] = append(abandoned[w.key], w)
+			waitersMu.Unlock()
+			return nil, &BusyError{Lock: w.key.path, Waited: timeout, Holders: lockHolders(w.key.path)}
+		}
+	}
+	if err != nil {
+		w.f.Close()
+		return nil, fmt.Errorf("lock %s: %w", w.key.path, err)
+	}
+	return &Lock{f: w.f}, nil
 }
 
 // openLockFile opens the lock file: read-write for a writer, read-only for

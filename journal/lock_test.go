@@ -166,6 +166,46 @@ func TestLock_AbandonedWaiterDoesNotKeepLock(t *testing.T) {
 	}
 }
 
+// A caller that retries against a stuck holder (the lease keeper does, every
+// second) must not gain a descriptor per retry: flock cannot be interrupted,
+// so each abandoned wait stays blocked until the holder lets go.
+func TestLock_RetriesAgainstStuckHolderKeepDescriptorsFlat(t *testing.T) {
+	p := lockPath(t)
+	holder := mustLock(t, p, true, time.Second)
+	busy := func() {
+		t.Helper()
+		if _, err := journal.AcquireLock(p, true, time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+			t.Fatalf("err = %v, want ErrBusy", err)
+		}
+	}
+	busy()
+	before := openDescriptors(t)
+	for i := 0; i < 50; i++ {
+		busy()
+	}
+	if after := openDescriptors(t); after > before+1 {
+		t.Errorf("descriptors grew from %d to %d over 50 abandoned waits", before, after)
+	}
+	// The adopted wait still works: it gets the lock once the holder goes.
+	if err := holder.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := journal.AcquireLock(p, true, generous)
+	if err != nil {
+		t.Fatalf("after the holder released: %v", err)
+	}
+	l.Release()
+}
+
+func openDescriptors(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
 func TestLock_ReleaseTwiceAndNil(t *testing.T) {
 	p := lockPath(t)
 	l, err := journal.AcquireLock(p, true, time.Second)
