@@ -54,6 +54,7 @@ type replayState struct {
 	moves   []move            // misplaced files to put back
 	extra   []extraCopy       // second copies to quarantine
 	adopt   []adoption        // unknown files to adopt
+	missing []string          // tasks whose file is in no directory, to settle
 }
 
 type extraCopy struct {
@@ -72,8 +73,10 @@ type adoption struct {
 // it only reports (under the shared lock, so no writer moves files while it
 // looks). Otherwise it rewrites records that differ from the log, adopts
 // valid unknown files in the state of their directory (claimed/ ones as
-// available: no lease exists for them), moves misplaced files, and
-// quarantines second copies. A second run finds nothing to do.
+// available: no lease exists for them), moves misplaced files,
+// quarantines second copies, and fails tasks whose file is in no directory
+// (missingEvent: done ones stay done), so that the tree and the journal
+// agree again. A second run finds nothing to do.
 func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	if err := ctx.Err(); err != nil {
 		return ReplayReport{}, err
@@ -112,7 +115,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	}
 	for i := range rep.Findings {
 		switch rep.Findings[i].Kind {
-		case "bbolt_check", "missing_file", "invalid_entry", "log_error":
+		case "bbolt_check", "invalid_entry", "log_error":
 		default:
 			rep.Findings[i].Fixed = true
 		}
@@ -302,8 +305,13 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			} else if s := st.staged[id]; s != "" && staging[s] {
 				add(Finding{Kind: "misplaced", Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Staging, staged: s, to: want})
-			} else {
-				add(Finding{Kind: "missing_file", Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; restore it by hand or requeue elsewhere"})
+			} else if !settledMissing(st.tasks[id]) {
+				what := "replay fails it (reason \"" + ReasonFileMissing + "\"); to run it again, put its content at " + string(Failed) + "/" + id + " and requeue it"
+				if st.tasks[id].State == Done {
+					what = "replay records that its file is gone; the task stays done"
+				}
+				add(Finding{Kind: "missing_file", Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; " + what})
+				st.missing = append(st.missing, id)
 			}
 			continue
 		case !containsDir(dirs, want):
@@ -375,6 +383,26 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 		})
 		if err != nil {
 			return fmt.Errorf("adopt unknown files: %w", err)
+		}
+	}
+	if len(st.missing) > 0 {
+		err := db.Update(func(tx *journal.Tx) error {
+			now := Now()
+			for _, id := range st.missing {
+				rec, ok, err := tx.Task(id)
+				if err != nil {
+					return err
+				}
+				if ok {
+					if _, _, err := commit(tx, &rec, missingEvent(rec, now)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("settle tasks without a file: %w", err)
 		}
 	}
 	b := t.mirror.NewBatch()

@@ -115,6 +115,10 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 		return res, err
 	}
 	defer m.Close()
+	if exists { // an existing tree: a reader, under the shared lock
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout})
+		return res, err
+	}
 	lock, err := journal.AcquireLock(filepath.Join(meta, journal.LockName), true, timeout)
 	if err != nil {
 		return res, err
@@ -122,16 +126,9 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 	defer lock.Release()
 	if exists, err = journal.Exists(meta); err != nil {
 		return res, err
-	} else if exists { // an existing tree, or another init won the race
-		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true})
-		if err != nil {
-			return res, err
-		}
-		defer db.Close()
-		return res, db.View(func(tx *journal.Tx) error {
-			res.Defaults, err = tx.Defaults()
-			return err
-		})
+	} else if exists { // another init won the race (we hold the lock: bbolt's alone)
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true})
+		return res, err
 	}
 	if err := refuseOrphanTasks(abs); err != nil {
 		return res, err
@@ -146,6 +143,21 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 	}
 	res.Created = true
 	return res, nil
+}
+
+// readDefaults opens the journal in meta with o and reads the tree's
+// settings.
+func readDefaults(meta string, o journal.OpenOptions) (d journal.Defaults, err error) {
+	db, err := journal.Open(meta, o)
+	if err != nil {
+		return d, err
+	}
+	defer db.Close()
+	err = db.View(func(tx *journal.Tx) error {
+		d, err = tx.Defaults()
+		return err
+	})
+	return d, err
 }
 
 // Open opens the tree at root. It fails with a *NoJournalError, before
