@@ -17,7 +17,8 @@ import (
 // Finding is one disagreement between the event log, the stored records
 // and the tree. Kinds: log_error, record_mismatch, record_missing,
 // record_extra, claim_mismatch, index_mismatch, bbolt_check, misplaced,
-// duplicate, missing_file, unknown_file, invalid_entry.
+// duplicate, missing_file, unknown_file, invalid_entry, token_counter,
+// token_ceiling.
 type Finding struct {
 	Kind   string `json:"kind"`
 	Task   string `json:"task,omitempty"`
@@ -55,6 +56,8 @@ type replayState struct {
 	extra   []extraCopy       // second copies to quarantine
 	adopt   []adoption        // unknown files to adopt
 	missing []string          // tasks whose file is in no directory, to settle
+	counter uint64            // raise the token counter to this (0: it is fine)
+	ceiling uint64            // raise the ceiling files to this (0: they are fine)
 }
 
 type extraCopy struct {
@@ -99,7 +102,14 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	}
 	var rep ReplayReport
 	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
-	if err := db.View(func(tx *journal.Tx) error { return st.compareJournal(tx, &rep) }); err != nil {
+	err = db.View(func(tx *journal.Tx) error {
+		if err := st.compareJournal(tx, &rep); err != nil {
+			return err
+		}
+		t.compareTokens(tx, st, &rep)
+		return nil
+	})
+	if err != nil {
 		return rep, err
 	}
 	if err := t.compareTree(st, &rep); err != nil {
@@ -216,6 +226,36 @@ func (st *replayState) compareJournal(tx *journal.Tx, rep *ReplayReport) error {
 		add(Finding{Kind: "bbolt_check", Detail: err.Error()})
 	}
 	return nil
+}
+
+// compareTokens checks the two marks that keep tokens from going back:
+// the counter must be at or above every token the log issued (else the
+// next claim could reissue one), and the ceiling's files at or above the
+// journal's own ceiling (else a lost journal could be rebuilt below
+// tokens already issued: a file deleted or written over by hand).
+func (t *Tree) compareTokens(tx *journal.Tx, st *replayState, rep *ReplayReport) {
+	var top uint64
+	for tok := range st.claims {
+		top = max(top, tok)
+	}
+	if c := tx.LastToken(); top > c {
+		rep.Findings = append(rep.Findings, Finding{Kind: "token_counter", Detail: fmt.Sprintf("the token counter is %d, below token %d that the event log issued; replay raises it", c, top)})
+		st.counter = top
+	}
+	want := tx.Ceiling()
+	if want == 0 {
+		return // no claim since the ceiling files came in
+	}
+	onFile, found, err := journal.ReadCeiling(t.metaDir)
+	switch {
+	case err != nil:
+		rep.Findings = append(rep.Findings, Finding{Kind: "token_ceiling", Detail: err.Error() + "; replay rewrites it from the journal"})
+	case !found || onFile < want:
+		rep.Findings = append(rep.Findings, Finding{Kind: "token_ceiling", Detail: fmt.Sprintf("the token ceiling files (%s, %s) are missing or below the journal's ceiling %d; replay rewrites them", journal.CeilingName, journal.RootCeilingName, want)})
+	default:
+		return
+	}
+	st.ceiling = want
 }
 
 func sameJSON(a, b any) bool {
@@ -363,6 +403,16 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 		})
 		if err != nil {
 			return fmt.Errorf("rewrite records from the event log: %w", err)
+		}
+	}
+	if st.counter > 0 {
+		if err := db.Update(func(tx *journal.Tx) error { return tx.RaiseCounter(st.counter) }); err != nil {
+			return fmt.Errorf("raise the token counter: %w", err)
+		}
+	}
+	if st.ceiling > 0 {
+		if err := journal.RaiseCeiling(t.metaDir, st.ceiling); err != nil {
+			return err
 		}
 	}
 	crashAt("replay:after-rebuild")

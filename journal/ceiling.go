@@ -204,3 +204,18 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 func (t *Tx) Ceiling() uint64 {
 	return getU64(t.tx.Bucket(bucketMeta).Get([]byte(keyCeiling)))
 }
+
+// RaiseCounter sets the token counter to at least v, with the ceiling
+// above it: replay's repair of a counter found below a token the log
+// issued.
+func (t *Tx) RaiseCounter(v uint64) error {
+	meta := t.tx.Bucket(bucketMeta)
+	if getU64(meta.Get([]byte(keyToken))) >= v {
+		return nil
+	}
+	v, err := t.reserve(v)
+	if err != nil {
+		return err
+	}
+	return meta.Put([]byte(keyToken), u64(v))
+}
