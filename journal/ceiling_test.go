@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/fencectl/fencectl/journal"
 )
 
@@ -210,5 +212,50 @@ func TestCeiling_SalvageSeesCeiling(t *testing.T) {
 	got, ok := journal.SalvageToken(journal.Path(dir))
 	if !ok || got < tok+journal.CeilingStep {
 		t.Fatalf("SalvageToken = %d, %v; want at least the ceiling %d", got, ok, tok+journal.CeilingStep)
+	}
+}
+
+// A version 2 journal (before the ceiling) is read as it is; its first
+// write marks it version 3, so an older fencectl, which would issue tokens
+// past the ceiling, refuses it from then on.
+func TestCeiling_Version2MarkedOnFirstWrite(t *testing.T) {
+	db, dir := newTreeJournal(t)
+	db.Close()
+	setVersion := func(v string) {
+		b, err := bolt.Open(journal.Path(dir), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("version"), []byte(v)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version := func() (v string) {
+		b, err := bolt.Open(journal.Path(dir), 0o600, &bolt.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
+		return v
+	}
+	setVersion("2")
+	ro, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("Open of a version 2 journal: %v", err)
+	}
+	ro.Close()
+	if v := version(); v != "2" {
+		t.Fatalf("a read changed the version to %q", v)
+	}
+	db, err = journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextToken(t, db, t0)
+	db.Close()
+	if v := version(); v != "3" {
+		t.Fatalf("version after the first write = %q, want 3", v)
 	}
 }

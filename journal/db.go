@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -17,15 +18,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SchemaVersion is the layout of the buckets this code writes: version 2
-// stores records in the binary form of codec.go. It also reads version 1
-// (JSON records, same buckets), and its first write to such a journal
-// marks it version 2, so that an older fencectl refuses it with a
-// VersionError instead of failing on a record it cannot decode.
-const SchemaVersion = "2"
+// SchemaVersion is the layout this code writes. Version 2 stores records
+// in the binary form of codec.go; version 3 adds the token ceiling, which
+// every claim must respect (an older fencectl would issue tokens past it),
+// and the "missing" event (an older replay could not fold it and would
+// undo it). Versions 1 (JSON records, same buckets) and 2 are still read,
+// and the first write to such a journal marks it version 3, so that an
+// older fencectl refuses it with a VersionError instead of misreading it.
+const SchemaVersion = "3"
 
-// schemaV1 is the JSON-record layout, still read.
-const schemaV1 = "1"
+// readVersions are the older layouts still read.
+var readVersions = []string{"1", "2"}
 
 // FileName and LockName are the journal's files inside the .fence directory.
 const (
@@ -257,7 +260,7 @@ func (db *DB) checkVersion() error {
 			return &CorruptError{Path: db.path, Detail: "not a fencectl journal (no meta bucket)"}
 		}
 		v := string(meta.Get([]byte(keyVersion)))
-		if v != SchemaVersion && v != schemaV1 {
+		if v != SchemaVersion && !slices.Contains(readVersions, v) {
 			return &VersionError{Path: db.path, Found: v, Supported: SchemaVersion}
 		}
 		db.version = v
@@ -339,9 +342,9 @@ func (db *DB) Update(fn func(*Tx) error) (err error) {
 		if err := fn(tx); err != nil {
 			return err
 		}
-		if db.version == schemaV1 {
-			// This transaction may write binary records: from now on the
-			// journal is version 2 (see SchemaVersion).
+		if db.version != SchemaVersion {
+			// This transaction may write what older versions cannot read:
+			// from now on the journal is this version (see SchemaVersion).
 			if err := btx.Bucket(bucketMeta).Put([]byte(keyVersion), []byte(SchemaVersion)); err != nil {
 				return err
 			}
