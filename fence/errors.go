@@ -20,6 +20,7 @@ const (
 	ReasonInvalidInput   = "invalid_input"
 	ReasonIOError        = "io_error"
 	ReasonCorruptJournal = "corrupt_journal"
+	ReasonJournalVersion = "journal_version" // written by another (newer) fencectl: not damaged
 	ReasonDrift          = "drift"
 )
 

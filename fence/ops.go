@@ -182,10 +182,10 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		for _, r := range reaped {
 			inClaimed[r.Task] = true
 		}
-		before := tx.Writes()
-		ev, rec, err := t.claimStep(tx, req, now, d.TTL, inClaimed)
+		ev, rec, settled, err := t.claimStep(tx, req, now, d.TTL, inClaimed)
+		evs = append(evs, settled.events...)
 		if err != nil {
-			if tx.Writes() != before {
+			if tx.Writes() != settled.writes {
 				// Refused after writing: fail the whole operation, so
 				// that the group commit rolls all of it back.
 				return nil, err
@@ -211,8 +211,24 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	return res, nil
 }
 
+// settledOnTheWay is what claim-next settled before the claim proper: the
+// events of tasks it found without a file and failed (nextClaimable), and
+// the transaction's write count after them. They commit even if the claim
+// is refused, like the reaps before it; a write after them followed by a
+// refusal fails the whole operation instead (see pendingOp).
+type settledOnTheWay struct {
+	events []journal.Event
+	writes int
+}
+
 // claimStep is the claim proper, after reaping: restore, named or next.
-func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (journal.Event, journal.Task, error) {
+func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (journal.Event, journal.Task, settledOnTheWay, error) {
+	settled := settledOnTheWay{writes: tx.Writes()}
+	ev, rec, err := t.claimStepOnly(tx, req, now, defaultTTL, inClaimed, &settled)
+	return ev, rec, settled, err
+}
+
+func (t *Tree) claimStepOnly(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool, settled *settledOnTheWay) (journal.Event, journal.Task, error) {
 	if req.Token != 0 {
 		return restore(tx, req, now, defaultTTL)
 	}
@@ -235,7 +251,12 @@ func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaul
 	}
 	id := req.ID
 	if id == "" {
-		id = t.nextClaimable(tx, inClaimed)
+		var err error
+		id, settled.events, err = t.nextClaimable(tx, inClaimed, now)
+		settled.writes = tx.Writes()
+		if err != nil {
+			return journal.Event{}, journal.Task{}, err
+		}
 		if id == "" {
 			return journal.Event{}, journal.Task{}, ErrNothingToClaim
 		}
@@ -282,11 +303,14 @@ func checkRequestID(id string) error {
 }
 
 // nextClaimable returns the first ready task whose file is a regular file
-// in available/, or "". A task whose file is missing or is a symlink, FIFO
-// or directory is skipped and reported, so one bad entry cannot block the
-// queue.
-func (t *Tree) nextClaimable(tx *journal.Tx, inClaimed map[string]bool) string {
-	var id string
+// in available/, or "". A task whose file is a symlink, FIFO or directory,
+// or was moved by hand to another directory, is skipped and reported, so
+// one bad entry cannot block the queue. A task whose file is in no
+// directory at all is failed on the spot (missingEvent; settled holds the
+// events): otherwise every later claim would look at it again, and 100k
+// such tasks would make every claim stat 100k files.
+func (t *Tree) nextClaimable(tx *journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []journal.Event, err error) {
+	var gone []string
 	tx.Ready(func(cand string) bool {
 		dir := fsmirror.Available
 		if inClaimed[cand] {
@@ -300,11 +324,33 @@ func (t *Tree) nextClaimable(tx *journal.Tx, inClaimed map[string]bool) string {
 		case err != nil:
 			t.notify("skipped", cand, err.Error()+"; not claimed (run `fencectl replay --check`)")
 		default:
-			t.notify("skipped", cand, string(dir)+"/"+cand+" is missing; not claimed (run `fencectl replay --check`)")
+			switch where, _, lerr := t.mirror.Locate(cand); {
+			case lerr == nil:
+				t.notify("skipped", cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed (run `fencectl replay` to put it back)")
+			case errors.Is(lerr, fs.ErrNotExist):
+				gone = append(gone, cand)
+			default:
+				t.notify("skipped", cand, lerr.Error()+"; not claimed (run `fencectl replay --check`)")
+			}
 		}
 		return true
 	})
-	return id
+	for _, cand := range gone {
+		rec, ok, err := tx.Task(cand)
+		if err != nil {
+			return "", settled, err
+		}
+		if !ok {
+			continue
+		}
+		_, ev, err := commit(tx, &rec, missingEvent(rec, now))
+		if err != nil {
+			return "", settled, err
+		}
+		settled = append(settled, ev)
+		t.notify("missing_file", cand, "its file is in no directory: failed it (reason \""+ReasonFileMissing+"\"); to run it again, put its content at "+t.Path(cand, Failed)+" and requeue it")
+	}
+	return id, settled, nil
 }
 
 // checkFile refuses to act on a task whose entry in its state directory
@@ -637,6 +683,11 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 	return t.operator(ctx, journal.EvRequeue, id, func(rec journal.Task, now time.Time) (journal.Event, error) {
 		if rec.State != Done && rec.State != Failed {
 			return journal.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "requeue"}
+		}
+		// Without its file the task would be handed out empty-handed, or
+		// settled as missing again at the next claim.
+		if ok, err := t.mirror.Exists(DirOf(rec.State), id); err == nil && !ok {
+			return journal.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, DirOf(rec.State), t.Path(id, rec.State))}
 		}
 		return journal.Event{Time: now, Type: journal.EvRequeue, Task: id, From: rec.State, To: Available, Agent: agent, Reason: reason}, nil
 	})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,14 +41,19 @@ var recoverOrder = []State{Done, Failed, Claimed, Available}
 // when the journal is lost or unreadable. The damaged file is renamed
 // aside, never deleted. Every task comes back in the state its directory
 // says; tasks in claimed/ have no lease any more, so they come back
-// available (their files move there). New tokens start above any token
-// the old journal can have issued: above the clock, and above the old
-// counter if it can still be read. d gives the defaults when the old ones
-// cannot be read.
+// available (their files move there). New tokens start above every token
+// the tree can have issued (tokenFloor): above the token ceiling's files,
+// above whatever the damaged journals still show, and above the clock. d
+// gives the defaults when the old ones cannot be read.
+//
+// It refuses, changing nothing, a directory that is not a task tree (a
+// mistyped --dir must not plant one), a readable journal (replay is the
+// repair for that) and a journal of another schema version (a newer
+// fencectl's journal is healthy, and rebuilding it would free every lease).
 func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverReport, error) {
 	rep := RecoverReport{Counts: map[State]int{}, Freed: []string{}, Findings: []Finding{}}
-	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
-		return rep, invalidf("no task tree at %s: nothing to recover (`fencectl init` makes a new tree)", root)
+	if err := checkTaskTree(root); err != nil {
+		return rep, err
 	}
 	m, err := fsmirror.Create(root) // the directories may be gone with the journal
 	if err != nil {
@@ -64,7 +70,6 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	defer lock.Release()
 
 	path := journal.Path(meta)
-	seed := uint64(Now().UnixMicro())
 	if exists, err := journal.Exists(meta); err != nil {
 		return rep, err
 	} else if exists {
@@ -77,17 +82,19 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 			}
 		}
 		var corrupt *journal.CorruptError
-		var version *journal.VersionError
-		if !errors.As(err, &corrupt) && !errors.As(err, &version) {
-			return rep, err
-		}
-		if tok, ok := journal.SalvageToken(path); ok && tok >= seed {
-			seed = tok + 1
+		if !errors.As(err, &corrupt) {
+			return rep, err // a *VersionError among them: refused, untouched
 		}
 		if old, ok := journal.ReadDefaults(path); ok {
 			d = old
 		}
-		aside := path + ".damaged-" + Now().UTC().Format("20060102T150405Z")
+	}
+	seed, err := tokenFloor(meta)
+	if err != nil {
+		return rep, err
+	}
+	if _, err := os.Lstat(path); err == nil {
+		aside := path + damagedSuffix + Now().UTC().Format("20060102T150405Z")
 		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE); err != nil {
 			return rep, fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
 		}
@@ -96,6 +103,7 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 		}
 		rep.KeptAside = aside
 	}
+	journal.SweepCreating(meta)
 	if err := journal.CreateSeeded(meta, d, seed); err != nil {
 		return rep, err
 	}
@@ -205,4 +213,83 @@ func syncDir(path string) error {
 	}
 	defer f.Close()
 	return f.Sync()
+}
+
+// damagedSuffix names a journal that recover set aside.
+const damagedSuffix = ".damaged-"
+
+// tokenFloor is where a new journal of the tree whose journal directory
+// is meta starts its token counter: above every token the tree can have
+// issued, from everything that survives the loss of a journal. That is
+// the token ceiling's files (.fence/tokens, and .fence-tokens in the root,
+// which outlives `rm -rf .fence`), whatever the journal files in meta
+// still show (journal.db and the copies earlier recovers set aside,
+// however damaged), and the clock, for trees older than the ceiling. A
+// ceiling file that exists but cannot be read is an error: starting
+// without it could reissue old tokens.
+func tokenFloor(meta string) (uint64, error) {
+	floor := uint64(Now().UnixMicro())
+	ceiling, found, err := journal.ReadCeiling(meta)
+	if err != nil {
+		return 0, err
+	}
+	if found && ceiling >= floor {
+		floor = ceiling + 1
+	}
+	olds, _ := filepath.Glob(filepath.Join(meta, journal.FileName+damagedSuffix+"*"))
+	for _, p := range append(olds, journal.Path(meta)) {
+		if tok, ok := journal.SalvageToken(p); ok && tok >= floor {
+			floor = tok + 1
+		}
+	}
+	return floor, nil
+}
+
+// checkTaskTree refuses a directory that is not a task tree: one with
+// neither .fence/ nor the token ceiling's root copy nor all four state
+// directories. recover rebuilds a tree's journal; it must not plant a new
+// tree wherever a mistyped --dir points.
+func checkTaskTree(root string) error {
+	isDir := func(name string) bool {
+		fi, err := os.Lstat(filepath.Join(root, name))
+		return err == nil && fi.IsDir()
+	}
+	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+		return invalidf("no task tree at %s: nothing to recover (`fencectl init` makes a new tree)", root)
+	}
+	if isDir(string(fsmirror.Meta)) {
+		return nil
+	}
+	if _, err := os.Lstat(filepath.Join(root, journal.RootCeilingName)); err == nil {
+		return nil
+	}
+	for _, d := range fsmirror.StateDirs {
+		if !isDir(string(d)) {
+			return invalidf("%s is not a task tree (it has no .fence/ and no %s/ directory): nothing to recover; check --dir / FENCE_DIR, or run `fencectl init` to make a new tree there", root, d)
+		}
+	}
+	return nil
+}
+
+// refuseOrphanTasks refuses to init a directory whose state directories
+// hold entries while it has no journal: those are a tree's tasks, and an
+// empty journal would hide them (claims would find nothing to claim).
+// recover is what adopts them.
+func refuseOrphanTasks(root string) error {
+	var found []string
+	for _, d := range fsmirror.StateDirs {
+		f, err := os.Open(filepath.Join(root, string(d)))
+		if err != nil {
+			continue // missing (init makes it), or not a directory (init reports it)
+		}
+		names, _ := f.Readdirnames(1)
+		f.Close()
+		if len(names) > 0 {
+			found = append(found, fmt.Sprintf("%s/%s", d, names[0]))
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return invalidf("%s holds task files (%s) but no journal: init would make an empty journal that hides them; nothing changed. If this tree lost its journal, run `fencectl recover` to rebuild it from the directories", root, strings.Join(found, ", "))
 }

@@ -17,7 +17,8 @@ import (
 // Finding is one disagreement between the event log, the stored records
 // and the tree. Kinds: log_error, record_mismatch, record_missing,
 // record_extra, claim_mismatch, index_mismatch, bbolt_check, misplaced,
-// duplicate, missing_file, unknown_file, invalid_entry.
+// duplicate, missing_file, unknown_file, invalid_entry, token_counter,
+// token_ceiling.
 type Finding struct {
 	Kind   string `json:"kind"`
 	Task   string `json:"task,omitempty"`
@@ -54,6 +55,9 @@ type replayState struct {
 	moves   []move            // misplaced files to put back
 	extra   []extraCopy       // second copies to quarantine
 	adopt   []adoption        // unknown files to adopt
+	missing []string          // tasks whose file is in no directory, to settle
+	counter uint64            // raise the token counter to this (0: it is fine)
+	ceiling uint64            // raise the ceiling files to this (0: they are fine)
 }
 
 type extraCopy struct {
@@ -72,8 +76,10 @@ type adoption struct {
 // it only reports (under the shared lock, so no writer moves files while it
 // looks). Otherwise it rewrites records that differ from the log, adopts
 // valid unknown files in the state of their directory (claimed/ ones as
-// available: no lease exists for them), moves misplaced files, and
-// quarantines second copies. A second run finds nothing to do.
+// available: no lease exists for them), moves misplaced files,
+// quarantines second copies, and fails tasks whose file is in no directory
+// (missingEvent: done ones stay done), so that the tree and the journal
+// agree again. A second run finds nothing to do.
 func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	if err := ctx.Err(); err != nil {
 		return ReplayReport{}, err
@@ -92,7 +98,14 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	}
 	var rep ReplayReport
 	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
-	if err := db.View(func(tx *journal.Tx) error { return st.compareJournal(tx, &rep) }); err != nil {
+	err = db.View(func(tx *journal.Tx) error {
+		if err := st.compareJournal(tx, &rep); err != nil {
+			return err
+		}
+		t.compareTokens(tx, st, &rep)
+		return nil
+	})
+	if err != nil {
 		return rep, err
 	}
 	if err := t.compareTree(st, &rep); err != nil {
@@ -108,7 +121,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	}
 	for i := range rep.Findings {
 		switch rep.Findings[i].Kind {
-		case "bbolt_check", "missing_file", "invalid_entry", "log_error":
+		case "bbolt_check", "invalid_entry", "log_error":
 		default:
 			rep.Findings[i].Fixed = true
 		}
@@ -211,6 +224,36 @@ func (st *replayState) compareJournal(tx *journal.Tx, rep *ReplayReport) error {
 	return nil
 }
 
+// compareTokens checks the two marks that keep tokens from going back:
+// the counter must be at or above every token the log issued (else the
+// next claim could reissue one), and the ceiling's files at or above the
+// journal's own ceiling (else a lost journal could be rebuilt below
+// tokens already issued: a file deleted or written over by hand).
+func (t *Tree) compareTokens(tx *journal.Tx, st *replayState, rep *ReplayReport) {
+	var top uint64
+	for tok := range st.claims {
+		top = max(top, tok)
+	}
+	if c := tx.LastToken(); top > c {
+		rep.Findings = append(rep.Findings, Finding{Kind: "token_counter", Detail: fmt.Sprintf("the token counter is %d, below token %d that the event log issued; replay raises it", c, top)})
+		st.counter = top
+	}
+	want := tx.Ceiling()
+	if want == 0 {
+		return // no claim since the ceiling files came in
+	}
+	onFile, found, err := journal.ReadCeiling(t.metaDir)
+	switch {
+	case err != nil:
+		rep.Findings = append(rep.Findings, Finding{Kind: "token_ceiling", Detail: err.Error() + "; replay rewrites it from the journal"})
+	case !found || onFile < want:
+		rep.Findings = append(rep.Findings, Finding{Kind: "token_ceiling", Detail: fmt.Sprintf("the token ceiling files (%s, %s) are missing or below the journal's ceiling %d; replay rewrites them", journal.CeilingName, journal.RootCeilingName, want)})
+	default:
+		return
+	}
+	st.ceiling = want
+}
+
 func sameJSON(a, b any) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
@@ -298,8 +341,13 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			} else if s := st.staged[id]; s != "" && staging[s] {
 				add(Finding{Kind: "misplaced", Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Staging, staged: s, to: want})
-			} else {
-				add(Finding{Kind: "missing_file", Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; restore it by hand or requeue elsewhere"})
+			} else if !settledMissing(st.tasks[id]) {
+				what := "replay fails it (reason \"" + ReasonFileMissing + "\"); to run it again, put its content at " + string(Failed) + "/" + id + " and requeue it"
+				if st.tasks[id].State == Done {
+					what = "replay records that its file is gone; the task stays done"
+				}
+				add(Finding{Kind: "missing_file", Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; " + what})
+				st.missing = append(st.missing, id)
 			}
 			continue
 		case !containsDir(dirs, want):
@@ -353,6 +401,16 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 			return fmt.Errorf("rewrite records from the event log: %w", err)
 		}
 	}
+	if st.counter > 0 {
+		if err := db.Update(func(tx *journal.Tx) error { return tx.RaiseCounter(st.counter) }); err != nil {
+			return fmt.Errorf("raise the token counter: %w", err)
+		}
+	}
+	if st.ceiling > 0 {
+		if err := journal.RaiseCeiling(t.metaDir, st.ceiling); err != nil {
+			return err
+		}
+	}
 	crashAt("replay:after-rebuild")
 	if len(st.adopt) > 0 {
 		err := db.Update(func(tx *journal.Tx) error {
@@ -371,6 +429,26 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 		})
 		if err != nil {
 			return fmt.Errorf("adopt unknown files: %w", err)
+		}
+	}
+	if len(st.missing) > 0 {
+		err := db.Update(func(tx *journal.Tx) error {
+			now := Now()
+			for _, id := range st.missing {
+				rec, ok, err := tx.Task(id)
+				if err != nil {
+					return err
+				}
+				if ok {
+					if _, _, err := commit(tx, &rec, missingEvent(rec, now)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("settle tasks without a file: %w", err)
 		}
 	}
 	b := t.mirror.NewBatch()

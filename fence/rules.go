@@ -77,7 +77,7 @@ func lostBy(t journal.EventType) string {
 		return "completed"
 	case journal.EvRelease:
 		return "released"
-	case journal.EvFail:
+	case journal.EvFail, journal.EvMissing:
 		return "failed"
 	}
 	return string(t)
@@ -144,6 +144,12 @@ func Apply(prev *journal.Task, ev journal.Event) (journal.Task, error) {
 		}
 		t.Last = &journal.LeaseEnd{Token: t.Lease.Token, Agent: t.Lease.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
 		t.Lease = nil
+	case journal.EvMissing:
+		end := &journal.LeaseEnd{At: ev.Time, By: ev.Type, Reason: ev.Reason}
+		if t.Lease != nil {
+			end.Token, end.Agent = t.Lease.Token, t.Lease.Agent
+		}
+		t.Last, t.Lease = end, nil
 	case journal.EvRequeue:
 		t.Attempts = 0
 	case journal.EvPut:
@@ -165,7 +171,7 @@ func ApplyClaim(prev *journal.Claim, ev journal.Event) (journal.Claim, bool) {
 	switch ev.Type {
 	case journal.EvClaim:
 		return journal.Claim{Token: ev.Token, Task: ev.Task, Agent: ev.Agent, At: ev.Time, RequestID: ev.RequestID}, true
-	case journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke:
+	case journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke, journal.EvMissing:
 		if prev == nil {
 			return journal.Claim{}, false
 		}
@@ -174,4 +180,27 @@ func ApplyClaim(prev *journal.Claim, ev journal.Event) (journal.Claim, bool) {
 		return c, true
 	}
 	return journal.Claim{}, false
+}
+
+// ReasonFileMissing is the reason recorded when a task is settled because
+// its file is in no directory (removed by hand).
+const ReasonFileMissing = "task file missing"
+
+// missingEvent settles task, whose file is in no directory: it fails, so
+// that it is never handed out again and the tree and the journal agree; a
+// done task stays done (its work was finished, and failing it would invite
+// a requeue that redoes it). A lease it had ends; no attempt is counted,
+// since nobody tried. Restoring the file and `requeue` bring it back.
+func missingEvent(task journal.Task, now time.Time) journal.Event {
+	to := Failed
+	if task.State == Done {
+		to = Done
+	}
+	return endEvent(journal.EvMissing, task, to, "", ReasonFileMissing, now)
+}
+
+// settledMissing reports whether task was settled as having no file, so
+// that its absence from every directory is no drift.
+func settledMissing(task journal.Task) bool {
+	return (task.State == Failed || task.State == Done) && task.Last != nil && task.Last.By == journal.EvMissing
 }

@@ -18,11 +18,21 @@ type move struct {
 
 // movesOf collapses a commit's events into one move per task, from where
 // the file was before the first event to where the last event leaves it
-// (a reap and a re-claim of the same task in one commit move nothing).
+// (a reap and a re-claim of the same task in one commit move nothing). A
+// task settled as missing has no file to move.
 func movesOf(evs []journal.Event) []move {
 	var out []move
 	at := map[string]int{}
+	missing := map[string]bool{}
 	for _, ev := range evs {
+		if ev.Type == journal.EvMissing {
+			missing[ev.Task] = true
+		}
+	}
+	for _, ev := range evs {
+		if missing[ev.Task] {
+			continue
+		}
 		i, seen := at[ev.Task]
 		if !seen {
 			m := move{id: ev.Task, from: DirOf(ev.From)}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -71,36 +70,94 @@ func Init(root string, d journal.Defaults) (created bool, err error) {
 // InitTimeout is Init with a bound on the wait for the lock of an
 // existing tree's journal.
 func InitTimeout(root string, d journal.Defaults, timeout time.Duration) (created bool, err error) {
+	res, err := InitTree(root, d, timeout)
+	return res.Created, err
+}
+
+// InitResult says what InitTree found or made.
+type InitResult struct {
+	Root     string
+	Created  bool             // false: the tree existed and nothing changed
+	Defaults journal.Defaults // the tree's settings: d if created, else the existing ones
+}
+
+// InitTree is Init that also reports the tree's settings, which differ
+// from d when the tree already existed (or another init won a race). It
+// refuses, changing nothing, a directory that holds task files but no
+// journal: an empty journal would hide them, and recover is the way back.
+// The journal is made under the tree's lock, so of several inits at once
+// exactly one creates it and the others report what it made.
+func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResult, error) {
+	res := InitResult{Defaults: d}
 	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
-		return false, invalidf("invalid --ttl %s: must be positive and at most %s", d.TTL, MaxTTL)
+		return res, invalidf("invalid --ttl %s: must be positive and at most %s", d.TTL, MaxTTL)
 	}
 	if d.MaxAttempts < 1 {
-		return false, invalidf("invalid --max-attempts %d: must be at least 1", d.MaxAttempts)
+		return res, invalidf("invalid --max-attempts %d: must be at least 1", d.MaxAttempts)
 	}
-	m, err := fsmirror.Create(root)
+	abs, err := filepath.Abs(root)
 	if err != nil {
-		return false, err
+		return res, err
 	}
-	defer m.Close()
-	meta := filepath.Join(m.Root(), string(fsmirror.Meta))
+	res.Root = abs
+	meta := filepath.Join(abs, string(fsmirror.Meta))
 	exists, err := journal.Exists(meta)
 	if err != nil {
-		return false, err
+		return res, err
 	}
-	if exists {
-		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout})
-		if err != nil {
-			return false, err
+	if !exists {
+		if err := refuseOrphanTasks(abs); err != nil {
+			return res, err
 		}
-		return false, db.Close()
 	}
-	if err := journal.Create(meta, d, Now()); err != nil {
-		if errors.Is(err, fs.ErrExist) { // another init won the race
-			return false, nil
-		}
-		return false, err
+	m, err := fsmirror.Create(abs)
+	if err != nil {
+		return res, err
 	}
-	return true, nil
+	defer m.Close()
+	if exists { // an existing tree: a reader, under the shared lock
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout})
+		return res, err
+	}
+	lock, err := journal.AcquireLock(filepath.Join(meta, journal.LockName), true, timeout)
+	if err != nil {
+		return res, err
+	}
+	defer lock.Release()
+	if exists, err = journal.Exists(meta); err != nil {
+		return res, err
+	} else if exists { // another init won the race (we hold the lock: bbolt's alone)
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true})
+		return res, err
+	}
+	if err := refuseOrphanTasks(abs); err != nil {
+		return res, err
+	}
+	journal.SweepCreating(meta)
+	seed, err := tokenFloor(meta)
+	if err != nil {
+		return res, err
+	}
+	if err := journal.CreateSeeded(meta, d, seed); err != nil {
+		return res, err
+	}
+	res.Created = true
+	return res, nil
+}
+
+// readDefaults opens the journal in meta with o and reads the tree's
+// settings.
+func readDefaults(meta string, o journal.OpenOptions) (d journal.Defaults, err error) {
+	db, err := journal.Open(meta, o)
+	if err != nil {
+		return d, err
+	}
+	defer db.Close()
+	err = db.View(func(tx *journal.Tx) error {
+		d, err = tx.Defaults()
+		return err
+	})
+	return d, err
 }
 
 // Open opens the tree at root. It fails with a *NoJournalError, before

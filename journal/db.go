@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -15,15 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SchemaVersion is the layout of the buckets this code writes: version 2
-// stores records in the binary form of codec.go. It also reads version 1
-// (JSON records, same buckets), and its first write to such a journal
-// marks it version 2, so that an older fencectl refuses it with a
-// VersionError instead of failing on a record it cannot decode.
-const SchemaVersion = "2"
+// SchemaVersion is the layout this code writes. Version 2 stores records
+// in the binary form of codec.go; version 3 adds the token ceiling, which
+// every claim must respect (an older fencectl would issue tokens past it),
+// and the "missing" event (an older replay could not fold it and would
+// undo it). Versions 1 (JSON records, same buckets) and 2 are still read,
+// and the first write to such a journal marks it version 3, so that an
+// older fencectl refuses it with a VersionError instead of misreading it.
+const SchemaVersion = "3"
 
-// schemaV1 is the JSON-record layout, still read.
-const schemaV1 = "1"
+// readVersions are the older layouts still read.
+var readVersions = []string{"1", "2"}
 
 // FileName and LockName are the journal's files inside the .fence directory.
 const (
@@ -86,9 +89,13 @@ func CreateSeeded(dir string, d Defaults, seed uint64) error {
 	} else if ok {
 		return fmt.Errorf("create journal %s: %w", final, fs.ErrExist)
 	}
-	tmp := final + ".creating"
-	_ = os.Remove(tmp)
-	b, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
+	// A name of its own: two creators (two inits at once) never share or
+	// remove each other's file; RENAME_NOREPLACE below picks one winner.
+	// (pid and clock, not crypto/rand: see writeCeilingFile.)
+	tmp := fmt.Sprintf("%s%s%d-%d", final, creatingSuffix, os.Getpid(), time.Now().UnixNano())
+	b, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType, OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+		return os.OpenFile(name, flag|os.O_EXCL, mode)
+	}})
 	if err != nil {
 		_ = os.Remove(tmp) // a full disk, say: leave nothing half made
 		return fmt.Errorf("create journal %s: %w", tmp, err)
@@ -129,6 +136,20 @@ func CreateSeeded(dir string, d Defaults, seed uint64) error {
 		return fmt.Errorf("create journal %s: %w", final, err)
 	}
 	return nil
+}
+
+// creatingSuffix marks a journal being built by Create.
+const creatingSuffix = ".creating-"
+
+// SweepCreating removes the half-built journals that a Create killed
+// before its rename left in dir. Only call it holding the lock that every
+// creator holds (init and recover do), so no live Create loses its file.
+func SweepCreating(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, FileName+creatingSuffix+"*"))
+	for _, n := range names {
+		_ = os.Remove(n)
+	}
+	_ = os.Remove(filepath.Join(dir, FileName+".creating")) // the fixed name of older versions
 }
 
 func fsyncPath(p string) error {
@@ -249,7 +270,7 @@ func (db *DB) checkVersion() error {
 			return &CorruptError{Path: db.path, Detail: "not a fencectl journal (no meta bucket)"}
 		}
 		v := string(meta.Get([]byte(keyVersion)))
-		if v != SchemaVersion && v != schemaV1 {
+		if v != SchemaVersion && !slices.Contains(readVersions, v) {
 			return &VersionError{Path: db.path, Found: v, Supported: SchemaVersion}
 		}
 		db.version = v
@@ -327,13 +348,13 @@ func (db *DB) Close() error {
 func (db *DB) Update(fn func(*Tx) error) (err error) {
 	defer guard(db.path, &err)()
 	err = db.b.Update(func(btx *bolt.Tx) error {
-		tx := &Tx{tx: btx}
+		tx := &Tx{tx: btx, dir: filepath.Dir(db.path)}
 		if err := fn(tx); err != nil {
 			return err
 		}
-		if db.version == schemaV1 {
-			// This transaction may write binary records: from now on the
-			// journal is version 2 (see SchemaVersion).
+		if db.version != SchemaVersion {
+			// This transaction may write what older versions cannot read:
+			// from now on the journal is this version (see SchemaVersion).
 			if err := btx.Bucket(bucketMeta).Put([]byte(keyVersion), []byte(SchemaVersion)); err != nil {
 				return err
 			}
@@ -367,9 +388,10 @@ func guard(path string, err *error) func() {
 	}
 }
 
-// SalvageToken reads the token counter of a journal file that may be
-// damaged, without taking any lock (the caller holds .fence/lock). ok is
-// false if the counter cannot be read; it never panics.
+// SalvageToken reads the highest token a journal file that may be damaged
+// can have issued (its counter, its ceiling, its highest claim), without
+// taking any lock (the caller holds .fence/lock). ok is false if none of
+// them can be read; it never panics.
 func SalvageToken(path string) (token uint64, ok bool) {
 	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
 		return 0, false // never open a FIFO (it would block) or follow a symlink
@@ -381,13 +403,37 @@ func SalvageToken(path string) (token uint64, ok bool) {
 		return 0, false
 	}
 	defer b.Close()
-	err = b.View(func(tx *bolt.Tx) error {
+	// Each source on its own: a damaged page under one must not hide the
+	// others. The counter, the ceiling (every issued token is at or below
+	// it) and the highest token the claims bucket records.
+	read := func(fn func(tx *bolt.Tx) uint64) {
+		var rerr error
+		func() {
+			defer guard(path, &rerr)()
+			rerr = b.View(func(tx *bolt.Tx) error {
+				if v := fn(tx); v > token {
+					token, ok = v, true
+				}
+				return nil
+			})
+		}()
+	}
+	read(func(tx *bolt.Tx) uint64 {
 		if meta := tx.Bucket(bucketMeta); meta != nil {
-			token, ok = getU64(meta.Get([]byte(keyToken))), true
+			ok = true
+			return max(getU64(meta.Get([]byte(keyToken))), getU64(meta.Get([]byte(keyCeiling))))
 		}
-		return nil
+		return 0
 	})
-	return token, ok && err == nil
+	read(func(tx *bolt.Tx) uint64 {
+		if c := tx.Bucket(bucketClaims); c != nil {
+			if k, _ := c.Cursor().Last(); len(k) == 8 {
+				return getU64(k)
+			}
+		}
+		return 0
+	})
+	return token, ok
 }
 
 // ReadDefaults reads the defaults of a journal file that may be damaged;

@@ -27,8 +27,9 @@
 //
 // A fencing token is a uint64 strictly above every token the journal has
 // issued. The counter starts at the creation time in microseconds and every
-// claim takes max(counter+1, now in µs), so a journal rebuilt after a loss
-// starts above any token an older journal on the same machine handed out.
+// claim takes max(counter+1, now in µs), below a ceiling kept outside
+// journal.db (ceiling.go), so a journal rebuilt after a loss starts above
+// any token an older journal handed out, even with the clock behind.
 //
 // # Damage
 //

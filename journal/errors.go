@@ -3,6 +3,7 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // ErrBusy means the lock on .fence/lock was not obtained within the timeout:
@@ -14,7 +15,8 @@ var ErrBusy = errors.New("journal busy: another fencectl process holds the lock"
 var ErrNoJournal = errors.New("no journal")
 
 // CorruptError reports a journal file that cannot be read: truncated,
-// overwritten, not a bbolt file, or of another schema version.
+// overwritten, or not a bbolt file. (A journal of another schema version
+// is a *VersionError: readable, and never to be rebuilt.)
 type CorruptError struct {
 	Path   string
 	Detail string
@@ -24,13 +26,36 @@ func (e *CorruptError) Error() string {
 	return fmt.Sprintf("journal %s is unreadable: %s", e.Path, e.Detail)
 }
 
-// VersionError reports a journal written by a different schema version.
+// VersionError reports a journal written with a schema version this
+// fencectl does not read, most often by a newer fencectl. The journal is
+// not damaged: it must never be rebuilt or set aside (that would free
+// every lease and lose its history); the fix is the fencectl that wrote it.
 type VersionError struct {
 	Path      string
 	Found     string
 	Supported string
 }
 
+// Newer reports whether the journal's version is above the supported one.
+func (e *VersionError) Newer() bool {
+	found, err1 := strconv.Atoi(e.Found)
+	supported, err2 := strconv.Atoi(e.Supported)
+	return err1 == nil && err2 == nil && found > supported
+}
+
 func (e *VersionError) Error() string {
-	return fmt.Sprintf("journal %s has schema version %q; this fencectl reads version %q", e.Path, e.Found, e.Supported)
+	who := "a fencectl of another version"
+	if e.Newer() {
+		who = "a newer fencectl"
+	}
+	return fmt.Sprintf("journal %s has schema version %s, written by %s; this fencectl reads schema versions up to %s. The journal is not damaged: nothing was changed; use the fencectl that wrote it (or a newer one), and do not run `fencectl recover` on it", e.Path, quoteVersion(e.Found), who, e.Supported)
+}
+
+// quoteVersion shows a version as stored, quoted only if it is not a plain
+// number (a damaged or hostile value must not garble the message).
+func quoteVersion(v string) string {
+	if _, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return v
+	}
+	return strconv.Quote(v)
 }

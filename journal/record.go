@@ -80,6 +80,7 @@ const (
 	EvRevoke    EventType = "revoke"    // operator freed the lease, no attempt counted
 	EvRequeue   EventType = "requeue"   // done/failed → available, attempts reset
 	EvPut       EventType = "put"       // a fenced output written to out/<task>/<name>; no state change
+	EvMissing   EventType = "missing"   // the task's file is in no directory: → failed (done stays done), any lease ends, no attempt counted
 )
 
 // Event is one entry of the append-only log. From and To are the task's

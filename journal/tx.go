@@ -12,6 +12,7 @@ import (
 // called inside DB.Update.
 type Tx struct {
 	tx         *bolt.Tx
+	dir        string // the journal's directory: where the token ceiling is (ceiling.go)
 	firstEvent uint64 // seq of this transaction's first appended event, 0 if none
 	lastEvent  uint64
 	// writes counts the calls of methods that change state, made or
@@ -148,14 +149,19 @@ func (t *Tx) ForEachTask(fn func(Task) error) error {
 	})
 }
 
-// NextToken issues a fencing token: max(counter+1, now in µs), stored back
-// as the new counter. See the package doc for why the clock takes part.
+// NextToken issues a fencing token: max(counter+1, now in µs), kept below
+// the durable token ceiling (ceiling.go) and stored back as the new
+// counter. See the package doc for why the clock takes part.
 func (t *Tx) NextToken(now time.Time) (uint64, error) {
 	t.wrote()
 	meta := t.tx.Bucket(bucketMeta)
 	next := getU64(meta.Get([]byte(keyToken))) + 1
 	if clock := uint64(now.UnixMicro()); clock > next {
 		next = clock
+	}
+	next, err := t.reserve(next)
+	if err != nil {
+		return 0, err
 	}
 	return next, meta.Put([]byte(keyToken), u64(next))
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -16,8 +18,13 @@ func initCommand(out *output) *cli.Command {
 		Usage:     "create a task tree and its journal (idempotent)",
 		UsageText: "init [--ttl 10m] [--max-attempts 3]",
 		Description: `Creates the root if missing, inbox/ available/ claimed/ done/ failed/ out/ and
-.fence/ with the journal. On an existing tree it checks the journal and changes
-nothing. The settings become the tree's defaults.
+.fence/ with the journal. The settings become the tree's defaults.
+
+On an existing tree it checks the journal and changes nothing (exit 0); if
+--ttl or --max-attempts differ from the tree's settings it says so and exits
+2, since they did not apply. Of several inits at once, one creates the tree
+and the others find it. A directory whose state directories hold files but
+that has no journal is refused (exit 2): run recover to rebuild its journal.
 
    fencectl --dir /srv/tasks init --ttl 30m --max-attempts 5`,
 		Flags: []cli.Flag{
@@ -30,19 +37,41 @@ nothing. The settings become the tree's defaults.
 				return usagef("init takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
 			d := fence.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
-			created, err := fence.InitTimeout(c.String("dir"), d, c.Duration("timeout"))
+			res, err := fence.InitTree(c.String("dir"), d, c.Duration("timeout"))
 			if err != nil {
 				return err
 			}
-			root, _ := filepath.Abs(c.String("dir"))
-			out.print(map[string]any{"root": root, "created": created, "ttl": d.TTL.String(), "max_attempts": d.MaxAttempts}, func(w io.Writer) {
-				if created {
-					fmt.Fprintf(w, "created task tree %s (lease %s, max attempts %d)\n", root, d.TTL, d.MaxAttempts)
+			if !res.Created {
+				if differ := askedOtherSettings(c, res.Defaults); differ != "" {
+					return &fence.InvalidInputError{Msg: fmt.Sprintf("task tree %s already exists with lease %s and max attempts %d; init never changes an existing tree, so %s did not apply; nothing changed (leave them out, or set them per task: add --max-attempts, claim --ttl)", res.Root, res.Defaults.TTL, res.Defaults.MaxAttempts, differ)}
+				}
+			}
+			d = res.Defaults
+			out.print(map[string]any{"root": res.Root, "created": res.Created, "ttl": d.TTL.String(), "max_attempts": d.MaxAttempts}, func(w io.Writer) {
+				if res.Created {
+					fmt.Fprintf(w, "created task tree %s (lease %s, max attempts %d)\n", res.Root, d.TTL, d.MaxAttempts)
 				} else {
-					fmt.Fprintf(w, "task tree %s already exists; nothing changed\n", root)
+					fmt.Fprintf(w, "task tree %s already exists (lease %s, max attempts %d); nothing changed\n", res.Root, d.TTL, d.MaxAttempts)
 				}
 			})
 			return nil
 		},
 	}
+}
+
+// askedOtherSettings names the settings given on the command line that
+// differ from the existing tree's, "" if none. A --ttl that only repeats
+// FENCE_TTL is not counted: agents export FENCE_TTL for their claims, and
+// an idempotent `init` in their start-up must not fail over it.
+func askedOtherSettings(c *cli.Context, have fence.Defaults) string {
+	var differ []string
+	if ttl := c.Duration("ttl"); c.IsSet("ttl") && ttl != have.TTL {
+		if env, err := time.ParseDuration(os.Getenv("FENCE_TTL")); err != nil || env != ttl {
+			differ = append(differ, "--ttl "+ttl.String())
+		}
+	}
+	if n := c.Int("max-attempts"); c.IsSet("max-attempts") && n != have.MaxAttempts {
+		differ = append(differ, fmt.Sprintf("--max-attempts %d", n))
+	}
+	return strings.Join(differ, " and ")
 }

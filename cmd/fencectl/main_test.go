@@ -48,10 +48,11 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"getjson":  cmdGetJSON,
-			"count":    cmdCount,
-			"mkfifo":   cmdMkfifo,
-			"holdlock": cmdHoldLock,
+			"getjson":   cmdGetJSON,
+			"count":     cmdCount,
+			"mkfifo":    cmdMkfifo,
+			"holdlock":  cmdHoldLock,
+			"setschema": cmdSetSchema,
 		},
 	})
 }

@@ -177,7 +177,11 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 	case errors.As(err, &drift):
 		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, drift.Findings
-	case errors.As(err, &corrupt), errors.As(err, &version):
+	case errors.As(err, &version):
+		// Not damage: the message names both versions and never advises
+		// recover, which would set a healthy journal aside.
+		obj.Reason = fence.ReasonJournalVersion
+	case errors.As(err, &corrupt):
 		obj.Reason = fence.ReasonCorruptJournal
 		obj.Message = err.Error() + "; nothing was changed. Next step: `fencectl recover` keeps the damaged file aside (never deleted) and rebuilds the journal from the tree's directories"
 	case errors.As(err, &noJrnl):

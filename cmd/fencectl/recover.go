@@ -24,7 +24,15 @@ a task in another state directory goes to .fence/quarantine (the most final
 state wins: done, failed, claimed, available). The old defaults are kept
 when they can still be read; otherwise --ttl and --max-attempts apply.
 
-On a readable journal it refuses (exit 2): use replay.
+New tokens start above the token ceiling (.fence/tokens, and .fence-tokens in
+the root, which survives rm -rf .fence), above what the damaged journal still
+shows and above the clock, so no old token is ever issued again.
+
+It refuses, changing nothing: a readable journal (exit 2: use replay); a
+journal of another schema version, written by a newer fencectl (exit 1: it is
+not damaged, use that fencectl); a directory that is not a task tree, with no
+.fence/, no .fence-tokens and not all four state directories (exit 2: check
+--dir).
 
    fencectl recover && fencectl status`,
 		Flags: []cli.Flag{

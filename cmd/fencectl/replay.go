@@ -18,12 +18,14 @@ func replayCommand(out *output) *cli.Command {
 and indexes, and compares the directories with them. Without --check it
 rewrites records that differ from the log, moves misplaced files, adopts valid
 unknown files (in the state of their directory; claimed/ ones as available)
-and moves second copies to .fence/quarantine. Nothing is deleted. A second run
-changes nothing.
+and moves second copies to .fence/quarantine. A task whose file is in no
+directory fails with reason "task file missing" (a done one stays done): put
+its content in failed/ and requeue it to run it again. Nothing is deleted. A
+second run changes nothing.
 
 --check changes nothing and exits 7 if it finds any drift, listing it. Plain
-replay exits 7 only if something is left that it cannot repair (a missing
-file, a symlink or other non-task entry in a state directory).
+replay exits 7 only if something is left that it cannot repair (a symlink or
+other non-task entry in a state directory).
 
    fencectl replay --check || fencectl replay`,
 		Flags: []cli.Flag{

@@ -1,0 +1,223 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The token ceiling.
+//
+// The token counter lives in journal.db, and a journal can be lost whole
+// (deleted, overwritten, left behind on a dead disk). The clock alone then
+// cannot say where the lost journal stopped: it may be behind. So every
+// token is issued below a ceiling recorded outside journal.db, in two
+// small text files: .fence/tokens, and .fence-tokens in the tree's root,
+// which survives `rm -rf .fence`. A claim checks its token against the
+// copy of the ceiling kept in the journal's meta bucket (no I/O); only
+// when a token would pass it is the ceiling raised, by CeilingStep, and
+// the files are synced before the claim commits. recover and init start
+// new journals above every ceiling they can read.
+
+// CeilingName is the ceiling's copy in the journal's directory (.fence);
+// RootCeilingName is its copy in the tree root, the directory above.
+const (
+	CeilingName     = "tokens"
+	RootCeilingName = ".fence-tokens"
+)
+
+// CeilingStep is how far above the token being issued a raise puts the
+// ceiling. Tokens follow the clock in microseconds, so 2^32 is about 71
+// minutes of claims at any rate: one raise (two small synced writes) per
+// hour of activity, and a recovered journal starts at most that far ahead
+// of the clock.
+const CeilingStep = 1 << 32
+
+// maxCeiling keeps token arithmetic far from overflow: a ceiling file that
+// claims more is refused, not trusted (a real one is near 2^51 today).
+const maxCeiling = math.MaxUint64 / 4
+
+// keyCeiling is the meta key of the journal's copy of the ceiling.
+const keyCeiling = "token_ceiling"
+
+// CeilingPaths returns the ceiling's files for the journal in dir: the copy
+// in dir and the copy in its parent, the tree root.
+func CeilingPaths(dir string) []string {
+	return []string{filepath.Join(dir, CeilingName), filepath.Join(filepath.Dir(dir), RootCeilingName)}
+}
+
+// CeilingError reports a ceiling file that exists but does not hold a
+// ceiling. A token high-water mark that cannot be read is not ignored:
+// the caller would otherwise start below tokens already issued.
+type CeilingError struct {
+	Path   string
+	Detail string
+}
+
+func (e *CeilingError) Error() string {
+	return fmt.Sprintf("token ceiling %s is unreadable: %s; it records the highest token this tree may have issued: restore it, or if it is lost write a number above every token ever issued into it (`fencectl status` shows the last token)", e.Path, e.Detail)
+}
+
+// ReadCeiling returns the highest ceiling recorded by the files of the
+// journal in dir; found is false when there are none. A file that exists
+// but is unreadable or garbled is a *CeilingError (the others are still
+// read: ceiling and found cover them).
+func ReadCeiling(dir string) (ceiling uint64, found bool, err error) {
+	for _, p := range CeilingPaths(dir) {
+		v, ok, rerr := readCeilingFile(p)
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+		if ok {
+			ceiling, found = max(ceiling, v), true
+		}
+	}
+	return ceiling, found, err
+}
+
+func readCeilingFile(path string) (uint64, bool, error) {
+	// O_NONBLOCK and the fstat below: a FIFO planted there never blocks us.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, &CeilingError{Path: path, Detail: err.Error()}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return 0, false, &CeilingError{Path: path, Detail: "not a regular file"}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return 0, false, &CeilingError{Path: path, Detail: err.Error()}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseUint(line, 10, 64)
+		if err != nil || v > maxCeiling {
+			return 0, false, &CeilingError{Path: path, Detail: fmt.Sprintf("%q is not a token ceiling", line)}
+		}
+		return v, true, nil
+	}
+	return 0, false, &CeilingError{Path: path, Detail: "no number in it"}
+}
+
+// RaiseCeiling durably records at least v in every ceiling file of the
+// journal in dir, never lowering one. The copy in dir must be written; the
+// copy in the tree root is skipped when the root is not writable by this
+// user (a shared tree whose root belongs to someone else), since the copy
+// in dir still holds the mark.
+func RaiseCeiling(dir string, v uint64) error {
+	if v > maxCeiling {
+		return fmt.Errorf("raise the token ceiling to %d: above the largest ceiling fencectl accepts (%d)", v, uint64(maxCeiling))
+	}
+	for i, p := range CeilingPaths(dir) {
+		if old, ok, err := readCeilingFile(p); err == nil && ok && old >= v {
+			continue
+		}
+		err := writeCeilingFile(p, v)
+		if err != nil && i > 0 && (errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EROFS)) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("raise the token ceiling: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeCeilingFile replaces path atomically: a temporary file beside it,
+// synced, renamed over it, and the directory synced.
+func writeCeilingFile(path string, v uint64) (err error) {
+	// O_EXCL below refuses a name in use; pid and clock make a clash with
+	// another writer unlikely. (Not crypto/rand: linking it runs the FIPS
+	// module's initialisers at every process start, and a claim is one.)
+	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	_, err = fmt.Fprintf(f, "# fencectl token ceiling: every token this tree has issued is below this\n# number. Keep this file: if the journal is lost, recover starts above it.\n%d\n", v)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return fsyncPath(filepath.Dir(path))
+}
+
+// reserve makes sure token next is below the durable ceiling before it is
+// issued, raising the ceiling when next would pass it, and returns the
+// token to issue: next, or more when a ceiling file records more than
+// this journal knows (the journal was restored from an older copy, or the
+// commit of an earlier raise was lost), since tokens up to that ceiling
+// may have been issued.
+func (t *Tx) reserve(next uint64) (uint64, error) {
+	meta := t.tx.Bucket(bucketMeta)
+	ceiling := getU64(meta.Get([]byte(keyCeiling)))
+	if next <= ceiling {
+		return next, nil
+	}
+	if t.dir == "" {
+		return 0, errors.New("issue a token: the transaction does not know its journal's directory")
+	}
+	// An unreadable copy is rewritten below: this journal bounds every
+	// token it issued, so only the copy's news (if any) is lost.
+	onFile, ok, _ := ReadCeiling(t.dir)
+	if ok && onFile > ceiling && onFile >= next {
+		next = onFile + 1
+	}
+	t.wrote()
+	raised := next + CeilingStep
+	if err := RaiseCeiling(t.dir, raised); err != nil {
+		return 0, err
+	}
+	return next, meta.Put([]byte(keyCeiling), u64(raised))
+}
+
+// Ceiling returns the journal's copy of the token ceiling (0 before the
+// first claim of a journal made before ceilings existed).
+func (t *Tx) Ceiling() uint64 {
+	return getU64(t.tx.Bucket(bucketMeta).Get([]byte(keyCeiling)))
+}
+
+// RaiseCounter sets the token counter to at least v, with the ceiling
+// above it: replay's repair of a counter found below a token the log
+// issued.
+func (t *Tx) RaiseCounter(v uint64) error {
+	meta := t.tx.Bucket(bucketMeta)
+	if getU64(meta.Get([]byte(keyToken))) >= v {
+		return nil
+	}
+	t.wrote()
+	v, err := t.reserve(v)
+	if err != nil {
+		return err
+	}
+	return meta.Put([]byte(keyToken), u64(v))
+}
