@@ -526,3 +526,23 @@ func TestRules_FoldLifecycle(t *testing.T) {
 		t.Errorf("Last = %+v, want the end of token 5 by complete", f.task.Last)
 	}
 }
+
+// Issue 9, item 17: no refusal's message shows the current holder's token
+// (an agent told "stale, current token N" may retry with N); it names the
+// holder and since when.
+func TestRules_RefusalNeverShowsCurrentToken(t *testing.T) {
+	for _, tc := range tokenCases() {
+		err := fence.Authorize(tc.task, tc.token, tc.claim, tc.now)
+		var se *fence.StaleTokenError
+		if !errors.As(err, &se) || se.Current == 0 || se.Current == se.Yours {
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, fmt.Sprint(se.Current)) {
+			t.Errorf("%s: message shows the current token %d: %s", tc.name, se.Current, msg)
+		}
+		if want := "held by " + se.Holder + " since " + se.HeldSince.UTC().Format(time.RFC3339); !strings.Contains(msg, want) {
+			t.Errorf("%s: message %q lacks %q", tc.name, msg, want)
+		}
+	}
+}
