@@ -41,7 +41,7 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 		return out, nil
 	}
 	cmd := app.Command(args[i])
-	if cmd == nil || cmd.Name == helpCommandName {
+	if cmd == nil {
 		return append(out, args[i:]...), nil
 	}
 	local := flagArity(cmd.Flags)

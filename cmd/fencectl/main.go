@@ -86,10 +86,9 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 	// Whatever a command's own file defines, every command:
 	for _, c := range app.Commands {
 		c.OnUsageError = onUsageError
-		if c.Name == helpCommandName {
-			continue
+		if c.Name != helpCommandName {
+			c.Before = checkCommand
 		}
-		c.Before = checkCommand
 		// reads no positional word as help (reorderArgs handles -h/--help);
 		c.HideHelp, c.HideHelpCommand = true, true
 		// reads numbers in decimal only;
