@@ -103,8 +103,10 @@ func checkDir(dir string) error {
 	switch {
 	case errors.Is(err, syscall.ENOTDIR):
 		return usagef("--dir / FENCE_DIR %q is not a directory: a part of its path is a file", dir)
-	case err == nil && !fi.IsDir():
+	case err == nil && fi.Mode().IsRegular():
 		return usagef("--dir / FENCE_DIR %q is a file, not a directory: point it at the root of the task tree (the directory that holds .fence/)", dir)
+	case err == nil && !fi.IsDir():
+		return usagef("--dir / FENCE_DIR %q is not a directory (%s): point it at the root of the task tree (the directory that holds .fence/)", dir, fi.Mode().Type())
 	}
 	return nil
 }
