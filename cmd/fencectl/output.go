@@ -37,7 +37,7 @@ type output struct {
 	json           bool
 	notFound       string
 	notices        []fence.Notice
-	run            map[string]any // run's last task, for the error object (see summary)
+	reported       error          // already printed as an error object (run's summary)
 	stdoutIsCMDs   bool           // run: stdout belongs to CMD, so notices go to stderr
 }
 
@@ -151,13 +151,26 @@ func (o *output) fail(err error) int {
 	}
 	obj := classify(err)
 	if o.json {
-		obj.Run, obj.Notices = o.run, o.takeNotices()
+		if o.reported != nil && errors.Is(err, o.reported) {
+			return obj.Code
+		}
+		obj.Notices = o.takeNotices()
 		o.writeJSON(o.stderr, obj)
 		return obj.Code
 	}
 	o.flushNotices()
 	fmt.Fprintf(o.stderr, "fencectl: %s\n", printable(obj.Message))
 	return obj.Code
+}
+
+// reportError prints err as the one --json error object now, with run
+// details, so that a run --loop that goes on after it still reports it
+// exactly once; fail then prints nothing more for it.
+func (o *output) reportError(err error, run map[string]any) {
+	obj := classify(err)
+	obj.Run, obj.Notices = run, o.takeNotices()
+	o.writeJSON(o.stderr, obj)
+	o.reported = err
 }
 
 func (o *output) takeNotices() []fence.Notice {

@@ -269,15 +269,16 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // summary prints one line per supervised task on stderr (stdout is
-// CMD's). With --json it is one object per task; a task that ends run with
-// an error gets none of its own: the one error object carries it as "run".
+// CMD's). With --json it is one object per task; for a task that ended in
+// an error (a lost lease) that object is the error object, carrying the
+// summary as "run", and the error is not reported again (see fail).
 func (o *output) summary(claim fence.ClaimResult, r taskRun) {
 	if o.json {
 		m := map[string]any{
 			"task": claim.Task.ID, "token": claim.Token, "seconds": r.took.Seconds(), "outcome": r.outcome, "exit_code": r.code,
 		}
 		if r.err != nil {
-			o.run = m
+			o.reportError(r.err, m)
 			return
 		}
 		o.writeJSON(o.stderr, o.withNotices(m))
