@@ -37,8 +37,8 @@ type output struct {
 	json           bool
 	notFound       string
 	notices        []fence.Notice
-	reported       error          // already printed as an error object (run's summary)
-	stdoutIsCMDs   bool           // run: stdout belongs to CMD, so notices go to stderr
+	reported       error // already printed as an error object (run's summary)
+	stdoutIsCMDs   bool  // run: stdout belongs to CMD, so notices go to stderr
 }
 
 func (o *output) notice(n fence.Notice) { o.notices = append(o.notices, n) }
