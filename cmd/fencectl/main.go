@@ -98,8 +98,6 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 	}
 	// urfave adds --help only along with its own help command.
 	app.Flags = append(strictNumbers(app.Flags), cli.HelpFlag)
-	cli.FlagStringer = flagHelp
-	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
 	return app
 }
 

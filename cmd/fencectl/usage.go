@@ -106,6 +106,13 @@ func flagHelp(f cli.Flag) string {
 
 var urfaveFlagHelp = cli.FlagStringer
 
+// urfave/cli keeps these in package variables: set them once, before any
+// app exists (tests build apps from several goroutines).
+func init() {
+	cli.FlagStringer = flagHelp
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+}
+
 // placeholder names what a flag takes, as the USAGE lines do.
 func placeholder(f cli.Flag) string {
 	switch f.(type) {
