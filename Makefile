@@ -10,6 +10,9 @@ BUILD_TAGS ?= urfave_cli_no_docs
 # fencetest compiles in the crash points and the settable clock the tests use;
 # release builds (make build) never have them.
 TEST_TAGS  ?= fencetest
+# fencectl --version: the release's tag or commit; without it the binary
+# reports what the Go toolchain stamped (module version, VCS revision).
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 # How long make torture runs each fuzz target.
 FUZZTIME   ?= 60s
 # How many times make bench runs each benchmark; the report gives medians.
@@ -22,7 +25,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build the release binary into bin/fencectl
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -trimpath -o $(BIN) ./cmd/fencectl
+	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/fencectl
 
 test: ## run every test: unit, scripts through the real binary, multi-process race
 	$(GO) test -tags $(TEST_TAGS) -count=1 ./...

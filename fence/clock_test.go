@@ -58,7 +58,7 @@ func TestTree_LeaseExpiresAtDeadline(t *testing.T) {
 	}
 	setNow(t, c.Deadline) // exactly at the deadline the lease is gone
 	want := fence.StaleTokenError{Reason: fence.ReasonLeaseExpired, Task: "t1", Yours: c.Token, Current: c.Token,
-		Holder: "a", State: fence.Claimed, LostAt: c.Deadline, LostBy: "expired"}
+		Holder: "a", HeldSince: c.Task.Lease.ClaimedAt, State: fence.Claimed, LostAt: c.Deadline, LostBy: "expired"}
 	for _, op := range fencedOps {
 		if op.name == "claim-token" {
 			continue // reaps first: below
@@ -229,7 +229,7 @@ func TestTree_ClaimReapsFirstAndReclaims(t *testing.T) {
 		return err
 	}())
 	want := fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: a.Token, Current: b.Token, Holder: "b",
-		State: fence.Claimed, LostAt: a.Deadline, LostBy: "reaped"}
+		HeldSince: b.Task.Lease.ClaimedAt, State: fence.Claimed, LostAt: a.Deadline, LostBy: "reaped"}
 	if !se.LostAt.Equal(want.LostAt) {
 		t.Errorf("LostAt = %v, want %v", se.LostAt, want.LostAt)
 	}

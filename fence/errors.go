@@ -28,15 +28,21 @@ const (
 // not authorise it: stale (its lease ended), expired (the deadline passed,
 // not yet reaped) or not held (never issued, or issued for another task).
 // Nothing changed when it is returned.
+//
+// Current is for the library's own checks and tests only: it is never
+// shown to whoever was refused (Error leaves it out, and so does the CLI),
+// since an agent told "stale, current token N" may retry with N. The
+// refusal names the holder and since when instead.
 type StaleTokenError struct {
-	Reason  string    // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
-	Task    string    // the task the caller named
-	Yours   uint64    // the token the caller showed
-	Current uint64    // the task's current token, 0 if no lease
-	Holder  string    // the current lease's agent, "" if none
-	State   State     // the task's state now
-	LostAt  time.Time // when Yours stopped authorising (zero if never did)
-	LostBy  string    // how: reaped, revoked, completed, released, failed, expired
+	Reason    string    // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
+	Task      string    // the task the caller named
+	Yours     uint64    // the token the caller showed
+	Current   uint64    // the task's current token, 0 if no lease; never shown
+	Holder    string    // the current lease's agent, "" if none
+	HeldSince time.Time // when the current lease was claimed (zero if none)
+	State     State     // the task's state now
+	LostAt    time.Time // when Yours stopped authorising (zero if never did)
+	LostBy    string    // how: reaped, revoked, completed, released, failed, expired
 }
 
 func (e *StaleTokenError) Error() string {
@@ -52,9 +58,12 @@ func (e *StaleTokenError) Error() string {
 	default:
 		fmt.Fprintf(&b, "task %s: token %d does not hold this task", e.Task, e.Yours)
 	}
-	if e.Current != 0 {
-		fmt.Fprintf(&b, "; current token %d held by %s", e.Current, e.Holder)
-	} else {
+	switch {
+	case e.Current != 0 && e.Current == e.Yours: // its own lease, expired
+		b.WriteString("; not reaped yet, but no longer yours")
+	case e.Current != 0:
+		fmt.Fprintf(&b, "; held by %s since %s", e.Holder, fmtTime(e.HeldSince))
+	default:
 		fmt.Fprintf(&b, "; task is %s", e.State)
 	}
 	b.WriteString("; nothing changed")

@@ -13,7 +13,7 @@ import (
 func Authorize(task journal.Task, token uint64, claim *journal.Claim, now time.Time) error {
 	e := &StaleTokenError{Task: task.ID, Yours: token, State: task.State}
 	if task.State == Claimed && task.Lease != nil {
-		e.Current, e.Holder = task.Lease.Token, task.Lease.Agent
+		e.Current, e.Holder, e.HeldSince = task.Lease.Token, task.Lease.Agent, task.Lease.ClaimedAt
 		if task.Lease.Token == token {
 			if Expired(*task.Lease, now) {
 				e.Reason, e.LostAt, e.LostBy = ReasonLeaseExpired, task.Lease.Deadline, "expired"

@@ -35,6 +35,14 @@ func heldTask() journal.Task {
 	}
 }
 
+// heldSince is when heldTask's lease was claimed, if cur is its token.
+func heldSince(cur uint64) time.Time {
+	if cur == 0 {
+		return time.Time{}
+	}
+	return base
+}
+
 func freeTask(s fence.State) journal.Task {
 	return journal.Task{ID: "t1", State: s, MaxAttempts: 3, Seq: 1, Created: base.Add(-time.Hour), Updated: base}
 }
@@ -62,13 +70,13 @@ func tokenCases() []tokenCase {
 	cur := &journal.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}
 	stale := func(s fence.State, cur uint64, holder, by string) *fence.StaleTokenError {
 		return &fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: oldToken,
-			Current: cur, Holder: holder, State: s, LostAt: lostAt, LostBy: by}
+			Current: cur, Holder: holder, HeldSince: heldSince(cur), State: s, LostAt: lostAt, LostBy: by}
 	}
 	notHeld := func(tok uint64, s fence.State, cur uint64, holder string) *fence.StaleTokenError {
-		return &fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, Current: cur, Holder: holder, State: s}
+		return &fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, Current: cur, Holder: holder, HeldSince: heldSince(cur), State: s}
 	}
 	expired := &fence.StaleTokenError{Reason: fence.ReasonLeaseExpired, Task: "t1", Yours: curToken,
-		Current: curToken, Holder: "a", State: fence.Claimed, LostAt: deadline, LostBy: "expired"}
+		Current: curToken, Holder: "a", HeldSince: base, State: fence.Claimed, LostAt: deadline, LostBy: "expired"}
 	cases := []tokenCase{
 		{name: "current", task: heldTask(), token: curToken, claim: cur, now: base},
 		{name: "current/just-before-deadline", task: heldTask(), token: curToken, claim: cur, now: deadline.Add(-time.Nanosecond)},
@@ -502,7 +510,7 @@ func TestRules_FoldLifecycle(t *testing.T) {
 			t.Fatalf("token %d: err = %v", tok, err)
 		}
 		want := fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: tok, Current: 5, Holder: "e",
-			State: fence.Claimed, LostAt: f.claims[tok].Ended.At, LostBy: lost}
+			HeldSince: f.task.Lease.ClaimedAt, State: fence.Claimed, LostAt: f.claims[tok].Ended.At, LostBy: lost}
 		if *se != want {
 			t.Errorf("token %d: %+v, want %+v", tok, *se, want)
 		}
@@ -516,5 +524,25 @@ func TestRules_FoldLifecycle(t *testing.T) {
 	}
 	if f.task.Last == nil || f.task.Last.Token != 5 || f.task.Last.By != journal.EvComplete || f.task.Last.Agent != "e" {
 		t.Errorf("Last = %+v, want the end of token 5 by complete", f.task.Last)
+	}
+}
+
+// Issue 9, item 17: no refusal's message shows the current holder's token
+// (an agent told "stale, current token N" may retry with N); it names the
+// holder and since when.
+func TestRules_RefusalNeverShowsCurrentToken(t *testing.T) {
+	for _, tc := range tokenCases() {
+		err := fence.Authorize(tc.task, tc.token, tc.claim, tc.now)
+		var se *fence.StaleTokenError
+		if !errors.As(err, &se) || se.Current == 0 || se.Current == se.Yours {
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, fmt.Sprint(se.Current)) {
+			t.Errorf("%s: message shows the current token %d: %s", tc.name, se.Current, msg)
+		}
+		if want := "held by " + se.Holder + " since " + se.HeldSince.UTC().Format(time.RFC3339); !strings.Contains(msg, want) {
+			t.Errorf("%s: message %q lacks %q", tc.name, msg, want)
+		}
 	}
 }

@@ -541,6 +541,16 @@ func TestTree_StaleTokenRefusalsChangeNothing(t *testing.T) {
 					t.Errorf("LostAt = %v, want %v", got.LostAt, want.LostAt)
 				}
 				got.LostAt, want.LostAt = time.Time{}, time.Time{}
+				if want.Current != 0 { // held since the current lease's claim
+					v, err := tree.Show(bg, "t1")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !got.HeldSince.Equal(v.Task.Lease.ClaimedAt) {
+						t.Errorf("HeldSince = %v, want %v", got.HeldSince, v.Task.Lease.ClaimedAt)
+					}
+					got.HeldSince = time.Time{}
+				}
 				if got != want {
 					t.Errorf("StaleTokenError =\n  %+v\nwant\n  %+v", got, want)
 				}

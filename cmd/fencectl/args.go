@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -11,7 +12,15 @@ import (
 // so `fencectl claim t1 --agent a` would treat --agent as an argument. This
 // moves every flag of the command ahead of its positional arguments, and a
 // global flag given after the command name (`claim --dir x`) to before it.
-// Everything after `--` is left alone.
+//
+// It is also the one place that decides what a word after the command name
+// is, so that a valid task id is always read as an id: only an argument
+// that starts with "-" (which no id can) is a flag, -h/--help becomes
+// `fencectl help CMD` (the commands themselves have no help subcommand nor
+// help flag: urfave would read `verify h` or `verify help` as a help
+// request and exit 0), and a `--` ends the flags. Everything after a `--`
+// is passed on untouched to run (its CMD); for every other command that
+// `--` is dropped, so `show -- h` is `show h`.
 func reorderArgs(app *cli.App, args []string) ([]string, error) {
 	if len(args) < 2 {
 		return args, nil
@@ -37,11 +46,16 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 	}
 	local := flagArity(cmd.Flags)
 	var hoisted, flags, positional []string
+	help := false
 	rest := args[i+1:]
 	for j := 0; j < len(rest); j++ {
 		a := rest[j]
 		if a == "--" {
-			positional = append(positional, rest[j:]...)
+			if takesCommandLine[cmd.Name] {
+				positional = append(positional, rest[j:]...)
+			} else {
+				positional = append(positional, rest[j+1:]...)
+			}
 			break
 		}
 		if !isFlag(a) {
@@ -49,6 +63,14 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 			continue
 		}
 		name := flagName(a)
+		if name == "help" || name == "h" {
+			want, err := boolValue(a)
+			if err != nil {
+				return nil, err
+			}
+			help = help || want
+			continue
+		}
 		dst := &flags
 		arity := local
 		if _, ok := local[name]; !ok {
@@ -65,6 +87,9 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 			j++
 		}
 	}
+	if help {
+		return []string{args[0], helpCommandName, cmd.Name}, nil
+	}
 	out = append(out, hoisted...)
 	out = append(out, cmd.Name)
 	out = append(out, flags...)
@@ -74,6 +99,22 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 		out = append(out, "--")
 	}
 	return append(out, positional...), nil
+}
+
+// takesCommandLine names the commands that take a command line after `--`.
+var takesCommandLine = map[string]bool{"run": true}
+
+// boolValue reads a boolean flag given as --name or --name=VALUE.
+func boolValue(a string) (bool, error) {
+	_, v, ok := strings.Cut(a, "=")
+	if !ok {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, usagef("invalid %s: use true or false", a)
+	}
+	return b, nil
 }
 
 // wantsJSON reports whether --json was given anywhere before `--`, so that

@@ -44,7 +44,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			agentFlag(),
 			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"FENCE_TTL"}, Usage: "lease length (default: the tree's)"},
 			&cli.DurationFlag{Name: "wait", Usage: "keep trying this long while nothing is ready"},
-			&cli.Uint64Flag{Name: "token", Usage: "restore: renew this claim if its token is still current"},
+			&cli.GenericFlag{Name: "token", Value: tokenValue(), Usage: "restore: renew this claim if its token is still current"},
 			&cli.StringFlag{Name: "request-id", Usage: "idempotency key: the same agent repeating it gets the same claim back while it is current"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json or env (NAME='value' lines for eval)"},
 			jsonFlag,
@@ -57,6 +57,9 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			format := c.String("format")
 			switch format {
 			case "text", "env":
+				if out.json && c.IsSet("format") {
+					return usagef("--format %s and --json contradict each other: give one (--json is --format json)", format)
+				}
 			case "json":
 				out.json = true
 			default:
@@ -68,8 +71,8 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			if c.Duration("ttl") < 0 || c.Duration("wait") < 0 {
 				return usagef("--ttl and --wait must not be negative")
 			}
-			if c.IsSet("token") && c.Uint64("token") == 0 {
-				return usagef("invalid --token 0: tokens are positive")
+			if c.IsSet("token") && (c.IsSet("request-id") || c.IsSet("wait")) {
+				return usagef("--token restores a claim you hold; --request-id and --wait are for a new claim: give one or the other")
 			}
 			return withTree(c, out, func(t *fence.Tree) error {
 				res, err := t.Claim(c.Context, fence.ClaimRequest{
@@ -92,11 +95,11 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 func printClaim(out *output, format string, res fence.ClaimResult) {
 	switch format {
 	case "json":
-		out.writeJSON(out.stdout, map[string]any{
+		out.writeJSON(out.stdout, out.withNotices(map[string]any{
 			"task": res.Task.ID, "token": res.Token, "agent": res.Agent, "path": res.Path,
 			"deadline": res.Deadline.UTC(), "renewed": res.Renewed, "priority": res.Task.Priority,
 			"attempts": res.Task.Attempts, "max_attempts": res.Task.MaxAttempts,
-		})
+		}))
 	case "env":
 		for _, kv := range [][2]string{
 			{"FENCE_TASK", res.Task.ID},

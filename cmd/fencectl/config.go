@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -31,7 +33,7 @@ func agentFlag() cli.Flag {
 // (fencectl run exports it). claim defines its own without the variable:
 // restoring a claim must be asked for explicitly.
 func tokenFlag() cli.Flag {
-	return &cli.Uint64Flag{Name: "token", EnvVars: []string{"FENCE_TOKEN"}, Usage: "the fencing token your claim returned (required)"}
+	return &cli.GenericFlag{Name: "token", EnvVars: []string{"FENCE_TOKEN"}, Value: tokenValue(), Usage: "the fencing token your claim returned; required"}
 }
 
 func reasonFlag() cli.Flag {
@@ -46,13 +48,67 @@ func agentName(c *cli.Context) string {
 	return defaultAgent()
 }
 
-// checkAgentAndReason refuses control characters in --agent and --reason
-// before anything is written (see checkText).
-func checkAgentAndReason(c *cli.Context) error {
+// checkCommand runs before every command: it refuses control characters
+// in --agent and --reason before anything is written (see checkText), and
+// a --dir that cannot be a tree.
+func checkCommand(c *cli.Context) error {
 	if err := checkText("agent", c.String("agent")); err != nil {
 		return err
 	}
-	return checkText("reason", c.String("reason"))
+	if err := checkText("reason", c.String("reason")); err != nil {
+		return err
+	}
+	if err := checkEmpty(c); err != nil {
+		return err
+	}
+	if t := c.Duration("timeout"); t < 0 {
+		return usagef("invalid --timeout %s: must not be negative", t)
+	}
+	return checkDir(c.String("dir"))
+}
+
+// checkEmpty refuses a text flag given as "": `--id ""` made a random id,
+// `--request-id ""` no request id, `log --task ""` every task's log; an
+// empty shell variable must not quietly change what a command does. An
+// empty --reason is no reason, which is what it says.
+func checkEmpty(c *cli.Context) error {
+	for _, f := range c.Command.Flags {
+		sf, ok := f.(*cli.StringFlag)
+		if !ok || sf.Name == "reason" {
+			continue
+		}
+		if c.IsSet(sf.Name) && c.String(sf.Name) == "" && !emptyEnv(sf.EnvVars) {
+			return usagef("--%s is empty: give a value, or leave the flag out (see fencectl %s --help)", sf.Name, c.Command.Name)
+		}
+	}
+	return nil
+}
+
+// emptyEnv reports whether one of vars is set to "": urfave takes that as
+// the flag's value, and an empty variable means "unset" (FENCE_AGENT=).
+func emptyEnv(vars []string) bool {
+	for _, v := range vars {
+		if val, ok := os.LookupEnv(v); ok && val == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDir refuses a --dir / FENCE_DIR that names a file ("" is .): the
+// messages fence and the OS give for it ("not a directory" about
+// .fence/journal.db) do not say which setting is wrong.
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return usagef("--dir / FENCE_DIR %q is not a directory: a part of its path is a file", dir)
+	case err == nil && fi.Mode().IsRegular():
+		return usagef("--dir / FENCE_DIR %q is a file, not a directory: point it at the root of the task tree (the directory that holds .fence/)", dir)
+	case err == nil && !fi.IsDir():
+		return usagef("--dir / FENCE_DIR %q is not a directory (%s): point it at the root of the task tree (the directory that holds .fence/)", dir, fi.Mode().Type())
+	}
+	return nil
 }
 
 // defaultAgent is user@host.
@@ -101,15 +157,15 @@ func oneArg(c *cli.Context, what string) (string, error) {
 	case 1:
 		return c.Args().First(), nil
 	case 0:
-		return "", usagef("missing %s: usage: fencectl %s", what, c.Command.UsageText)
+		return "", usagef("missing %s: usage: %s", what, c.Command.UsageText)
 	}
-	return "", usagef("too many arguments %q: usage: fencectl %s", c.Args().Slice(), c.Command.UsageText)
+	return "", usagef("too many arguments %q: usage: %s", c.Args().Slice(), c.Command.UsageText)
 }
 
 // optionalArg returns the optional single positional argument.
 func optionalArg(c *cli.Context) (string, error) {
 	if c.NArg() > 1 {
-		return "", usagef("too many arguments %q: usage: fencectl %s", c.Args().Slice(), c.Command.UsageText)
+		return "", usagef("too many arguments %q: usage: %s", c.Args().Slice(), c.Command.UsageText)
 	}
 	return c.Args().First(), nil
 }

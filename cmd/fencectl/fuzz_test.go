@@ -364,7 +364,7 @@ func FuzzReorderArgs(f *testing.F) {
 		out, err := reorderArgs(app, slices.Clone(in))
 		if err != nil {
 			var ue *usageError
-			if !errors.As(err, &ue) || !strings.Contains(err.Error(), "needs a value") {
+			if !errors.As(err, &ue) || !(strings.Contains(err.Error(), "needs a value") || strings.Contains(err.Error(), "use true or false")) {
 				t.Fatalf("reorderArgs(%q): unexpected error %T %v", in, err, err)
 			}
 			return
@@ -393,10 +393,54 @@ func FuzzReorderArgs(f *testing.F) {
 			return
 		}
 
+		// -h or --help among the flags (before any "--") is `help CMD`,
+		// whatever else is there: never a word among the positionals.
+		rest := in[i+1:]
+		help := false
+		for j := 0; j < len(rest) && rest[j] != "--"; j++ {
+			if b := flagBase(rest[j]); isFlagArg(rest[j]) && (b == "help" || b == "h") {
+				_, v, hasValue := strings.Cut(rest[j], "=")
+				on, _ := strconv.ParseBool(v) // a bad value was an error above
+				help = help || !hasValue || on
+				continue
+			}
+			if takes(arityOfCmd(cmd, globals, rest[j]), rest[j]) {
+				j++
+			}
+		}
+		if help {
+			if !slices.Equal(out, []string{"fencectl", "help", cmd.Name}) {
+				t.Fatalf("reorderArgs(%q) = %q: a help flag must become `help %s`", in, out, cmd.Name)
+			}
+			return
+		}
+
 		// Same arguments: out == in, the command name in canonical form,
-		// plus at most one added "--".
+		// without help flags (=false ones) and, for every command but run,
+		// without the user's own "--" (it only ends the flags), plus at
+		// most one added "--".
 		want := slices.Clone(in)
 		want[i] = cmd.Name
+		keep := want[:i+1]
+		sawDash := false
+		for j, a := range want[i+1:] {
+			if a == "--" && !sawDash {
+				sawDash = true
+				if !takesCommandLine[cmd.Name] {
+					keep = append(keep, want[i+1+j+1:]...)
+					break
+				}
+			}
+			if !sawDash && isFlagArg(a) && (flagBase(a) == "help" || flagBase(a) == "h") {
+				continue
+			}
+			if sawDash {
+				keep = append(keep, want[i+1+j:]...)
+				break
+			}
+			keep = append(keep, a)
+		}
+		want = keep
 		got := slices.Clone(out)
 		slices.Sort(want)
 		slices.Sort(got)
@@ -416,11 +460,14 @@ func FuzzReorderArgs(f *testing.F) {
 		// it; everything from a "--" on.
 		local := arityOf(cmd.Flags)
 		var pos []string
-		rest := in[i+1:]
 		for j := 0; j < len(rest); j++ {
 			a := rest[j]
 			if a == "--" {
-				pos = append(pos, rest[j:]...)
+				if takesCommandLine[cmd.Name] {
+					pos = append(pos, rest[j:]...)
+				} else {
+					pos = append(pos, rest[j+1:]...)
+				}
 				break
 			}
 			if !isFlagArg(a) {
@@ -445,6 +492,18 @@ func FuzzReorderArgs(f *testing.F) {
 			t.Fatalf("reorderArgs(%q) = %q: positionals %q are not last, in order, after \"--\"", in, out, pos)
 		}
 	})
+}
+
+// arityOfCmd is the arity map that applies to flag a of cmd: its own, or
+// the global one for a global flag given after the command.
+func arityOfCmd(cmd *cli.Command, globals map[string]bool, a string) map[string]bool {
+	local := arityOf(cmd.Flags)
+	if _, ok := local[flagBase(a)]; !ok {
+		if _, ok := globals[flagBase(a)]; ok {
+			return globals
+		}
+	}
+	return local
 }
 
 // arityOf maps each flag name to whether it takes a value (an independent

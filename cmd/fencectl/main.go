@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = app.RunContext(ctx, args)
 	}
 	if err == nil && out.notFound != "" {
-		err = usagef("unknown command %q: run `fencectl --help` for the list", out.notFound)
+		err = unknownCommand(app, out.notFound)
 	}
 	if err == nil {
 		out.flushNotices()
@@ -72,7 +72,7 @@ must show the current token, so an agent that lost its lease is refused.
 
 Exit codes: 0 ok, 1 error, 2 bad input, 3 fenced (stale token), 4 nothing to
 claim / not available, 5 busy, 6 no such task, 7 drift.`,
-		HideVersion:     true,
+		Version:         buildVersion(),
 		Reader:          out.stdin,
 		Writer:          out.stdout,
 		ErrWriter:       out.stderr,
@@ -81,12 +81,32 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 		ExitErrHandler:  func(*cli.Context, error) {}, // run() chooses the exit code
 		OnUsageError:    onUsageError,
 		CommandNotFound: func(_ *cli.Context, name string) { out.notFound = name },
+		HideHelpCommand: true, // ours is helpCommand, in the list with the others
 	}
+	// Whatever a command's own file defines, every command:
 	for _, c := range app.Commands {
 		c.OnUsageError = onUsageError
-		c.Before = checkAgentAndReason
+		if c.Name != helpCommandName {
+			c.Before = checkCommand
+		}
+		// reads no positional word as help (reorderArgs handles -h/--help);
+		c.HideHelp, c.HideHelpCommand = true, true
+		// reads numbers in decimal only;
+		c.Flags = strictNumbers(c.Flags)
+		// and shows its usage as the user types it.
+		c.UsageText = "fencectl " + c.UsageText
 	}
+	// urfave adds --help only along with its own help command.
+	app.Flags = append(strictNumbers(app.Flags), cli.HelpFlag)
 	return app
+}
+
+// unknownCommand refuses a command name, suggesting the nearest one.
+func unknownCommand(app *cli.App, name string) error {
+	if near := closest(name, commandNames(app.Commands)); near != "" {
+		return usagef("unknown command %q; did you mean %q? (run `fencectl --help` for the list)", name, near)
+	}
+	return usagef("unknown command %q: run `fencectl --help` for the list", name)
 }
 
 func commands(out *output) []*cli.Command {
@@ -109,11 +129,8 @@ func commands(out *output) []*cli.Command {
 		recoverCommand(out),
 		runCommand(out),
 		putCommand(out),
+		helpCommand(),
 	}
-}
-
-func onUsageError(_ *cli.Context, err error, _ bool) error {
-	return usagef("%v (see --help)", err)
 }
 
 // usageError is bad usage: exit 2, reason invalid_input.

@@ -27,24 +27,34 @@ const (
 	exitDrift        = 7
 )
 
-// output carries the streams and the --json choice, and collects notices
-// so that with --json a failing command prints exactly one object on
-// stderr.
+// output carries the streams and the --json choice, and collects notices.
+// With --json, stdout carries results and stderr exactly one JSON object
+// per error, nothing else: notices travel inside the result (or the error)
+// as "notices", never as lines of their own on stderr.
 type output struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	json           bool
 	notFound       string
 	notices        []fence.Notice
+	reported       error // already printed as an error object (run's summary)
+	stdoutIsCMDs   bool  // run: stdout belongs to CMD, so notices go to stderr
 }
 
 func (o *output) notice(n fence.Notice) { o.notices = append(o.notices, n) }
 
-// flushNotices prints what the command noticed on the way, to stderr.
+// flushNotices prints what the command noticed on the way: as text on
+// stderr, or with --json as {"notice",…} objects on stdout after the
+// results, for the commands whose result is a stream (log) rather than
+// one object that could carry them (run: on stderr, with its summaries).
 func (o *output) flushNotices() {
+	w := o.stdout
+	if o.stdoutIsCMDs {
+		w = o.stderr
+	}
 	for _, n := range o.notices {
 		if o.json {
-			o.writeJSON(o.stderr, n)
+			o.writeJSON(w, n)
 		} else {
 			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(n.Kind, "_", " "), printable(n.Name), printable(n.Detail))
 		}
@@ -55,10 +65,28 @@ func (o *output) flushNotices() {
 // print writes v as one JSON object with --json, else runs text.
 func (o *output) print(v any, text func(w io.Writer)) {
 	if o.json {
-		o.writeJSON(o.stdout, v)
+		o.writeJSON(o.stdout, o.withNotices(v))
 		return
 	}
 	text(o.stdout)
+}
+
+// withNotices adds the pending notices to a JSON object as "notices" and
+// clears them; v must marshal to an object.
+func (o *output) withNotices(v any) any {
+	if len(o.notices) == 0 {
+		return v
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		b, err := json.Marshal(v)
+		if err != nil || json.Unmarshal(b, &m) != nil || m == nil {
+			return v
+		}
+	}
+	m["notices"] = o.notices
+	o.notices = nil
+	return m
 }
 
 func (o *output) writeJSON(w io.Writer, v any) {
@@ -69,40 +97,42 @@ func (o *output) writeJSON(w io.Writer, v any) {
 
 // errorObject is the --json shape of every error.
 type errorObject struct {
-	Code         int        `json:"code"`
-	Reason       string     `json:"reason"`
-	Message      string     `json:"message"`
-	Task         string     `json:"task,omitempty"`
-	YourToken    uint64     `json:"your_token,omitempty"`
-	CurrentToken *uint64    `json:"current_token,omitempty"` // see MarshalJSON
-	Holder       *string    `json:"holder,omitempty"`
-	State        string     `json:"state,omitempty"`
-	LostAt       *time.Time `json:"lost_at,omitempty"`
-	LostBy       string     `json:"lost_by,omitempty"`
-	Findings     any        `json:"findings,omitempty"`
+	Code      int            `json:"code"`
+	Reason    string         `json:"reason"`
+	Message   string         `json:"message"`
+	Task      string         `json:"task,omitempty"`
+	YourToken uint64         `json:"your_token,omitempty"`
+	Holder    *string        `json:"holder,omitempty"`     // see MarshalJSON
+	HeldSince *time.Time     `json:"held_since,omitempty"` // see MarshalJSON
+	State     string         `json:"state,omitempty"`
+	LostAt    *time.Time     `json:"lost_at,omitempty"`
+	LostBy    string         `json:"lost_by,omitempty"`
+	Findings  any            `json:"findings,omitempty"`
+	Run       map[string]any `json:"run,omitempty"`
+	Notices   []fence.Notice `json:"notices,omitempty"`
 
-	fenced bool // a token refusal: current_token and holder are always named, null when nobody holds the task
+	fenced bool // a token refusal: holder and held_since are always named, null when nobody holds the task
 }
 
-// MarshalJSON names current_token and holder on every token refusal, as
-// null when the task has no lease, so scripts can tell "nobody" from
-// "field missing".
+// MarshalJSON names holder and held_since on every token refusal, as null
+// when the task has no lease, so scripts can tell "nobody" from "field
+// missing". The current holder's token is never part of a refusal.
 func (o errorObject) MarshalJSON() ([]byte, error) {
 	type plain errorObject
 	b, err := json.Marshal(plain(o))
-	if err != nil || !o.fenced || o.CurrentToken != nil {
+	if err != nil || !o.fenced || o.Holder != nil {
 		return b, err
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
 	}
-	m["current_token"], m["holder"] = nil, nil
+	m["holder"], m["held_since"] = nil, nil
 	return json.Marshal(m)
 }
 
-// fail reports err and returns its exit code. Notices are dropped with
-// --json (one object on stderr, nothing else) and printed first otherwise.
+// fail reports err and returns its exit code. With --json the notices go
+// into the one error object; otherwise they are printed first.
 func (o *output) fail(err error) int {
 	var status exitStatus
 	if errors.As(err, &status) {
@@ -113,7 +143,7 @@ func (o *output) fail(err error) int {
 	if errors.As(err, &silent) {
 		// The result (e.g. replay's findings) is already on stdout.
 		if o.json {
-			o.writeJSON(o.stderr, errorObject{Code: silent.code, Reason: fence.ReasonDrift, Message: "tree and journal disagree; see the findings on stdout"})
+			o.writeJSON(o.stderr, errorObject{Code: silent.code, Reason: fence.ReasonDrift, Message: "tree and journal disagree; see the findings on stdout", Notices: o.takeNotices()})
 		} else {
 			o.flushNotices()
 		}
@@ -121,12 +151,32 @@ func (o *output) fail(err error) int {
 	}
 	obj := classify(err)
 	if o.json {
+		if o.reported != nil && errors.Is(err, o.reported) {
+			return obj.Code
+		}
+		obj.Notices = o.takeNotices()
 		o.writeJSON(o.stderr, obj)
 		return obj.Code
 	}
 	o.flushNotices()
 	fmt.Fprintf(o.stderr, "fencectl: %s\n", printable(obj.Message))
 	return obj.Code
+}
+
+// reportError prints err as the one --json error object now, with run
+// details, so that a run --loop that goes on after it still reports it
+// exactly once; fail then prints nothing more for it.
+func (o *output) reportError(err error, run map[string]any) {
+	obj := classify(err)
+	obj.Run, obj.Notices = run, o.takeNotices()
+	o.writeJSON(o.stderr, obj)
+	o.reported = err
+}
+
+func (o *output) takeNotices() []fence.Notice {
+	n := o.notices
+	o.notices = nil
+	return n
 }
 
 // classify maps an error to its exit code, reason and details.
@@ -151,9 +201,9 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason, obj.Task = exitFenced, stale.Reason, stale.Task
 		obj.YourToken, obj.State, obj.LostBy = stale.Yours, string(stale.State), stale.LostBy
 		obj.fenced = true
-		if stale.Current != 0 {
-			cur, holder := stale.Current, stale.Holder
-			obj.CurrentToken, obj.Holder = &cur, &holder
+		if stale.Holder != "" || !stale.HeldSince.IsZero() {
+			holder, since := stale.Holder, stale.HeldSince.UTC()
+			obj.Holder, obj.HeldSince = &holder, &since
 		}
 		if !stale.LostAt.IsZero() {
 			at := stale.LostAt.UTC()

@@ -27,7 +27,7 @@ NAME follows the id rule. A later put of the same NAME replaces the file.
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
 			if len(args) < 2 || len(args) > 3 {
-				return usagef("usage: fencectl %s", c.Command.UsageText)
+				return usagef("usage: %s", c.Command.UsageText)
 			}
 			id, name := args[0], args[1]
 			if err := fence.ValidateID(id); err != nil {
@@ -55,7 +55,9 @@ NAME follows the id rule. A later put of the same NAME replaces the file.
 					return err
 				}
 				path := t.OutputPath(id, name)
-				out.print(map[string]any{"task": id, "name": name, "path": path, "token": tok, "state": res.Task.State}, func(w io.Writer) {
+				m := fencedJSON(res, tok)
+				m["output"], m["name"] = path, name
+				out.print(m, func(w io.Writer) {
 					fmt.Fprintf(w, "%s: wrote %s\n", id, path)
 				})
 				return nil

@@ -53,6 +53,7 @@ Exit codes: CMD's own status; 3 lease lost; 4 nothing to claim (not with
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
+			out.stdoutIsCMDs = true
 			id, argv, err := splitRunArgs(c.Args().Slice())
 			if err != nil {
 				return err
@@ -63,6 +64,9 @@ Exit codes: CMD's own status; 3 lease lost; 4 nothing to claim (not with
 			}
 			if cfg.ttl < 0 || cfg.heartbeat < 0 || cfg.grace < 0 || cfg.wait < 0 {
 				return usagef("--ttl, --heartbeat, --grace and --wait must not be negative")
+			}
+			if cfg.ttl > 0 && cfg.heartbeat > cfg.ttl/2 {
+				return usagef("--heartbeat %s is too long for --ttl %s: the lease would run out before a heartbeat lands; use at most half the ttl (the default is ttl/3)", cfg.heartbeat, cfg.ttl)
 			}
 			loop, requestID := c.Bool("loop"), c.String("request-id")
 			if loop && (id != "" || requestID != "") {
@@ -83,7 +87,9 @@ Exit codes: CMD's own status; 3 lease lost; 4 nothing to claim (not with
 					if err != nil {
 						return err
 					}
-					out.flushNotices()
+					if !out.json { // with --json they go into the task's summary
+						out.flushNotices()
+					}
 					r := superviseTask(c.Context, t, cfg, claim, sigc, out)
 					out.summary(claim, r)
 					if r.err != nil {
@@ -197,7 +203,9 @@ wait:
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			now := fence.Now()
 			killAt = minTime(now.Add(grace), keeper.Deadline().Add(-margin))
-			fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", printable(lost.Error()), cfg.argv[0], max(killAt.Sub(now), 0).Round(time.Millisecond))
+			if !out.json { // with --json the error object says it, once
+				fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", printable(lost.Error()), cfg.argv[0], max(killAt.Sub(now), 0).Round(time.Millisecond))
+			}
 		case s := <-sigc:
 			if signal == nil {
 				signal = s
@@ -260,12 +268,20 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// summary prints one line per supervised task on stderr.
+// summary prints one line per supervised task on stderr (stdout is
+// CMD's). With --json it is one object per task; for a task that ended in
+// an error (a lost lease) that object is the error object, carrying the
+// summary as "run", and the error is not reported again (see fail).
 func (o *output) summary(claim fence.ClaimResult, r taskRun) {
 	if o.json {
-		o.writeJSON(o.stderr, map[string]any{
+		m := map[string]any{
 			"task": claim.Task.ID, "token": claim.Token, "seconds": r.took.Seconds(), "outcome": r.outcome, "exit_code": r.code,
-		})
+		}
+		if r.err != nil {
+			o.reportError(r.err, m)
+			return
+		}
+		o.writeJSON(o.stderr, o.withNotices(m))
 		return
 	}
 	fmt.Fprintf(o.stderr, "fencectl run: %s token %d %s %s\n", claim.Task.ID, claim.Token, r.took.Round(time.Millisecond), r.outcome)

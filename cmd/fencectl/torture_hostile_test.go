@@ -731,8 +731,9 @@ func hostileCases() []hostileCase {
 			if err := unix.Mkfifo(fifo, 0o644); err != nil {
 				return err
 			}
+			// A --dir that is not a directory is bad input (issue 9, item 18).
 			for _, args := range [][]string{{"status"}, {"init"}, {"claim"}} {
-				if err := refused(fmt.Sprint(args), h.run(fifo, nil, args...), exitError, `not a directory`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(fifo, nil, args...), exitUsage, `not a directory`); err != nil {
 					return err
 				}
 			}

@@ -29,8 +29,10 @@ lost otherwise. The check to run before a side effect outside the tree.
 				if err != nil {
 					return err
 				}
+				// The fenced commands' shape (fencedJSON); verify changes
+				// nothing, so no event, and says so with current: true.
 				m := taskJSON(rec, t.Path(rec.ID, rec.State))
-				m["token"], m["current"] = req.Token, true
+				m["token"], m["retry"], m["current"] = req.Token, false, true
 				out.print(m, func(w io.Writer) {
 					fmt.Fprintf(w, "%s: token %d is current; lease ends %s (%s)\n", rec.ID, req.Token, fmtTime(rec.Lease.Deadline), fmtLeft(rec.Lease.Deadline.Sub(fence.Now())))
 				})

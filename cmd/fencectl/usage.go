@@ -1,0 +1,320 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// helpCommandName is `fencectl help [COMMAND]`. The commands have no help
+// subcommand and no help flag of their own (see reorderArgs).
+const helpCommandName = "help"
+
+func helpCommand() *cli.Command {
+	return &cli.Command{
+		Name:      helpCommandName,
+		Aliases:   []string{"h"},
+		Usage:     "list the commands, or show one command's flags and examples",
+		UsageText: "help [COMMAND]",
+		Action: func(c *cli.Context) error {
+			root := c.Lineage()[1]
+			switch c.NArg() {
+			case 0:
+				return cli.ShowAppHelp(root)
+			case 1:
+				return cli.ShowCommandHelp(root, c.Args().First())
+			}
+			return usagef("too many arguments %q: usage: fencectl help [COMMAND]", c.Args().Slice())
+		},
+	}
+}
+
+// version is set by a release build (make build passes
+// -ldflags "-X main.version=…"); otherwise it comes from the build info.
+var version string
+
+// buildVersion is version, or the module version and VCS revision the Go
+// toolchain stamped into the binary.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "-dirty"
+			}
+		}
+	}
+	if rev != "" && v == "devel" {
+		v += " " + rev[:min(12, len(rev))] + modified
+	}
+	return v
+}
+
+// flagHelp is one line of OPTIONS in the help: urfave's, without its
+// "(default: 0)", "(default: false)", "(default: 0s)" noise for flags whose
+// zero value means "not given", and without a second default when the usage
+// already names one.
+func flagHelp(f cli.Flag) string {
+	df, ok := f.(cli.DocGenerationFlag)
+	if !ok {
+		return urfaveFlagHelp(f)
+	}
+	var names []string
+	for _, n := range df.Names() {
+		dash := "--"
+		if len(n) == 1 {
+			dash = "-"
+		}
+		names = append(names, dash+n)
+	}
+	left := strings.Join(names, ", ")
+	if df.TakesValue() {
+		left += " " + placeholder(f)
+	}
+	usage := df.GetUsage()
+	if def := df.GetDefaultText(); def != "" && !strings.Contains(usage, "(default") {
+		switch def {
+		case "0", "0s", "false", `""`:
+		default:
+			usage += " (default: " + def + ")"
+		}
+	}
+	if env := df.GetEnvVars(); len(env) > 0 {
+		usage += " [$" + strings.Join(env, ", $") + "]"
+	}
+	return left + "\t" + usage
+}
+
+var urfaveFlagHelp = cli.FlagStringer
+
+// urfave/cli keeps these in package variables: set them once, before any
+// app exists (tests build apps from several goroutines).
+func init() {
+	cli.FlagStringer = flagHelp
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+}
+
+// placeholder names what a flag takes, as the USAGE lines do.
+func placeholder(f cli.Flag) string {
+	switch f.(type) {
+	case *cli.DurationFlag:
+		return "D"
+	case *cli.GenericFlag:
+		if f.Names()[0] == "token" {
+			return "T"
+		}
+		return "N"
+	}
+	if p, ok := placeholders[f.Names()[0]]; ok {
+		return p
+	}
+	return strings.ToUpper(f.Names()[0])
+}
+
+var placeholders = map[string]string{"agent": "A", "request-id": "K", "reason": "R", "task": "ID", "result": "FILE|-", "since": "T", "format": "text|json|env"}
+
+// durationHint is how every duration error says what is expected.
+const durationHint = "use a duration such as 30s, 5m or 1h30m"
+
+var (
+	undefinedFlagRE = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	invalidValueRE  = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-+([^:]+): (.*)$`)
+	envValueRE      = regexp.MustCompile(`^could not parse "(.*)" (?:as \w+ value )?from environment variable "(\w+)" (?:as value )?for flag (\S+): (.*)$`)
+)
+
+// onUsageError turns the flag parser's messages into ours: flags with two
+// dashes, a suggestion for a mistyped flag, the expected format of a bad
+// value, and where to read more.
+func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
+	helpRef, flags := "fencectl --help", c.App.Flags
+	if isSubcommand && c.Command != nil {
+		helpRef, flags = "fencectl "+c.Command.Name+" --help", append(append([]cli.Flag{}, c.Command.Flags...), c.App.Flags...)
+	}
+	msg := err.Error()
+	if m := undefinedFlagRE.FindStringSubmatch(msg); m != nil {
+		s := "unknown flag --" + m[1]
+		if near := closest(m[1], flagNames(flags)); near != "" {
+			s += fmt.Sprintf("; did you mean --%s?", near)
+		}
+		return usagef("%s (see %s)", s, helpRef)
+	}
+	if m := invalidValueRE.FindStringSubmatch(msg); m != nil {
+		return usagef("invalid --%s %q: %s (see %s)", m[2], m[1], valueHint(flags, m[2], m[3]), helpRef)
+	}
+	if m := envValueRE.FindStringSubmatch(msg); m != nil {
+		return usagef("invalid %s=%q (for --%s): %s (see %s)", m[2], m[1], m[3], valueHint(flags, m[3], m[4]), helpRef)
+	}
+	return usagef("%v (see %s)", err, helpRef)
+}
+
+// valueHint says what flag name expects, given the parser's complaint.
+func valueHint(flags []cli.Flag, name, complaint string) string {
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != name {
+				continue
+			}
+			switch f.(type) {
+			case *cli.DurationFlag:
+				return durationHint
+			case *cli.BoolFlag:
+				return "use true or false"
+			}
+		}
+	}
+	return strings.TrimPrefix(complaint, "parse error: ")
+}
+
+func flagNames(flags []cli.Flag) []string {
+	var names []string
+	for _, f := range flags {
+		names = append(names, f.Names()...)
+	}
+	return append(names, "help")
+}
+
+func commandNames(cmds []*cli.Command) []string {
+	var names []string
+	for _, c := range cmds {
+		names = append(names, c.Names()...)
+	}
+	return names
+}
+
+// closest is the candidate nearest to word (at most two edits, counting a
+// swap of neighbours as one), or "".
+func closest(word string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(word, c); d < bestD && d < len(word) {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance: insertions,
+// deletions, substitutions and transpositions of neighbours.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// decimalValue is a number flag read in base 10 only. urfave/cli reads its
+// Int and Uint flags with Go's base prefixes, so --priority 010 was 8 and
+// --token 0x10 was 16: a value typed or copied wrongly must be refused, not
+// read as another number. String gives the canonical decimal (or "" when
+// nothing was given and there is no default), so c.Int, c.Int64 and
+// c.Uint64 read it as before.
+type decimalValue struct {
+	s        string
+	unsigned bool
+	bits     int
+	positive bool   // 0 is refused
+	rule     string // what is expected, for the error
+}
+
+func (v *decimalValue) Set(s string) error {
+	var err error
+	var zero bool
+	if v.unsigned {
+		var n uint64
+		n, err = strconv.ParseUint(s, 10, v.bits)
+		s, zero = strconv.FormatUint(n, 10), n == 0
+	} else {
+		var n int64
+		n, err = strconv.ParseInt(s, 10, v.bits)
+		s, zero = strconv.FormatInt(n, 10), n == 0
+	}
+	var numErr *strconv.NumError
+	switch {
+	case errors.As(err, &numErr) && errors.Is(numErr.Err, strconv.ErrRange):
+		return fmt.Errorf("out of range; %s", v.rule)
+	case err != nil, zero && v.positive:
+		return errors.New(v.rule)
+	}
+	v.s = s
+	return nil
+}
+
+func (v *decimalValue) String() string { return v.s }
+
+const integerRule = "want a whole number in decimal digits"
+
+// tokenValue is --token: positive, decimal, as claim printed it.
+func tokenValue() *decimalValue {
+	return &decimalValue{unsigned: true, bits: 64, positive: true, rule: "a token is a positive whole number in decimal digits, as claim printed it"}
+}
+
+// strictNumbers replaces every Int, Int64, Uint and Uint64 flag with a
+// decimal one (see decimalValue), so no command can take a number in
+// another base, whoever defines it.
+func strictNumbers(flags []cli.Flag) []cli.Flag {
+	out := make([]cli.Flag, len(flags))
+	for i, f := range flags {
+		out[i] = f
+		var v *decimalValue
+		var def string
+		var base *cli.GenericFlag
+		switch f := f.(type) {
+		case *cli.IntFlag:
+			v, def = &decimalValue{bits: strconv.IntSize, rule: integerRule}, strconv.Itoa(f.Value)
+			base = &cli.GenericFlag{Name: f.Name, Aliases: f.Aliases, Usage: f.Usage, EnvVars: f.EnvVars}
+		case *cli.Int64Flag:
+			v, def = &decimalValue{bits: 64, rule: integerRule}, strconv.FormatInt(f.Value, 10)
+			base = &cli.GenericFlag{Name: f.Name, Aliases: f.Aliases, Usage: f.Usage, EnvVars: f.EnvVars}
+		case *cli.UintFlag:
+			v, def = &decimalValue{unsigned: true, bits: strconv.IntSize, rule: integerRule}, strconv.FormatUint(uint64(f.Value), 10)
+			base = &cli.GenericFlag{Name: f.Name, Aliases: f.Aliases, Usage: f.Usage, EnvVars: f.EnvVars}
+		case *cli.Uint64Flag:
+			v, def = &decimalValue{unsigned: true, bits: 64, rule: integerRule}, strconv.FormatUint(f.Value, 10)
+			base = &cli.GenericFlag{Name: f.Name, Aliases: f.Aliases, Usage: f.Usage, EnvVars: f.EnvVars}
+		default:
+			continue
+		}
+		if def != "0" {
+			v.s = def
+		}
+		base.Value = v
+		out[i] = base
+	}
+	return out
+}
