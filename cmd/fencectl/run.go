@@ -172,7 +172,7 @@ func superviseTask(ctx context.Context, t *fence.Tree, cfg runConfig, claim fenc
 		_, rerr := t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "command did not start"})
 		return taskRun{code: exitNoCommand, outcome: "released (command did not start)", err: &startError{cmd: cfg.argv[0], err: errors.Join(err, rerr)}}
 	}
-	keeper.Start(ctx)
+	_ = keeper.Start(ctx)
 	pgid := cmd.Process.Pid
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
