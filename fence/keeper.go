@@ -25,7 +25,7 @@ type KeeperConfig struct {
 	Task     string
 	Token    uint64
 	Agent    string
-	Deadline time.Time     // the lease's deadline when the keeper starts
+	Deadline time.Time // the lease's deadline when the keeper starts
 	// TTL is the lease length each heartbeat asks for (0: the lease's
 	// current one). Give it explicitly: a heartbeat by someone else with
 	// the same token and a shorter --ttl changes the lease's current one.
