@@ -97,6 +97,11 @@ type ClaimRequest struct {
 	TTL       time.Duration // 0 means the tree's default
 	Token     uint64        // restore: renew this claim if still current
 	RequestID string        // recorded with the claim
+	// RequestLock is RequestID's lock when the caller holds it for as long
+	// as it works on the claim (run); without it Claim holds the lock for
+	// the call only. Either way a request id held by another live process
+	// is refused (*RequestInUseError).
+	RequestLock *RequestLock
 	Wait      time.Duration // keep trying this long when nothing is ready
 }
 
@@ -140,6 +145,16 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	}
 	if err := checkRequestID(req.RequestID); err != nil {
 		return ClaimResult{}, err
+	}
+	if l := req.RequestLock; l != nil && (req.RequestID == "" || l.agent != req.Agent || l.id != req.RequestID) {
+		return ClaimResult{}, invalidf("the request lock held is for request id %q of agent %s, not %q of %s", l.id, l.agent, req.RequestID, req.Agent)
+	}
+	if req.RequestID != "" && req.RequestLock == nil {
+		l, err := t.LockRequest(req.Agent, req.RequestID)
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		defer l.Release()
 	}
 	if req.Wait < 0 {
 		return ClaimResult{}, invalidf("invalid --wait %s: must not be negative", req.Wait)

@@ -140,7 +140,16 @@ func worker(dir string, ignoreTerm bool) string {
 	if ignoreTerm {
 		onTerm = `cat "$FENCE_TEST_CLOCK" > ` + dir + `/term`
 	}
-	return `echo $$ > ` + dir + `/pid.tmp; mv ` + dir + `/pid.tmp ` + dir + `/pid; trap '` + onTerm + `' TERM; while :; do sleep 0.02; done`
+	return `trap '` + onTerm + `' TERM; ` + hostPid(dir+"/pid") + `; while :; do sleep 0.02; done`
+}
+
+// hostPid is shell code that writes the shell's pid, as the test sees it,
+// to path (atomically): not $$, which is 1 inside a PID namespace
+// (FENCE_RUN_CONTAINMENT=pidns), but what /proc, mounted for the test's
+// namespace, says. The trap comes first in worker: the pid file is the
+// signal that CMD is ready for SIGTERM.
+func hostPid(path string) string {
+	return `read -r _hp _ < /proc/self/stat; echo $_hp > ` + path + `.tmp; mv ` + path + `.tmp ` + path
 }
 
 func TestRun_RevokeStopsCommand(t *testing.T) {
@@ -269,8 +278,9 @@ func TestRun_LoopFourRunnersFiftyTasks(t *testing.T) {
 	marks := t.TempDir()
 	var runs []*exec.Cmd
 	for r := 0; r < 4; r++ {
-		c, _ := rt.startRun("--loop", "--agent", fmt.Sprintf("r%d", r), "--", "sh", "-c", `echo "$FENCE_AGENT" >> `+marks+`/"$FENCE_TASK"`)
+		c, o := rt.startRun("--loop", "--agent", fmt.Sprintf("r%d", r), "--", "sh", "-c", `echo "$FENCE_AGENT" >> `+marks+`/"$FENCE_TASK"`)
 		runs = append(runs, c)
+		t.Cleanup(func() { t.Log(o.String()) })
 	}
 	for _, c := range runs {
 		if code := waitExit(t, c); code != 0 {
