@@ -15,3 +15,8 @@ func crashAt(point string) {}
 
 // TestHooks reports whether this binary was built with the test hooks.
 const TestHooks = false
+
+// noWatch makes the lease keeper's journal watch fail. Never in release
+// builds; test builds fail it when FENCE_TEST_NO_WATCH is set, as when the
+// user has run out of inotify instances.
+func noWatch() bool { return false }

@@ -89,3 +89,8 @@ func crashAt(point string) {
 
 // crashHits counts the matching crash points this process has passed.
 var crashHits atomic.Int64
+
+// noWatch makes the lease keeper's journal watch fail when
+// FENCE_TEST_NO_WATCH is set, as when the user has run out of inotify
+// instances.
+func noWatch() bool { return os.Getenv("FENCE_TEST_NO_WATCH") != "" }

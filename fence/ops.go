@@ -97,12 +97,13 @@ type ClaimRequest struct {
 	TTL       time.Duration // 0 means the tree's default
 	Token     uint64        // restore: renew this claim if still current
 	RequestID string        // recorded with the claim
+	Wait      time.Duration // keep trying this long when nothing is ready
+
 	// RequestLock is RequestID's lock when the caller holds it for as long
 	// as it works on the claim (run); without it Claim holds the lock for
 	// the call only. Either way a request id held by another live process
 	// is refused (*RequestInUseError).
 	RequestLock *RequestLock
-	Wait      time.Duration // keep trying this long when nothing is ready
 }
 
 // ClaimResult is a granted (or renewed) claim.
@@ -180,6 +181,11 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	var res ClaimResult
 	var claimErr error
 	_, _, err := t.write(ctx, "claim", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+		// Given up while waiting for the lock (run got a signal): claim
+		// nothing rather than a task the caller would only hand back.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		reaped, evs, err := reapExpired(tx, now)
 		if err != nil {
 			return nil, err

@@ -115,8 +115,12 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	sigs := make(chan os.Signal, 4)
 	go func() {
 		for s := range sigc {
-			first.CompareAndSwap(nil, s)
-			cancel()
+			if first.CompareAndSwap(nil, s) {
+				cancel()
+				if !out.json {
+					fmt.Fprintf(out.stderr, "fencectl run: got %s: stopping (a running command gets it too, then its task is released)\n", s)
+				}
+			}
 			select {
 			case sigs <- s:
 			default:
@@ -163,12 +167,11 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 		if s := caught(); s != 0 {
 			// Interrupted while claiming: hand back a claim that came
 			// through anyway, and start nothing.
-			if err == nil {
-				_, err = t.Release(ctx, fence.FencedRequest{ID: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Reason: "interrupted by " + s.String() + " before the command started"})
-			}
 			out.flushNotices()
-			if err != nil && !errors.Is(err, fence.ErrNothingToClaim) {
-				return err
+			if err == nil {
+				if _, err := t.Release(ctx, fence.FencedRequest{ID: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Reason: "interrupted by " + s.String() + " before the command started"}); err != nil {
+					return err
+				}
 			}
 			return exitStatus{code: 128 + int(s)}
 		}

@@ -42,15 +42,15 @@ const (
 
 // containment is how one run process keeps its commands' processes in.
 type containment struct {
-	mode      string
-	cgroup    string   // cgroup mode: the run's cgroup directory
-	task      string   // the current task's cgroup, under cgroup
-	taskDir   *os.File // and a handle on it, for clone into cgroup
-	tasks     int      // task cgroups made so far
-	userns    bool     // pidns mode: with a user namespace
-	guard     *exec.Cmd
-	guardW    *os.File // the guard's pipe; closing it (or dying) tells it to kill
-	fallback  []string // why stronger mechanisms were not available
+	mode     string
+	cgroup   string   // cgroup mode: the run's cgroup directory
+	task     string   // the current task's cgroup, under cgroup
+	taskDir  *os.File // and a handle on it, for clone into cgroup
+	tasks    int      // task cgroups made so far
+	userns   bool     // pidns mode: with a user namespace
+	guard    *exec.Cmd
+	guardW   *os.File // the guard's pipe; closing it (or dying) tells it to kill
+	fallback []string // why stronger mechanisms were not available
 }
 
 // newContainment picks the strongest containment the machine allows (or
@@ -109,6 +109,7 @@ func (c *containment) setupCgroup(hold *os.File) error {
 	if err != nil {
 		return err
 	}
+	sweepCgroups(parent)
 	dir := filepath.Join(parent, "fencectl-run-"+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("make a cgroup: %w", err)

@@ -66,14 +66,33 @@ func guardMain(cgroup string) {
 // removeCgroup kills everything in the run's cgroup dir and its task
 // cgroups, and removes them.
 func removeCgroup(dir string) {
+	// cgroup.kill on dir kills its task cgroups too, at once; each is then
+	// waited for (dir's own cgroup.procs lists none of their processes).
 	killCgroup(dir, 10*time.Second)
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		if e.IsDir() {
-			_ = unix.Rmdir(filepath.Join(dir, e.Name()))
+			sub := filepath.Join(dir, e.Name())
+			killCgroup(sub, 10*time.Second)
+			_ = unix.Rmdir(sub)
 		}
 	}
 	_ = unix.Rmdir(dir)
+}
+
+// sweepCgroups removes the cgroups of runs that died with their guard
+// (both killed): the name says whose each is.
+func sweepCgroups(parent string) {
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "fencectl-run-"))
+		if err != nil || !e.IsDir() || !strings.HasPrefix(e.Name(), "fencectl-run-") {
+			continue
+		}
+		if unix.Kill(pid, 0) == unix.ESRCH {
+			removeCgroup(filepath.Join(parent, e.Name()))
+		}
+	}
 }
 
 // killCgroup kills every process in the cgroup dir (cgroup.kill: the
