@@ -275,25 +275,26 @@ func (c *containment) started(pgid int) {
 // killAll kills every process CMD started and reaps them, once CMD itself
 // has been waited for: the cgroup or the process group, then every
 // descendant of run (orphans come to run, the subreaper). It reports how
-// many processes were left, and an error if some would not die.
+// many processes CMD had left alive, and an error if some would not die.
 func (c *containment) killAll(pgid int) (int, error) {
+	spare := map[int]bool{}
+	if c.guard != nil {
+		spare[c.guard.Process.Pid] = true
+	}
 	left := 0
+	for _, d := range descendants(os.Getpid(), spare) {
+		if !d.zombie {
+			left++
+		}
+	}
 	if c.mode == containCgroup {
-		left += countLines(filepath.Join(c.task, "cgroup.procs"))
 		if err := c.end(); err != nil {
 			return left, err
 		}
 	} else if pgid > 1 {
 		_ = unix.Kill(-pgid, unix.SIGKILL)
 	}
-	spare := map[int]bool{}
-	if c.guard != nil {
-		spare[c.guard.Process.Pid] = true
-	}
-	n, err := killDescendants(os.Getpid(), spare, 10*time.Second)
-	if c.mode != containCgroup {
-		left += n
-	}
+	err := killDescendants(os.Getpid(), spare, 10*time.Second)
 	if c.guardW != nil {
 		fmt.Fprintln(c.guardW, "idle")
 	}
@@ -376,22 +377,13 @@ func descendants(root int, spare map[int]bool) (all []procEntry) {
 
 // killDescendants SIGKILLs every descendant of self (but spare ones) and
 // reaps those that are, or become, its children, until none is left or
-// bound passes. It returns how many it found alive at first.
-func killDescendants(self int, spare map[int]bool, bound time.Duration) (int, error) {
-	first := -1
+// bound passes.
+func killDescendants(self int, spare map[int]bool, bound time.Duration) error {
 	end := time.Now().Add(bound)
 	for {
 		ds := descendants(self, spare)
-		if first < 0 {
-			first = 0
-			for _, d := range ds {
-				if !d.zombie {
-					first++
-				}
-			}
-		}
 		if len(ds) == 0 {
-			return first, nil
+			return nil
 		}
 		for _, d := range ds {
 			if !d.zombie {
@@ -402,7 +394,7 @@ func killDescendants(self int, spare map[int]bool, bound time.Duration) (int, er
 			}
 		}
 		if time.Now().After(end) {
-			return first, fmt.Errorf("%d processes started by the command would not die", len(ds))
+			return fmt.Errorf("%d processes started by the command would not die", len(ds))
 		}
 		time.Sleep(time.Millisecond)
 	}
