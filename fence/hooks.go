@@ -25,3 +25,8 @@ const TestHooks = false
 // renameFault fails chosen renames in test builds (see hooks_fencetest.go);
 // nil here, so release builds never ask.
 var renameFault func(from fsmirror.Dir, name string) unix.Errno
+
+// noWatch makes the lease keeper's journal watch fail. Never in release
+// builds; test builds fail it when FENCE_TEST_NO_WATCH is set, as when the
+// user has run out of inotify instances.
+func noWatch() bool { return false }

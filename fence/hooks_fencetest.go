@@ -122,3 +122,8 @@ var renameFault = func(from fsmirror.Dir, name string) unix.Errno {
 	}
 	return 0
 }
+
+// noWatch makes the lease keeper's journal watch fail when
+// FENCE_TEST_NO_WATCH is set, as when the user has run out of inotify
+// instances.
+func noWatch() bool { return os.Getenv("FENCE_TEST_NO_WATCH") != "" }

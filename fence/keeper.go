@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fencectl/fencectl/journal"
 )
 
@@ -25,8 +27,11 @@ type KeeperConfig struct {
 	Task     string
 	Token    uint64
 	Agent    string
-	Deadline time.Time     // the lease's deadline when the keeper starts
-	TTL      time.Duration // lease length each heartbeat asks for (0: the claim's own)
+	Deadline time.Time // the lease's deadline when the keeper starts
+	// TTL is the lease length each heartbeat asks for (0: the lease's
+	// current one). Give it explicitly: a heartbeat by someone else with
+	// the same token and a shorter --ttl changes the lease's current one.
+	TTL time.Duration
 	// Interval is the time between heartbeats (default TTL/3).
 	Interval time.Duration
 	// CheckInterval is the time between read-only checks of the lease
@@ -123,12 +128,41 @@ func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
 	}, nil
 }
 
-// Start runs the keeper until Stop, ctx's end, or the loss of the lease.
-func (k *LeaseKeeper) Start(ctx context.Context) {
+// WatchError means the journal watch (inotify) could not be set up, most
+// often because the user ran out of inotify instances
+// (fs.inotify.max_user_instances). The keeper runs anyway, but notices a
+// revoke or a takeover only at its next check (CheckInterval) instead of
+// within milliseconds.
+type WatchError struct{ Err error }
+
+func (e *WatchError) Error() string {
+	return fmt.Sprintf("cannot watch the journal (%v): a lost lease is noticed within the check interval instead of at once (raise fs.inotify.max_user_instances)", e.Err)
+}
+
+func (e *WatchError) Unwrap() error { return e.Err }
+
+// Start sets up the journal watch, then runs the keeper in the background
+// until Stop, ctx's end, or the end of the lease. The watch is in place
+// when Start returns, so a holder that starts its work after Start cannot
+// miss a revoke that lands right away. A non-nil error is a *WatchError:
+// the keeper runs all the same, polling every CheckInterval.
+func (k *LeaseKeeper) Start(ctx context.Context) error {
+	var changed <-chan struct{}
+	w, err := journal.Watch(k.tree.metaDir)
+	if err == nil && noWatch() {
+		w.Close()
+		w, err = nil, unix.EMFILE
+	}
+	if err == nil {
+		changed = w.C()
+	} else {
+		err = &WatchError{Err: err}
+	}
 	k.mu.Lock()
 	k.started = true
 	k.mu.Unlock()
-	go k.loop(ctx)
+	go k.loop(ctx, w, changed)
+	return err
 }
 
 // Stop ends the keeper and waits for it. Safe to call twice, and before
@@ -143,10 +177,12 @@ func (k *LeaseKeeper) Stop() {
 	}
 }
 
-// Lost is closed when the lease is lost or at risk; Err then says why.
+// Lost is closed when the lease ends: lost, at risk, or settled by a
+// complete, release or fail with its own token (see SettledByHolder); Err
+// then says why.
 func (k *LeaseKeeper) Lost() <-chan struct{} { return k.lost }
 
-// Err returns why the lease was lost (a *StaleTokenError or a
+// Err returns why the lease ended (a *StaleTokenError or a
 // *LeaseAtRiskError), or nil while it is held.
 func (k *LeaseKeeper) Err() error {
 	k.mu.Lock()
@@ -154,19 +190,18 @@ func (k *LeaseKeeper) Err() error {
 	return k.lostErr
 }
 
-// Deadline returns the lease's deadline as of the last heartbeat.
+// Deadline returns the lease's deadline as of the last heartbeat or check:
+// the real one, even when someone else holding the token moved it.
 func (k *LeaseKeeper) Deadline() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.deadline
 }
 
-func (k *LeaseKeeper) loop(ctx context.Context) {
+func (k *LeaseKeeper) loop(ctx context.Context, w *journal.Watcher, changed <-chan struct{}) {
 	defer close(k.done)
-	var changed <-chan struct{}
-	if w, err := journal.Watch(k.tree.metaDir); err == nil {
+	if w != nil {
 		defer w.Close()
-		changed = w.C()
 	}
 	tick := time.NewTicker(k.cfg.Tick)
 	defer tick.Stop()
@@ -187,31 +222,46 @@ func (k *LeaseKeeper) loop(ctx context.Context) {
 	}
 }
 
-// runOnce does what is due at now: a heartbeat when one is due, else a
-// read-only check when the journal changed or a check is due, and then
-// gives the lease up if it is lost, or at risk of running out before a
-// heartbeat can get through.
+// runOnce does what is due at now: a read-only check when the journal
+// changed or a check is due, a heartbeat when one is due, and then gives
+// the lease up if it ended, or is at risk of running out before a
+// heartbeat can get through. A check re-reads the lease's deadline: a
+// heartbeat with the same token and a shorter --ttl (CMD's own, say) moves
+// it, and then the keeper heartbeats at once rather than trusting a
+// deadline that is no longer true.
 func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged bool) (KeeperStep, error) {
 	k.mu.Lock()
 	if k.lostErr != nil {
 		k.mu.Unlock()
 		return StepLost, k.lostErr
 	}
-	deadline, beatDue, checkDue := k.deadline, !now.Before(k.nextBeat), journalChanged || !now.Before(k.nextCheck)
+	deadline, nextBeat := k.deadline, k.nextBeat
+	beatDue, checkDue := !now.Before(nextBeat), journalChanged || !now.Before(k.nextCheck)
 	k.mu.Unlock()
 
-	riskAt := deadline.Add(-k.cfg.StopBefore)
-	// Never wait on the lock past the point where the holder must stop.
-	wait := min(k.tree.opts.Timeout, max(riskAt.Sub(now), 10*time.Millisecond))
-	tree := k.tree.withTimeout(wait)
 	req := FencedRequest{ID: k.cfg.Task, Token: k.cfg.Token, Agent: k.cfg.Agent, TTL: k.cfg.TTL}
-
 	step := StepIdle
 	var err error
-	switch {
-	case beatDue:
+	if checkDue && !beatDue {
+		var rec journal.Task
+		rec, err = k.tree.withTimeout(k.lockWait(deadline, now)).Verify(ctx, req)
+		k.mu.Lock()
+		k.nextCheck = now.Add(k.cfg.CheckInterval)
+		if err == nil && rec.Lease != nil && !rec.Lease.Deadline.Equal(deadline) {
+			deadline = rec.Lease.Deadline
+			k.deadline = deadline
+		}
+		k.mu.Unlock()
+		if err == nil {
+			step = StepCheck
+			// The next heartbeat would come after the point where the
+			// holder must stop: send it now.
+			beatDue = !nextBeat.Before(deadline.Add(-k.cfg.StopBefore))
+		}
+	}
+	if beatDue {
 		var res Result
-		res, err = tree.Heartbeat(ctx, req)
+		res, err = k.tree.withTimeout(k.lockWait(deadline, now)).Heartbeat(ctx, req)
 		if err == nil {
 			k.mu.Lock()
 			k.deadline = res.Task.Lease.Deadline
@@ -224,14 +274,6 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		k.mu.Lock()
 		k.nextBeat = now.Add(min(time.Second, max(k.cfg.Interval/4, k.cfg.Tick)))
 		k.mu.Unlock()
-	case checkDue:
-		_, err = tree.Verify(ctx, req)
-		k.mu.Lock()
-		k.nextCheck = now.Add(k.cfg.CheckInterval)
-		k.mu.Unlock()
-		if err == nil {
-			step = StepCheck
-		}
 	}
 	var stale *StaleTokenError
 	switch {
@@ -243,7 +285,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		k.lastErr = err
 		k.mu.Unlock()
 	}
-	if !now.Before(riskAt) {
+	if !now.Before(deadline.Add(-k.cfg.StopBefore)) {
 		k.mu.Lock()
 		last := k.lastErr
 		k.mu.Unlock()
@@ -253,6 +295,28 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		return k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
 	}
 	return step, err
+}
+
+// lockWait bounds a wait for the journal lock: never past the point where
+// the holder must stop.
+func (k *LeaseKeeper) lockWait(deadline, now time.Time) time.Duration {
+	return min(k.tree.opts.Timeout, max(deadline.Add(-k.cfg.StopBefore).Sub(now), 10*time.Millisecond))
+}
+
+// SettledByHolder reports whether err, a keeper's Err, says that the lease
+// was ended with its own token — completed, released or failed by whoever
+// holds that token (the command run under it), not lost to someone else —
+// and how ("completed", "released" or "failed").
+func SettledByHolder(err error) (string, bool) {
+	var stale *StaleTokenError
+	if !errors.As(err, &stale) || stale.Reason != ReasonStaleToken {
+		return "", false
+	}
+	switch stale.LostBy {
+	case "completed", "released", "failed":
+		return stale.LostBy, true
+	}
+	return "", false
 }
 
 func (k *LeaseKeeper) lose(err error) (KeeperStep, error) {

@@ -110,7 +110,9 @@ func TestKeeper_StartStop(t *testing.T) {
 	_, k, _ := keeperTree(t, KeeperConfig{Tick: time.Millisecond})
 	k.Stop() // before Start: must not block
 	_, k2, _ := keeperTree(t, KeeperConfig{Tick: time.Millisecond})
-	k2.Start(context.Background())
+	if err := k2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	k2.Stop()
 	k2.Stop()
 	if k2.Err() != nil {
@@ -160,5 +162,107 @@ func TestKeeper_HeartbeatsLeakNothing(t *testing.T) {
 	fds2, maps2 := openFiles(t)
 	if fds2 != fds || maps2 != maps || maps2 > 1 {
 		t.Errorf("after 200 heartbeats: %d descriptors (was %d), %d journal mappings (was %d, want at most 1)", fds2, fds, maps2, maps)
+	}
+}
+
+// A heartbeat with the keeper's token and a shorter TTL (the command under
+// run heartbeating with FENCE_TTL, say) moves the deadline: the keeper
+// learns it at its next check, not at its own next heartbeat.
+func TestKeeper_FollowsDeadlineMovedByTheSameToken(t *testing.T) {
+	tree, k, c := keeperTree(t, KeeperConfig{TTL: time.Hour, StopBefore: 10 * time.Minute})
+	ctx := context.Background()
+	if _, err := tree.Heartbeat(ctx, FencedRequest{ID: "t1", Token: c.Token, TTL: 40 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	step, err := k.runOnce(ctx, time.Now(), true)
+	if step != StepCheck || err != nil {
+		t.Fatalf("check after the shortening heartbeat = %v, %v; want a check", step, err)
+	}
+	if got := k.Deadline(); got.After(time.Now().Add(41*time.Minute)) || got.Before(time.Now().Add(39*time.Minute)) {
+		t.Fatalf("keeper's deadline %s, want the lease's real one, about 40 minutes from now", got)
+	}
+	// The journal is busy from now on: the lease is at risk by the real
+	// deadline (40m - 10m), not by the one the keeper's claim asked for.
+	lock, err := journal.AcquireLock(filepath.Join(tree.metaDir, journal.LockName), true, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	step, err = k.runOnce(ctx, time.Now().Add(31*time.Minute), false)
+	var risk *LeaseAtRiskError
+	if step != StepLost || !errors.As(err, &risk) {
+		t.Fatalf("busy past the real deadline's risk point = %v, %v; want lost, at risk", step, err)
+	}
+	if _, ok := SettledByHolder(err); ok {
+		t.Errorf("SettledByHolder(%v) = true for a lease at risk", err)
+	}
+}
+
+// A deadline moved so close that the next heartbeat would come too late
+// makes the keeper heartbeat at once, with its own TTL.
+func TestKeeper_HeartbeatsAtOnceWhenTheDeadlineComesTooSoon(t *testing.T) {
+	tree, k, c := keeperTree(t, KeeperConfig{TTL: time.Hour, StopBefore: 10 * time.Minute})
+	ctx := context.Background()
+	if _, err := tree.Heartbeat(ctx, FencedRequest{ID: "t1", Token: c.Token, TTL: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	step, err := k.runOnce(ctx, time.Now(), true)
+	if step != StepHeartbeat || err != nil {
+		t.Fatalf("check after a 3s heartbeat = %v, %v; want a heartbeat at once", step, err)
+	}
+	if got := k.Deadline(); got.Before(time.Now().Add(59 * time.Minute)) {
+		t.Errorf("deadline %s after the keeper's heartbeat, want its own hour back", got)
+	}
+}
+
+// A lease settled with its own token (the command completing, releasing or
+// failing its own task) ends the keeper, and says so: it was not lost.
+func TestKeeper_SettledByTheHolder(t *testing.T) {
+	for _, how := range []string{"completed", "released", "failed", "revoked"} {
+		t.Run(how, func(t *testing.T) {
+			tree, k, c := keeperTree(t, KeeperConfig{})
+			ctx := context.Background()
+			req := FencedRequest{ID: "t1", Token: c.Token}
+			var err error
+			switch how {
+			case "completed":
+				_, err = tree.Complete(ctx, req)
+			case "released":
+				_, err = tree.Release(ctx, req)
+			case "failed":
+				_, err = tree.Fail(ctx, req)
+			case "revoked":
+				_, err = tree.Revoke(ctx, "t1", "op", "test")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, err := k.runOnce(ctx, time.Now(), true)
+			if step != StepLost {
+				t.Fatalf("runOnce after %s = %v, %v; want the keeper to end", how, step, err)
+			}
+			got, ok := SettledByHolder(k.Err())
+			if want := how != "revoked"; ok != want || (ok && got != how) {
+				t.Errorf("SettledByHolder = %q, %v; want %q, %v", got, ok, how, want)
+			}
+		})
+	}
+}
+
+// Start sets the journal watch up before it returns: a revoke right after
+// Start is seen at once, with no periodic check due.
+func TestKeeper_WatchIsReadyWhenStartReturns(t *testing.T) {
+	tree, k, _ := keeperTree(t, KeeperConfig{CheckInterval: time.Hour, Tick: time.Hour})
+	if err := k.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	if _, err := tree.Revoke(context.Background(), "t1", "op", "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the keeper did not see the revoke through its watch")
 	}
 }

@@ -99,6 +99,12 @@ type ClaimRequest struct {
 	Token     uint64        // restore: renew this claim if still current
 	RequestID string        // recorded with the claim
 	Wait      time.Duration // keep trying this long when nothing is ready
+
+	// RequestLock is RequestID's lock when the caller holds it for as long
+	// as it works on the claim (run); without it Claim holds the lock for
+	// the call only. Either way a request id held by another live process
+	// is refused (*RequestInUseError).
+	RequestLock *RequestLock
 }
 
 // ClaimResult is a granted (or renewed) claim.
@@ -142,6 +148,16 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	if err := checkRequestID(req.RequestID); err != nil {
 		return ClaimResult{}, err
 	}
+	if l := req.RequestLock; l != nil && (req.RequestID == "" || l.agent != req.Agent || l.id != req.RequestID) {
+		return ClaimResult{}, invalidf("the request lock held is for request id %q of agent %s, not %q of %s", l.id, l.agent, req.RequestID, req.Agent)
+	}
+	if req.RequestID != "" && req.RequestLock == nil {
+		l, err := t.LockRequest(req.Agent, req.RequestID)
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		defer l.Release()
+	}
 	if req.Wait < 0 {
 		return ClaimResult{}, invalidf("invalid --wait %s: must not be negative", req.Wait)
 	}
@@ -167,6 +183,11 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	var claimErr error
 	_, _, err := t.write(ctx, "claim", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
 		res, claimErr = ClaimResult{}, nil // a group may run this more than once
+		// Given up while waiting for the lock (run got a signal): claim
+		// nothing rather than a task the caller would only hand back.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		reaped, evs, err := reapExpired(tx, now)
 		if err != nil {
 			return nil, err

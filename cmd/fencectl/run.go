@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,33 +26,53 @@ func runCommand(out *output) *cli.Command {
 		UsageText: "run [ID] [--agent A] [--ttl D] [--heartbeat D] [--grace D] [--wait D] [--loop] [--request-id K] -- CMD [ARGS...]",
 		Description: `Claims like claim, then runs CMD in its own process group with FENCE_DIR,
 FENCE_AGENT, FENCE_TASK, FENCE_TOKEN, FENCE_TASK_FILE and FENCE_DEADLINE set,
-and keeps the lease alive in the background (a heartbeat every ttl/3).
+and keeps the lease alive in the background (a heartbeat every ttl/3). It
+follows the lease's real deadline: a heartbeat with the same token and a
+shorter --ttl (CMD's own) is answered with one of run's own at once.
 
 If the lease is lost (revoked, reaped, taken over) or would run out before a
 heartbeat can get through (journal busy, disk error), CMD's process group gets
 SIGTERM at once and SIGKILL after --grace (shortened so that it lands before
-the lease deadline); the task is not completed and run exits 3. If run itself
-is killed, CMD is killed with it.
+the lease deadline); the task is not completed and run exits 3. With --loop a
+lost lease ends that task only: the loop goes on with the next one.
+
+Nothing CMD starts outlives its task: when the task ends (CMD exits, the
+lease is lost, run is interrupted) every process CMD started is killed,
+background and setsid children and daemons included. If run itself is killed
+(even with SIGKILL) they are killed too, by the strongest means the machine
+allows: a cgroup of its own, else a PID namespace, else the process group
+(run --json names it as "containment"; FENCE_RUN_CONTAINMENT forces one).
 
 CMD exits 0: the task is completed (fenced). Non-zero: the task is failed
 with reason "exit status N", counting an attempt. run exits with CMD's own
-status. SIGINT or SIGTERM to run is passed on to CMD, and the task is then
-released, not failed.
+status. CMD may settle its task itself with its own token: complete is
+success (run exits 0); release and fail take effect as they are, and CMD is
+then stopped as for a lost lease, since the task may go to another agent.
+
+SIGINT, SIGTERM, SIGHUP or SIGQUIT to run is passed on to CMD (SIGKILL after
+--grace if CMD ignores it), the task is then released, not failed, and run
+exits with CMD's status. A signal while run waits for a task (--wait) ends it
+at once without claiming (exit 128+N).
+
+--request-id K: a second run (or claim) with the same agent and K is refused
+with exit 4 while a live process holds K; once it has ended, K recovers its
+claim if that is still current.
 
    fencectl run --agent a1 -- ./build.sh
    fencectl run --loop --wait 1m --agent a1 -- sh -c 'make -C "$FENCE_TASK_FILE"'
    fencectl run --request-id a1-42 --agent a1 -- ./job.sh   # safe to repeat after a crash
 
 Exit codes: CMD's own status; 3 lease lost; 4 nothing to claim (not with
---loop, which ends with 0 when nothing is left).`,
+--loop, which ends with 0 when nothing is left), or the request id is held by
+a live process; 128+N a signal ended run before CMD started.`,
 		Flags: []cli.Flag{
 			agentFlag(),
 			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"FENCE_TTL"}, Usage: "lease length (default: the tree's)"},
 			&cli.DurationFlag{Name: "heartbeat", Usage: "time between heartbeats (default: ttl/3)"},
 			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time between SIGTERM and SIGKILL when the lease is lost (shortened to land before the deadline)"},
 			&cli.DurationFlag{Name: "wait", Usage: "keep trying this long while nothing is ready"},
-			&cli.BoolFlag{Name: "loop", Usage: "keep claiming and running the next task until nothing is ready"},
-			&cli.StringFlag{Name: "request-id", Usage: "idempotency key: repeating the call returns the same claim while it is current"},
+			&cli.BoolFlag{Name: "loop", Usage: "keep claiming and running the next task until nothing is ready; a failed command or a lost lease ends that task only"},
+			&cli.StringFlag{Name: "request-id", Usage: "idempotency key: repeating the call returns the same claim while it is current (refused while another live process holds it)"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -73,34 +96,111 @@ Exit codes: CMD's own status; 3 lease lost; 4 nothing to claim (not with
 				return usagef("--loop claims the next ready task each time: it takes no ID and no --request-id")
 			}
 			return withTree(c, out, func(t *fence.Tree) error {
-				sigc := make(chan os.Signal, 2)
-				signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
-				defer signal.Stop(sigc)
-				for {
-					claim, err := t.Claim(c.Context, fence.ClaimRequest{ID: id, Agent: cfg.agent, TTL: cfg.ttl, Wait: cfg.wait, RequestID: requestID})
-					for _, r := range claim.Reaped {
-						out.notice(fence.Notice{Kind: "reaped", Name: r.Task, Detail: describeReap(r)})
-					}
-					if loop && errors.Is(err, fence.ErrNothingToClaim) {
-						return nil
-					}
-					if err != nil {
-						return err
-					}
-					if !out.json { // with --json they go into the task's summary
-						out.flushNotices()
-					}
-					r := superviseTask(c.Context, t, cfg, claim, sigc, out)
-					out.summary(claim, r)
-					if r.err != nil {
-						return r.err
-					}
-					if !loop || r.interrupted {
-						return exitStatus{code: r.code}
-					}
-				}
+				return runTasks(c.Context, t, cfg, id, requestID, loop, out)
 			})
 		},
+	}
+}
+
+// runSignals end run: each is passed on to CMD, then the task is released.
+var runSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// runTasks claims and supervises one task, or with loop one after another
+// until nothing is ready.
+func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID string, loop bool, out *output) error {
+	// A signal cancels claimCtx (a claim waiting with --wait ends at once,
+	// and none is started after it) and reaches the command being run.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, runSignals...)
+	defer signal.Stop(sigc)
+	claimCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var first atomic.Value // os.Signal
+	sigs := make(chan os.Signal, 4)
+	go func() {
+		for s := range sigc {
+			if first.CompareAndSwap(nil, s) {
+				cancel()
+				if !out.json {
+					fmt.Fprintf(out.stderr, "fencectl run: got %s: stopping (a running command gets it too, then its task is released)\n", s)
+				}
+			}
+			select {
+			case sigs <- s:
+			default:
+			}
+		}
+	}()
+	caught := func() syscall.Signal {
+		if s, ok := first.Load().(syscall.Signal); ok {
+			return s
+		}
+		return 0
+	}
+
+	var lock *fence.RequestLock
+	if requestID != "" {
+		l, err := t.LockRequest(cfg.agent, requestID)
+		if err != nil {
+			return err
+		}
+		defer l.Release()
+		lock = l
+	}
+	var hold *os.File
+	if lock != nil {
+		hold = lock.File()
+	}
+	cont, err := newContainment(hold)
+	if err != nil {
+		return err
+	}
+	defer cont.close()
+	if cont.mode == containPgroup && os.Getenv(containEnv) == "" {
+		out.notice(fence.Notice{Kind: "containment", Name: containPgroup, Detail: "a setsid child of CMD outlives run if run is killed with SIGKILL (" + strings.Join(cont.fallback, "; ") + ")"})
+	}
+	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs, out: out}
+	for {
+		if s := caught(); s != 0 {
+			return exitStatus{code: 128 + int(s)}
+		}
+		claim, err := t.Claim(claimCtx, fence.ClaimRequest{ID: id, Agent: cfg.agent, TTL: cfg.ttl, Wait: cfg.wait, RequestID: requestID, RequestLock: lock})
+		for _, r := range claim.Reaped {
+			out.notice(fence.Notice{Kind: "reaped", Name: r.Task, Detail: describeReap(r)})
+		}
+		if s := caught(); s != 0 {
+			// Interrupted while claiming: hand back a claim that came
+			// through anyway, and start nothing.
+			out.flushNotices()
+			if err == nil {
+				if _, err := t.Release(ctx, fence.FencedRequest{ID: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Reason: "interrupted by " + s.String() + " before the command started"}); err != nil {
+					return err
+				}
+			}
+			return exitStatus{code: 128 + int(s)}
+		}
+		if loop && errors.Is(err, fence.ErrNothingToClaim) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !out.json { // with --json they go into the task's summary
+			out.flushNotices()
+		}
+		r := sup.task(ctx, claim)
+		out.summary(claim, r)
+		if r.err != nil {
+			var start *startError
+			if !loop || errors.As(r.err, &start) {
+				return r.err
+			}
+			// A lost lease (or a refused settle) ends this task only.
+			out.fail(r.err)
+		}
+		if !loop || r.interrupted {
+			return exitStatus{code: r.code}
+		}
 	}
 }
 
@@ -136,13 +236,31 @@ type taskRun struct {
 	code        int           // exit status for fencectl run
 	outcome     string        // complete, fail, released, lease lost, …
 	err         error         // a refusal to report (exit 3), or a start failure
-	interrupted bool          // run got SIGINT/SIGTERM: stop looping
+	interrupted bool          // run got a signal: stop looping
 	took        time.Duration // CMD's run time
+	containment string        // cgroup, pidns or pgroup
 }
 
-// superviseTask runs CMD under claim's lease and settles the task from
-// its outcome.
-func superviseTask(ctx context.Context, t *fence.Tree, cfg runConfig, claim fence.ClaimResult, sigc <-chan os.Signal, out *output) taskRun {
+// supervisor runs commands under their tasks' leases.
+type supervisor struct {
+	t           *fence.Tree
+	cfg         runConfig
+	cont        *containment
+	sigs        <-chan os.Signal
+	out         *output
+	warnedWatch bool
+}
+
+// task runs CMD under claim's lease and settles the task from its
+// outcome, after killing everything CMD started.
+func (s *supervisor) task(ctx context.Context, claim fence.ClaimResult) taskRun {
+	r := s.supervise(ctx, claim)
+	r.containment = s.cont.mode
+	return r
+}
+
+func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) taskRun {
+	t, cfg, out := s.t, s.cfg, s.out
 	length := claim.Task.Lease.TTL
 	if length <= 0 {
 		length = claim.Deadline.Sub(fence.Now())
@@ -151,14 +269,23 @@ func superviseTask(ctx context.Context, t *fence.Tree, cfg runConfig, claim fenc
 	// more grace than a third of the lease.
 	margin := min(time.Second, length/10)
 	grace := min(cfg.grace, length/3)
+	// Heartbeats always ask for the claim's length, so that a heartbeat
+	// with a shorter --ttl by CMD is undone, not followed.
 	keeper, err := t.NewKeeper(fence.KeeperConfig{
 		Task: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Deadline: claim.Deadline,
-		TTL: cfg.ttl, Interval: cfg.heartbeat, StopBefore: grace + margin,
+		TTL: cmp.Or(cfg.ttl, length), Interval: cfg.heartbeat, StopBefore: grace + margin,
 	})
 	if err != nil {
 		return taskRun{code: exitUsage, outcome: "not started", err: err}
 	}
 	req := fence.FencedRequest{ID: claim.Task.ID, Token: claim.Token, Agent: cfg.agent}
+	// The watch is up before CMD starts: a revoke cannot slip in between.
+	if err := keeper.Start(ctx); err != nil && !s.warnedWatch {
+		s.warnedWatch = true
+		out.notice(fence.Notice{Kind: "no_watch", Name: claim.Task.ID, Detail: err.Error()})
+		out.flushNotices()
+	}
+	defer keeper.Stop()
 
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
 	cmd.Env = append(os.Environ(),
@@ -170,24 +297,41 @@ func superviseTask(ctx context.Context, t *fence.Tree, cfg runConfig, claim fenc
 		"FENCE_DEADLINE="+fmtTime(claim.Deadline),
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
-	// Own process group, so a stop reaches CMD's children too; and killed
-	// with us (parent-death signal) so it never lives on unfenced.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	defer signal.Stop(sigchld)
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = s.cont.begin()
+	if err == nil {
+		// Own process group, so a stop reaches CMD's children too; killed
+		// with us (parent-death signal); inside the run's containment.
+		s.cont.prepare(cmd)
+		err = cmd.Start()
+		if err != nil {
+			_ = s.cont.end()
+		}
+	}
+	if err != nil {
+		keeper.Stop()
 		_, rerr := t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "command did not start"})
 		return taskRun{code: exitNoCommand, outcome: "released (command did not start)", err: &startError{cmd: cfg.argv[0], err: errors.Join(err, rerr)}}
 	}
-	keeper.Start(ctx)
 	pgid := cmd.Process.Pid
+	s.cont.started(pgid)
+	spare := map[int]bool{pgid: true}
+	if s.cont.guard != nil {
+		spare[s.cont.guard.Process.Pid] = true
+	}
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 
 	var (
-		lost    error
-		signal  os.Signal
+		ended   error  // why the lease ended under CMD
+		settled string // CMD settled its own task: completed, released, failed
+		stopped bool   // run sent CMD SIGTERM because the task is no longer its
+		sig     os.Signal
 		killAt  time.Time
 		lostC   = keeper.Lost()
 		waitErr error
@@ -199,20 +343,34 @@ wait:
 			break wait
 		case <-lostC:
 			lostC = nil
-			lost = keeper.Err()
+			ended = keeper.Err()
+			why := printable(ended.Error())
+			if how, ok := fence.SettledByHolder(ended); ok {
+				settled = how
+				if how == "completed" {
+					continue // the task is done: let CMD finish
+				}
+				why = "the command " + how + " its own task, which may now go to another agent"
+			}
+			stopped = true
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			now := fence.Now()
 			killAt = minTime(now.Add(grace), keeper.Deadline().Add(-margin))
 			if !out.json { // with --json the error object says it, once
-				fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", printable(lost.Error()), cfg.argv[0], max(killAt.Sub(now), 0).Round(time.Millisecond))
+				fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", why, cfg.argv[0], max(killAt.Sub(now), 0).Round(time.Millisecond))
 			}
-		case s := <-sigc:
-			if signal == nil {
-				signal = s
-				_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case sg := <-s.sigs:
+			if sig == nil {
+				sig = sg
+				_ = syscall.Kill(-pgid, sg.(syscall.Signal))
+				if at := fence.Now().Add(cfg.grace); killAt.IsZero() || at.Before(killAt) {
+					killAt = at
+				}
 			} else { // asked twice: stop now
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			}
+		case <-sigchld:
+			reapOrphans(spare)
 		case <-tick.C:
 			if !killAt.IsZero() && !fence.Now().Before(killAt) {
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -223,30 +381,76 @@ wait:
 	keeper.Stop()
 	took := time.Since(start)
 	code := exitCodeOf(cmd.ProcessState, waitErr)
-	if lost != nil {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL) // nothing of CMD's group lives on unfenced
-		return taskRun{code: exitFenced, outcome: "lease lost", err: lost, took: took}
+	// Nothing CMD started outlives the task: kill it all before settling.
+	if left, err := s.cont.killAll(pgid); err != nil || left > 0 {
+		detail := fmt.Sprintf("killed %d processes the command left behind", left)
+		if err != nil {
+			detail += "; " + err.Error()
+		}
+		out.notice(fence.Notice{Kind: "killed", Name: claim.Task.ID, Detail: detail})
+		out.flushNotices()
 	}
-	if signal != nil {
-		_, err := t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "interrupted by " + signal.String()})
-		return taskRun{code: code, outcome: "released (" + signal.String() + ")", err: err, interrupted: true, took: took}
+	interrupted := sig != nil
+	if settled != "" {
+		r := settledRun(settled, code, stopped)
+		r.took, r.interrupted = took, interrupted
+		return r
+	}
+	if ended != nil {
+		return taskRun{code: exitFenced, outcome: "lease lost", err: ended, took: took, interrupted: interrupted}
+	}
+	var (
+		res  fence.Result
+		err2 error
+		done = func(r taskRun) taskRun {
+			if how, ok := fence.SettledByHolder(err2); ok {
+				r = settledRun(how, code, false)
+			}
+			r.took, r.interrupted = took, interrupted
+			return r
+		}
+	)
+	if sig != nil {
+		_, err2 = t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "interrupted by " + sig.String()})
+		return done(taskRun{code: code, outcome: "released (" + sig.String() + ")", err: err2})
 	}
 	if code == 0 {
-		if _, err := t.Complete(ctx, req); err != nil {
-			return taskRun{code: exitFenced, outcome: "complete refused", err: err, took: took}
+		if _, err2 = t.Complete(ctx, req); err2 != nil {
+			return done(taskRun{code: exitFenced, outcome: "complete refused", err: err2})
 		}
-		return taskRun{code: 0, outcome: "complete", took: took}
+		return done(taskRun{code: 0, outcome: "complete"})
 	}
 	reason := "exit status " + strconv.Itoa(code)
 	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && st.Signaled() {
 		reason = "killed by " + st.Signal().String()
 	}
 	req.Reason = reason
-	res, err := t.Fail(ctx, req)
-	if err != nil {
-		return taskRun{code: exitFenced, outcome: "fail refused", err: err, took: took}
+	if res, err2 = t.Fail(ctx, req); err2 != nil {
+		return done(taskRun{code: exitFenced, outcome: "fail refused", err: err2})
 	}
-	return taskRun{code: code, outcome: fmt.Sprintf("fail (%s; attempt %d of %d, now %s)", reason, res.Task.Attempts, res.Task.MaxAttempts, res.Task.State), took: took}
+	return done(taskRun{code: code, outcome: fmt.Sprintf("fail (%s; attempt %d of %d, now %s)", reason, res.Task.Attempts, res.Task.MaxAttempts, res.Task.State)})
+}
+
+// settledRun is the outcome of a task CMD settled itself with its own
+// token. A completion is success. A release hands the task back: CMD's
+// status, or 0 if run stopped CMD. A fail is a failure: CMD's status, or
+// 1 if that was 0 or run stopped CMD.
+func settledRun(how string, code int, stopped bool) taskRun {
+	r := taskRun{outcome: how + " by the command"}
+	switch how {
+	case "completed":
+		r.code = 0
+	case "released":
+		if !stopped {
+			r.code = code
+		}
+	default:
+		r.code = code
+		if stopped || code == 0 {
+			r.code = 1
+		}
+	}
+	return r
 }
 
 // exitCodeOf is CMD's status the way a shell reports it: its exit code,
@@ -276,6 +480,7 @@ func (o *output) summary(claim fence.ClaimResult, r taskRun) {
 	if o.json {
 		m := map[string]any{
 			"task": claim.Task.ID, "token": claim.Token, "seconds": r.took.Seconds(), "outcome": r.outcome, "exit_code": r.code,
+			"containment": r.containment,
 		}
 		if r.err != nil {
 			o.reportError(r.err, m)

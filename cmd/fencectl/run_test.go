@@ -23,6 +23,7 @@ type runTree struct {
 	dir   string
 	clock string
 	now   time.Time
+	env   []string // more environment for every fencectl process
 }
 
 func newRunTree(t *testing.T) *runTree {
@@ -49,7 +50,8 @@ func (rt *runTree) advance(d time.Duration) { rt.setClock(rt.now.Add(d)) }
 
 func (rt *runTree) cmd(args ...string) *exec.Cmd {
 	c := fencectlCmd(rt.dir, args...)
-	c.Env = append(c.Env, "FENCE_TEST_CLOCK="+rt.clock, "FENCE_AGENT=tester")
+	c.Env = append(c.Env, "FENCE_TEST_CLOCK="+rt.clock, "FENCE_AGENT=tester", "FC="+os.Args[0])
+	c.Env = append(c.Env, rt.env...)
 	return c
 }
 
@@ -140,7 +142,16 @@ func worker(dir string, ignoreTerm bool) string {
 	if ignoreTerm {
 		onTerm = `cat "$FENCE_TEST_CLOCK" > ` + dir + `/term`
 	}
-	return `echo $$ > ` + dir + `/pid.tmp; mv ` + dir + `/pid.tmp ` + dir + `/pid; trap '` + onTerm + `' TERM; while :; do sleep 0.02; done`
+	return `trap '` + onTerm + `' TERM; ` + hostPid(dir+"/pid") + `; while :; do sleep 0.02; done`
+}
+
+// hostPid is shell code that writes the shell's pid, as the test sees it,
+// to path (atomically): not $$, which is 1 inside a PID namespace
+// (FENCE_RUN_CONTAINMENT=pidns), but what /proc, mounted for the test's
+// namespace, says. The trap comes first in worker: the pid file is the
+// signal that CMD is ready for SIGTERM.
+func hostPid(path string) string {
+	return `read -r _hp _ < /proc/self/stat; echo $_hp > ` + path + `.tmp; mv ` + path + `.tmp ` + path
 }
 
 func TestRun_RevokeStopsCommand(t *testing.T) {
@@ -269,8 +280,9 @@ func TestRun_LoopFourRunnersFiftyTasks(t *testing.T) {
 	marks := t.TempDir()
 	var runs []*exec.Cmd
 	for r := 0; r < 4; r++ {
-		c, _ := rt.startRun("--loop", "--agent", fmt.Sprintf("r%d", r), "--", "sh", "-c", `echo "$FENCE_AGENT" >> `+marks+`/"$FENCE_TASK"`)
+		c, o := rt.startRun("--loop", "--agent", fmt.Sprintf("r%d", r), "--", "sh", "-c", `echo "$FENCE_AGENT" >> `+marks+`/"$FENCE_TASK"`)
 		runs = append(runs, c)
+		t.Cleanup(func() { t.Log(o.String()) })
 	}
 	for _, c := range runs {
 		if code := waitExit(t, c); code != 0 {
@@ -327,4 +339,286 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// waitFor polls cond, an observation of something the test caused,
+// failing after a generous bound.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A heartbeat by CMD itself with a shorter --ttl (FENCE_TTL=3s in its
+// environment) moved the deadline to 3 s away without run knowing: run
+// must answer with a heartbeat of its own at once, so that CMD is not
+// stopped (or, worse, left running past the real deadline).
+func TestRun_FollowsDeadlineShortenedByCommand(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	marks := t.TempDir()
+	script := `FENCE_TTL=3s "$FC" heartbeat "$FENCE_TASK" --token "$FENCE_TOKEN" > /dev/null || exit 9
+echo x > ` + marks + `/beat
+while [ ! -e ` + marks + `/go ]; do sleep 0.01; done`
+	run, out := rt.startRun("t1", "--ttl", "60s", "--", "sh", "-c", script)
+	waitFile(t, marks+"/beat")
+	want := rt.now.Add(60 * time.Second).Format(time.RFC3339)
+	waitFor(t, "run's own heartbeat to undo the 3s one", func() bool {
+		d, _ := rt.show("t1")["lease"].(map[string]any)["deadline"].(string)
+		return d == want
+	})
+	rt.advance(10 * time.Second) // past the 3 s deadline
+	if err := os.WriteFile(marks+"/go", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, run); code != 0 {
+		t.Fatalf("run exited %d, want 0 (the lease was kept)\n%s", code, out)
+	}
+	if st := rt.show("t1")["state"]; st != "done" {
+		t.Errorf("task is %v, want done", st)
+	}
+}
+
+// CMD settling its own task with its own token: complete is success (run
+// exits 0 and --loop goes on); release and fail stand.
+func TestRun_CommandSettlesItsOwnTask(t *testing.T) {
+	t.Run("complete-in-loop", func(t *testing.T) {
+		rt := newRunTree(t)
+		rt.ok("add", "--id", "t1")
+		rt.ok("add", "--id", "t2")
+		code, out := rt.code("run", "--loop", "--", "sh", "-c", `echo "result of $FENCE_TASK" | "$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" --result - >/dev/null`)
+		if code != 0 {
+			t.Fatalf("run --loop exited %d, want 0\n%s", code, out)
+		}
+		for _, id := range []string{"t1", "t2"} {
+			if st := rt.show(id)["state"]; st != "done" {
+				t.Errorf("%s is %v, want done", id, st)
+			}
+			if b, err := os.ReadFile(filepath.Join(rt.dir, "out", id, "result")); err != nil || string(b) != "result of "+id+"\n" {
+				t.Errorf("out/%s/result = %q, %v", id, b, err)
+			}
+		}
+	})
+	t.Run("complete-then-keep-going", func(t *testing.T) {
+		// The keeper sees the completion while CMD still runs: CMD is
+		// let finish, not killed.
+		rt := newRunTree(t)
+		rt.ok("add", "--id", "t1")
+		marks := t.TempDir()
+		run, out := rt.startRun("t1", "--", "sh", "-c", `"$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
+echo x > `+marks+`/completed
+while [ ! -e `+marks+`/go ]; do sleep 0.01; done; touch `+marks+`/finished`)
+		waitFile(t, marks+"/completed")
+		rt.advance(2 * time.Second) // a periodic check is due: the keeper has seen it
+		if err := os.WriteFile(marks+"/go", nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code := waitExit(t, run); code != 0 {
+			t.Fatalf("run exited %d, want 0\n%s", code, out)
+		}
+		if _, err := os.Stat(marks + "/finished"); err != nil {
+			t.Errorf("CMD was stopped after completing its own task: %v\n%s", err, out)
+		}
+		if !strings.Contains(out.String(), "completed by the command") {
+			t.Errorf("summary does not say the command completed the task:\n%s", out)
+		}
+	})
+	t.Run("release", func(t *testing.T) {
+		rt := newRunTree(t)
+		rt.ok("add", "--id", "t1")
+		marks := t.TempDir()
+		// CMD hands the task back and would go on: run must stop it,
+		// since the task may now go to another agent.
+		run, out := rt.startRun("t1", "--", "sh", "-c", `trap 'echo x > `+marks+`/term; exit 143' TERM
+"$FC" release "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
+while :; do sleep 0.01; done`)
+		waitFile(t, marks+"/term")
+		if code := waitExit(t, run); code != 0 {
+			t.Fatalf("run exited %d, want 0\n%s", code, out)
+		}
+		m := rt.show("t1")
+		if m["state"] != "available" || m["attempts"].(float64) != 0 {
+			t.Errorf("task after release by CMD: %v, %v attempts; want available, 0", m["state"], m["attempts"])
+		}
+	})
+	t.Run("fail", func(t *testing.T) {
+		rt := newRunTree(t)
+		rt.ok("add", "--id", "t1")
+		code, out := rt.code("run", "t1", "--", "sh", "-c", `"$FC" fail "$FENCE_TASK" --token "$FENCE_TOKEN" --reason mine >/dev/null || exit 9`)
+		if code != 1 {
+			t.Fatalf("run exited %d, want 1 (CMD failed its task)\n%s", code, out)
+		}
+		m := rt.show("t1")
+		if m["attempts"].(float64) != 1 || m["last_lease"].(map[string]any)["reason"] != "mine" {
+			t.Errorf("task after fail by CMD: %v", m)
+		}
+	})
+}
+
+// A lost lease ends that task only: run --loop goes on with the next.
+func TestRun_LoopGoesOnAfterLostLease(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	rt.ok("add", "--id", "t2")
+	marks := t.TempDir()
+	// The first run of t1 waits to be revoked; every later run succeeds.
+	script := `if [ "$FENCE_TASK" = t1 ] && [ ! -e ` + marks + `/pid ]; then ` + worker(marks, false) + `; fi; exit 0`
+	run, out := rt.startRun("--loop", "--", "sh", "-c", script)
+	waitFile(t, marks+"/pid")
+	rt.ok("revoke", "t1")
+	if code := waitExit(t, run); code != 0 {
+		t.Fatalf("run --loop exited %d, want 0 after finishing the rest\n%s", code, out)
+	}
+	for _, id := range []string{"t1", "t2"} {
+		if st := rt.show(id)["state"]; st != "done" {
+			t.Errorf("%s is %v, want done", id, st)
+		}
+	}
+	if !strings.Contains(out.String(), "revoked") {
+		t.Errorf("run does not report the lost lease:\n%s", out)
+	}
+}
+
+// Two live runs with the same request id: the second is refused (exit 4)
+// while the first runs CMD; once the first is dead, the request id
+// recovers the same claim.
+func TestRun_RequestIDHeldByLiveRun(t *testing.T) {
+	rt := newRunTree(t)
+	rt.ok("add", "--id", "t1")
+	marks := t.TempDir()
+	script := `echo "$FENCE_TOKEN" >> ` + marks + `/tokens; ` + worker(marks, false)
+	first, _ := rt.startRun("--request-id", "k1", "--", "sh", "-c", script)
+	pid, _ := strconv.Atoi(waitFile(t, marks+"/pid"))
+	code, out := rt.code("run", "--request-id", "k1", "--", "sh", "-c", script)
+	if code != exitNotAvailable || !strings.Contains(out, "in use by another live process") {
+		t.Fatalf("second live run with the same request id: exit %d, want 4 naming the live holder\n%s", code, out)
+	}
+	if code, out := rt.code("claim", "--request-id", "k1"); code != exitNotAvailable {
+		t.Fatalf("claim with the request id of a live run: exit %d, want 4\n%s", code, out)
+	}
+	first.Process.Kill()
+	waitExit(t, first)
+	waitFor(t, "the first run's command to die", func() bool { return !alive(pid) })
+	os.Remove(marks + "/pid")
+	again, out2 := rt.startRun("--request-id", "k1", "--", "sh", "-c", script)
+	waitFile(t, marks+"/pid")
+	b, _ := os.ReadFile(marks + "/tokens")
+	if toks := strings.Fields(string(b)); len(toks) != 2 || toks[0] != toks[1] {
+		t.Errorf("tokens CMD ran with: %q; want the same claim twice, one after the other", toks)
+	}
+	again.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, again); code != 143 {
+		t.Errorf("recovering run exited %d, want 143\n%s", code, out2)
+	}
+}
+
+// SIGINT/SIGTERM while run --wait waits for a task ends it at once, and
+// it claims nothing, not even a task that is ready at its next try.
+func TestRun_SignalWhileWaitingClaimsNothing(t *testing.T) {
+	for _, ready := range []bool{false, true} {
+		t.Run(fmt.Sprintf("task-ready-%v", ready), func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.ok("add", "--id", "t1")
+			if !ready {
+				rt.ok("claim", "t1", "--agent", "other")
+			}
+			marks := t.TempDir()
+			// Hold the journal so that run's next try is parked in flock:
+			// then it surely has its signal handlers in place.
+			lockPath := filepath.Join(rt.dir, ".fence", "lock")
+			lf, err := os.OpenFile(lockPath, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lf.Close()
+			if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX); err != nil {
+				t.Fatal(err)
+			}
+			run := rt.cmd("run", "--wait", "1h", "--agent", "waiter", "--", "sh", "-c", "echo x > "+marks+"/ran")
+			errf, err := os.Create(filepath.Join(marks, "stderr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer errf.Close()
+			run.Stderr = errf
+			if err := run.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { run.Process.Kill() })
+			out := func() string { b, _ := os.ReadFile(errf.Name()); return string(b) }
+			waitFor(t, "run to wait for the journal", func() bool {
+				w, _ := tortLockWaiters(t, lockPath)
+				return w[run.Process.Pid]
+			})
+			if err := run.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			// run has seen it (and given up its claim) when it says so.
+			waitFor(t, "run to take the signal", func() bool { return strings.Contains(out(), "got interrupt") })
+			unix.Flock(int(lf.Fd()), unix.LOCK_UN)
+			if code := waitExit(t, run); code != 130 {
+				t.Fatalf("run --wait after SIGINT exited %d, want 130\n%s", code, out())
+			}
+			if _, err := os.Stat(marks + "/ran"); err == nil {
+				t.Error("CMD ran after the SIGINT")
+			}
+			if strings.Contains(rt.ok("log", "--json"), `"waiter"`) {
+				t.Errorf("run claimed a task after its SIGINT:\n%s", rt.ok("log"))
+			}
+		})
+	}
+}
+
+// SIGHUP (the terminal closed) and SIGQUIT end run promptly: passed on to
+// CMD, the task released (no attempt counted), CMD's children killed.
+func TestRun_HangupIsPassedOnAndTaskReleased(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.ok("add", "--id", "t1")
+			marks := t.TempDir()
+			name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
+			run, out := rt.startRun("t1", "--", "sh", "-c", treeScript(marks, `trap 'echo x > `+marks+`/got; exit 1' `+name+`
+echo x > `+marks+`/ready; while :; do sleep 0.01; done`))
+			pids := treePids(t, marks)
+			waitFile(t, marks+"/ready")
+			run.Process.Signal(sig)
+			waitFile(t, marks+"/got")
+			if code := waitExit(t, run); code != 1 {
+				t.Fatalf("run exited %d, want CMD's 1\n%s", code, out)
+			}
+			assertDead(t, pids, nil)
+			m := rt.show("t1")
+			if m["state"] != "available" || m["attempts"].(float64) != 0 {
+				t.Errorf("task after %s: %v, %v attempts; want available, 0 (released)", sig, m["state"], m["attempts"])
+			}
+		})
+	}
+}
+
+// Without a journal watch (inotify instances used up), run says so once,
+// and still notices a revoke at its periodic check.
+func TestRun_NoWatchIsReportedOnce(t *testing.T) {
+	rt := newRunTree(t)
+	rt.env = append(rt.env, "FENCE_TEST_NO_WATCH=1")
+	rt.ok("add", "--id", "t1")
+	rt.ok("add", "--id", "t2")
+	marks := t.TempDir()
+	script := `if [ "$FENCE_TASK" = t1 ] && [ ! -e ` + marks + `/pid ]; then ` + worker(marks, false) + `; fi; exit 0`
+	run, out := rt.startRun("--loop", "--", "sh", "-c", script)
+	waitFile(t, marks+"/pid")
+	rt.ok("revoke", "t1")
+	rt.advance(2 * time.Second) // the periodic check is due
+	waitFile(t, marks+"/term")
+	if code := waitExit(t, run); code != 0 {
+		t.Fatalf("run --loop exited %d\n%s", code, out)
+	}
+	if n := strings.Count(out.String(), "cannot watch the journal"); n != 1 {
+		t.Errorf("the missing watch is reported %d times, want once:\n%s", n, out)
+	}
 }

@@ -312,7 +312,7 @@ func pausedSupervisor(t *testing.T, metrics map[string]any) {
 	rt := newRunTree(t)
 	rt.ok("add", "--id", "t1")
 	marks := t.TempDir()
-	script := `echo $$ > ` + marks + `/pid.tmp; mv ` + marks + `/pid.tmp ` + marks + `/pid
+	script := hostPid(marks+"/pid") + `
 echo "$FENCE_TOKEN" > ` + marks + `/token.tmp; mv ` + marks + `/token.tmp ` + marks + `/token
 echo mine > ` + marks + `/beat
 while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKEN" >/dev/null 2>&1; echo $? >> ` + marks + `/codes; sleep 0.01; done`

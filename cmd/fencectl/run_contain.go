@@ -1,0 +1,414 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Containment: nothing CMD starts may outlive its task. run is a child
+// subreaper, so every orphan of CMD's tree (a background child, a setsid
+// child, a double-forked daemon) is re-parented to run, not to init, and
+// run kills and reaps all of its descendants at the end of every task,
+// whatever ended it. When run itself is killed with SIGKILL it can do
+// nothing, so the strongest mechanism the machine allows is used:
+//
+//   - cgroup: CMD starts in a cgroup v2 of its own (clone into cgroup, so
+//     not even CMD's first fork escapes); a guard process kills the whole
+//     cgroup with cgroup.kill when run's pipe closes.
+//   - pidns: CMD is pid 1 of a new PID namespace (with a user namespace
+//     when not root) and dies with run (parent-death signal); the kernel
+//     then kills everything in the namespace.
+//   - pgroup: CMD's process group only, killed by the guard; a setsid
+//     child of CMD escapes it when run is killed with SIGKILL.
+//
+// FENCE_RUN_CONTAINMENT=cgroup|pidns|pgroup forces one (and fails if the
+// machine does not allow it).
+const (
+	containCgroup = "cgroup"
+	containPidns  = "pidns"
+	containPgroup = "pgroup"
+	containEnv    = "FENCE_RUN_CONTAINMENT"
+)
+
+// containment is how one run process keeps its commands' processes in.
+type containment struct {
+	mode     string
+	cgroup   string   // cgroup mode: the run's cgroup directory
+	task     string   // the current task's cgroup, under cgroup
+	taskDir  *os.File // and a handle on it, for clone into cgroup
+	tasks    int      // task cgroups made so far
+	userns   bool     // pidns mode: with a user namespace
+	guard    *exec.Cmd
+	guardW   *os.File // the guard's pipe; closing it (or dying) tells it to kill
+	fallback []string // why stronger mechanisms were not available
+}
+
+// newContainment picks the strongest containment the machine allows (or
+// the one FENCE_RUN_CONTAINMENT names), and starts the guard. hold, if
+// not nil, is passed to the guard, which keeps it open until everything
+// is killed (the request lock).
+func newContainment(hold *os.File) (*containment, error) {
+	want := os.Getenv(containEnv)
+	switch want {
+	case "", containCgroup, containPidns, containPgroup:
+	default:
+		return nil, usagef("invalid %s=%q: use cgroup, pidns or pgroup (or leave it unset for the strongest the machine allows)", containEnv, want)
+	}
+	// Orphans of CMD's tree come to run, not to init: run can find them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("run: become a child subreaper: %w", err)
+	}
+	c := &containment{}
+	try := func(mode string, setup func() error) (bool, error) {
+		if want != "" && want != mode {
+			return false, nil
+		}
+		c.mode = mode
+		err := setup()
+		if err == nil {
+			return true, nil
+		}
+		c.close()
+		if want != "" {
+			return false, fmt.Errorf("run: %s=%s: %w", containEnv, want, err)
+		}
+		c.fallback = append(c.fallback, mode+": "+err.Error())
+		*c = containment{fallback: c.fallback}
+		return false, nil
+	}
+	for _, m := range []struct {
+		mode  string
+		setup func() error
+	}{
+		{containCgroup, func() error { return c.setupCgroup(hold) }},
+		{containPidns, c.setupPidns},
+		{containPgroup, func() error { return c.startGuard("-", hold) }},
+	} {
+		if ok, err := try(m.mode, m.setup); ok || err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// setupCgroup makes the run's cgroup under run's own (cgroup v2), checks
+// the kernel can start a process in it and kill it (cgroup.kill, Linux
+// 5.14), and starts the guard.
+func (c *containment) setupCgroup(hold *os.File) error {
+	parent, err := ownCgroup2()
+	if err != nil {
+		return err
+	}
+	sweepCgroups(parent)
+	dir := filepath.Join(parent, "fencectl-run-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("make a cgroup: %w", err)
+	}
+	c.cgroup = dir
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		return errors.New("no cgroup.kill (Linux 5.14 or later)")
+	}
+	if err := c.probe(); err != nil {
+		return err
+	}
+	return c.startGuard(dir, hold)
+}
+
+// begin makes the cgroup of the next task (cgroup mode). Each task gets a
+// fresh one: a cgroup that has been killed through cgroup.kill may kill
+// what is later cloned into it (seen on Linux 6.18), and a fresh one
+// leaves nothing of the last task behind.
+func (c *containment) begin() error {
+	if c.mode != containCgroup {
+		return nil
+	}
+	c.tasks++
+	dir := filepath.Join(c.cgroup, "task-"+strconv.Itoa(c.tasks))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("make the task's cgroup: %w", err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		_ = unix.Rmdir(dir)
+		return fmt.Errorf("open the task's cgroup: %w", err)
+	}
+	c.task, c.taskDir = dir, f
+	return nil
+}
+
+// end kills what is left in the task's cgroup and removes it.
+func (c *containment) end() error {
+	if c.task == "" {
+		return nil
+	}
+	c.taskDir.Close()
+	dir := c.task
+	c.task, c.taskDir = "", nil
+	if !killCgroup(dir, 10*time.Second) {
+		return fmt.Errorf("processes in %s did not die within 10s", dir)
+	}
+	_ = unix.Rmdir(dir)
+	return nil
+}
+
+// setupPidns checks that the kernel lets run start a process in a new
+// PID namespace (CAP_SYS_ADMIN, or unprivileged user namespaces).
+func (c *containment) setupPidns() error {
+	c.userns = os.Geteuid() != 0
+	return c.probe()
+}
+
+// probe starts the binary itself (it exits at once) the way CMD will be
+// started.
+func (c *containment) probe() error {
+	if err := c.begin(); err != nil {
+		return err
+	}
+	p := exec.Command("/proc/self/exe")
+	p.Env = []string{guardEnv + "=" + guardProbe}
+	c.prepare(p)
+	err := p.Run()
+	if eerr := c.end(); err == nil {
+		err = eerr
+	}
+	if err != nil {
+		return fmt.Errorf("cannot start a process that way: %w", err)
+	}
+	return nil
+}
+
+// startGuard starts the guard process for the cgroup dir ("-": none).
+func (c *containment) startGuard(dir string, hold *os.File) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	g := exec.Command("/proc/self/exe")
+	g.Env = []string{guardEnv + "=" + dir}
+	g.ExtraFiles = []*os.File{r}
+	if hold != nil {
+		g.ExtraFiles = append(g.ExtraFiles, hold)
+	}
+	g.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := g.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("start the guard: %w", err)
+	}
+	c.guard, c.guardW = g, w
+	return nil
+}
+
+// ownCgroup2 returns the directory of this process's cgroup v2.
+func ownCgroup2() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	path := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			path = p
+		}
+	}
+	if path == "" {
+		return "", errors.New("not in a cgroup v2")
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// 36 35 0:30 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, fs := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(fs) < 1 || fs[0] != "cgroup2" {
+			continue
+		}
+		root, mnt := fields[3], fields[4]
+		rel, ok := strings.CutPrefix(path, root)
+		if !ok {
+			continue
+		}
+		return filepath.Join(mnt, rel), nil
+	}
+	return "", errors.New("no cgroup v2 mounted")
+}
+
+// prepare sets up cmd to start inside the containment, in a process group
+// of its own, and killed if run dies (parent-death signal).
+func (c *containment) prepare(cmd *exec.Cmd) {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	switch c.mode {
+	case containCgroup:
+		attr.UseCgroupFD, attr.CgroupFD = true, int(c.taskDir.Fd())
+	case containPidns:
+		attr.Cloneflags = syscall.CLONE_NEWPID
+		if c.userns {
+			attr.Cloneflags |= syscall.CLONE_NEWUSER
+			attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+			attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		}
+	}
+	cmd.SysProcAttr = attr
+}
+
+// started tells the guard CMD's process group.
+func (c *containment) started(pgid int) {
+	if c.guardW != nil {
+		fmt.Fprintf(c.guardW, "pgroup %d\n", pgid)
+	}
+}
+
+// killAll kills every process CMD started and reaps them, once CMD itself
+// has been waited for: the cgroup or the process group, then every
+// descendant of run (orphans come to run, the subreaper). It reports how
+// many processes CMD had left alive, and an error if some would not die.
+func (c *containment) killAll(pgid int) (int, error) {
+	spare := map[int]bool{}
+	if c.guard != nil {
+		spare[c.guard.Process.Pid] = true
+	}
+	left := 0
+	for _, d := range descendants(os.Getpid(), spare) {
+		if !d.zombie {
+			left++
+		}
+	}
+	if c.mode == containCgroup {
+		if err := c.end(); err != nil {
+			return left, err
+		}
+	} else if pgid > 1 {
+		_ = unix.Kill(-pgid, unix.SIGKILL)
+	}
+	err := killDescendants(os.Getpid(), spare, 10*time.Second)
+	if c.guardW != nil {
+		fmt.Fprintln(c.guardW, "idle")
+	}
+	return left, err
+}
+
+// close removes the cgroup and ends the guard. Call it after killAll.
+func (c *containment) close() {
+	_ = c.end()
+	if c.cgroup != "" {
+		removeCgroup(c.cgroup)
+	}
+	if c.guardW != nil {
+		c.guardW.Close()
+		_ = c.guard.Wait()
+	}
+}
+
+func countLines(path string) int {
+	b, _ := os.ReadFile(path)
+	return len(strings.Fields(string(b)))
+}
+
+// procEntry is what /proc/<pid>/stat says of a process.
+type procEntry struct {
+	pid, ppid int
+	zombie    bool
+}
+
+// processes lists every process on the machine (of this PID namespace).
+func processes() []procEntry {
+	ents, _ := os.ReadDir("/proc")
+	var ps []procEntry
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) S ppid …: comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		ps = append(ps, procEntry{pid: pid, ppid: ppid, zombie: f[0] == "Z" || f[0] == "X"})
+	}
+	return ps
+}
+
+// descendants returns every descendant of root except spare ones and
+// theirs, and which of them are root's own children.
+func descendants(root int, spare map[int]bool) (all []procEntry) {
+	kids := map[int][]procEntry{}
+	for _, p := range processes() {
+		kids[p.ppid] = append(kids[p.ppid], p)
+	}
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, k := range kids[p] {
+			if spare[k.pid] {
+				continue
+			}
+			all = append(all, k)
+			queue = append(queue, k.pid)
+		}
+	}
+	return all
+}
+
+// killDescendants SIGKILLs every descendant of self (but spare ones) and
+// reaps those that are, or become, its children, until none is left or
+// bound passes.
+func killDescendants(self int, spare map[int]bool, bound time.Duration) error {
+	end := time.Now().Add(bound)
+	for {
+		ds := descendants(self, spare)
+		if len(ds) == 0 {
+			return nil
+		}
+		for _, d := range ds {
+			if !d.zombie {
+				_ = unix.Kill(d.pid, unix.SIGKILL)
+			}
+			if d.ppid == self {
+				_, _ = unix.Wait4(d.pid, nil, unix.WNOHANG, nil)
+			}
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("%d processes started by the command would not die", len(ds))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// reapOrphans reaps the orphans of CMD's tree that died while CMD runs
+// (they were re-parented to run, the subreaper), so that none stays a
+// zombie until the task ends. It never waits for spare ones (CMD, the
+// guard: their own Wait does).
+func reapOrphans(spare map[int]bool) {
+	self := os.Getpid()
+	for _, p := range processes() {
+		if p.ppid == self && p.zombie && !spare[p.pid] {
+			_, _ = unix.Wait4(p.pid, nil, unix.WNOHANG, nil)
+		}
+	}
+}
