@@ -177,10 +177,16 @@ func writeCeilingFile(path string, v uint64) (err error) {
 // this journal knows (the journal was restored from an older copy, or the
 // commit of an earlier raise was lost), since tokens up to that ceiling
 // may have been issued.
+//
+// The files are read when a token would pass the journal's copy, and once
+// per opened handle (a CLI command opens one): a journal.db put back from
+// a backup has an old counter and an old copy of the ceiling, and only
+// the files know that tokens above them went out since.
 func (t *Tx) reserve(next uint64) (uint64, error) {
 	meta := t.tx.Bucket(bucketMeta)
 	ceiling := getU64(meta.Get([]byte(keyCeiling)))
-	if next <= ceiling {
+	checked := t.ceilingChecked != nil && *t.ceilingChecked
+	if next <= ceiling && checked {
 		return next, nil
 	}
 	if t.dir == "" {
@@ -189,6 +195,12 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	// An unreadable copy is rewritten below: this journal bounds every
 	// token it issued, so only the copy's news (if any) is lost.
 	onFile, ok, _ := ReadCeiling(t.dir)
+	if t.ceilingChecked != nil {
+		*t.ceilingChecked = true
+	}
+	if next <= ceiling && (!ok || onFile <= ceiling) {
+		return next, nil // the files agree: tokens up to ceiling are ours to issue
+	}
 	if ok && onFile > ceiling && onFile >= next {
 		next = onFile + 1
 	}

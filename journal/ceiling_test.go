@@ -259,3 +259,34 @@ func TestCeiling_Version2MarkedOnFirstWrite(t *testing.T) {
 		t.Fatalf("version after the first write = %q, want 3", v)
 	}
 }
+
+// A journal.db put back from an older copy (a backup, a snapshot) has an
+// old counter and an old copy of the ceiling. Tokens issued since then are
+// above both; the files still know, so the first claim through a fresh
+// handle goes above them, even with the clock behind.
+func TestCeiling_JournalRestoredFromBackup(t *testing.T) {
+	db, dir := newTreeJournal(t)
+	nextToken(t, db, t0)
+	backup, err := os.ReadFile(journal.Path(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After the backup, the clock runs ahead: a raise, and a token far
+	// above anything the backup knows.
+	issued := nextToken(t, db, t0.Add(5*time.Hour))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(journal.Path(dir), backup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restored.Close()
+	// The clock is back at the backup's time.
+	if tok := nextToken(t, restored, t0.Add(time.Second)); tok <= issued {
+		t.Fatalf("token %d after restoring the backup, want above %d, issued after it", tok, issued)
+	}
+}

@@ -47,6 +47,9 @@ type DB struct {
 	readOnly bool
 	parked   *parkedState // set while parked (see Park)
 	version  string       // the journal's schema version, as opened
+	// ceilingChecked: this handle has compared the ceiling files with the
+	// journal's copy (see Tx.reserve); a fresh handle checks again.
+	ceilingChecked bool
 }
 
 // OpenOptions say how to open a journal.
@@ -348,7 +351,7 @@ func (db *DB) Close() error {
 func (db *DB) Update(fn func(*Tx) error) (err error) {
 	defer guard(db.path, &err)()
 	err = db.b.Update(func(btx *bolt.Tx) error {
-		tx := &Tx{tx: btx, dir: filepath.Dir(db.path)}
+		tx := &Tx{tx: btx, dir: filepath.Dir(db.path), ceilingChecked: &db.ceilingChecked}
 		if err := fn(tx); err != nil {
 			return err
 		}

@@ -11,10 +11,13 @@ import (
 // Tx is one journal transaction. Methods that change state may only be
 // called inside DB.Update.
 type Tx struct {
-	tx         *bolt.Tx
-	dir        string // the journal's directory: where the token ceiling is (ceiling.go)
-	firstEvent uint64 // seq of this transaction's first appended event, 0 if none
-	lastEvent  uint64
+	tx  *bolt.Tx
+	dir string // the journal's directory: where the token ceiling is (ceiling.go)
+	// ceilingChecked points at its DB's flag: the ceiling files were
+	// compared with the journal's copy since the handle was opened.
+	ceilingChecked *bool
+	firstEvent     uint64 // seq of this transaction's first appended event, 0 if none
+	lastEvent      uint64
 	// writes counts the calls of methods that change state, made or
 	// attempted (a failed Put counts: it may have changed a page). Every
 	// such method calls wrote first, so that Writes can tell a caller
