@@ -25,7 +25,29 @@ import (
 // tortProcState is the state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z'…),
 // or 0 if the process is gone.
 func tortProcState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	// Every thread's state, not the leader's alone: SIGSTOP stops each
+	// thread when it next runs, so a Go process can show T in
+	// /proc/PID/stat while its thread blocked in flock(2) has yet to stop,
+	// and that thread can still take the lock on its way to stopping.
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0
+	}
+	state := byte(0)
+	for _, task := range tasks {
+		st := threadState(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if st == 0 {
+			continue // the thread ended meanwhile
+		}
+		if state == 0 || state == 'T' || state == 't' {
+			state = st
+		}
+	}
+	return state
+}
+
+func threadState(path string) byte {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
