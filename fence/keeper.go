@@ -265,7 +265,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		if err == nil {
 			k.mu.Lock()
 			k.deadline = res.Task.Lease.Deadline
-			k.nextBeat = now.Add(k.cfg.Interval)
+			k.nextBeat = k.beatAfter(now, k.deadline)
 			k.nextCheck = now.Add(k.cfg.CheckInterval)
 			k.lastErr = nil
 			k.mu.Unlock()
@@ -295,6 +295,17 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		return k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
 	}
 	return step, err
+}
+
+// beatAfter is when the heartbeat after one that set deadline at now is
+// due: after Interval, but never later than halfway to the point where the
+// holder must stop. An interval past that point (the lease length came
+// from the tree, not from whoever chose the interval) would make every
+// check find a heartbeat due, and the keeper's own heartbeat wakes its
+// journal watch for a check at once: a heartbeat storm.
+func (k *LeaseKeeper) beatAfter(now, deadline time.Time) time.Time {
+	window := deadline.Add(-k.cfg.StopBefore).Sub(now)
+	return now.Add(max(min(k.cfg.Interval, window/2), time.Millisecond))
 }
 
 // lockWait bounds a wait for the journal lock: never past the point where
