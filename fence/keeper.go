@@ -310,8 +310,14 @@ func (k *LeaseKeeper) beatAfter(now, deadline time.Time) time.Time {
 
 // lockWait bounds a wait for the journal lock: never past the point where
 // the holder must stop.
+// A tree opened with NoWait (--timeout 0: the caller's own steps do not
+// wait) still lets the keeper wait up to that point.
 func (k *LeaseKeeper) lockWait(deadline, now time.Time) time.Duration {
-	return min(k.tree.opts.Timeout, max(deadline.Add(-k.cfg.StopBefore).Sub(now), 10*time.Millisecond))
+	left := max(deadline.Add(-k.cfg.StopBefore).Sub(now), 10*time.Millisecond)
+	if k.tree.opts.Timeout < 0 {
+		return left
+	}
+	return min(k.tree.opts.Timeout, left)
 }
 
 // SettledByHolder reports whether err, a keeper's Err, says that the lease
