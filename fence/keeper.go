@@ -265,7 +265,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		if err == nil {
 			k.mu.Lock()
 			k.deadline = res.Task.Lease.Deadline
-			k.nextBeat = now.Add(k.cfg.Interval)
+			k.nextBeat = k.beatAfter(now, k.deadline)
 			k.nextCheck = now.Add(k.cfg.CheckInterval)
 			k.lastErr = nil
 			k.mu.Unlock()
@@ -297,10 +297,27 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 	return step, err
 }
 
+// beatAfter is when the heartbeat after one that set deadline at now is
+// due: after Interval, but never later than halfway to the point where the
+// holder must stop. An interval past that point (the lease length came
+// from the tree, not from whoever chose the interval) would make every
+// check find a heartbeat due, and the keeper's own heartbeat wakes its
+// journal watch for a check at once: a heartbeat storm.
+func (k *LeaseKeeper) beatAfter(now, deadline time.Time) time.Time {
+	window := deadline.Add(-k.cfg.StopBefore).Sub(now)
+	return now.Add(max(min(k.cfg.Interval, window/2), time.Millisecond))
+}
+
 // lockWait bounds a wait for the journal lock: never past the point where
 // the holder must stop.
+// A tree opened with NoWait (--timeout 0: the caller's own steps do not
+// wait) still lets the keeper wait up to that point.
 func (k *LeaseKeeper) lockWait(deadline, now time.Time) time.Duration {
-	return min(k.tree.opts.Timeout, max(deadline.Add(-k.cfg.StopBefore).Sub(now), 10*time.Millisecond))
+	left := max(deadline.Add(-k.cfg.StopBefore).Sub(now), 10*time.Millisecond)
+	if k.tree.opts.Timeout < 0 {
+		return left
+	}
+	return min(k.tree.opts.Timeout, left)
 }
 
 // SettledByHolder reports whether err, a keeper's Err, says that the lease

@@ -266,3 +266,22 @@ func TestKeeper_WatchIsReadyWhenStartReturns(t *testing.T) {
 		t.Fatal("the keeper did not see the revoke through its watch")
 	}
 }
+
+// An interval that reaches past the point where the holder must stop
+// (possible when the lease length comes from the tree, not from the
+// caller) is shortened: the keeper's own heartbeat wakes its journal
+// watch, and the check that follows must not find another heartbeat due,
+// or every heartbeat triggers the next (thousands a second).
+func TestKeeper_OwnHeartbeatDoesNotTriggerTheNext(t *testing.T) {
+	_, k, _ := keeperTree(t, KeeperConfig{TTL: time.Hour, Interval: 45 * time.Minute, StopBefore: 20 * time.Minute})
+	ctx := context.Background()
+	now := time.Now()
+	if step, err := k.runOnce(ctx, now, true); step != StepHeartbeat || err != nil {
+		t.Fatalf("first check with a too-long interval = %v, %v; want one heartbeat", step, err)
+	}
+	for i := range 3 {
+		if step, err := k.runOnce(ctx, now, true); step != StepCheck || err != nil {
+			t.Fatalf("check %d after the keeper's own heartbeat = %v, %v; want a check, no heartbeat", i, step, err)
+		}
+	}
+}

@@ -27,6 +27,18 @@ type LeaseView struct {
 	Attempts int
 }
 
+// Defaults reads the tree's settings (default lease length and attempts),
+// so that a caller can check its own flags against them before it claims.
+func (t *Tree) Defaults(ctx context.Context) (journal.Defaults, error) {
+	var d journal.Defaults
+	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
+		var err error
+		d, err = tx.Defaults()
+		return err
+	})
+	return d, err
+}
+
 // Status reads counts per state (O(1)) and every live lease.
 func (t *Tree) Status(ctx context.Context) (Status, error) {
 	st := Status{Root: t.root}

@@ -14,6 +14,10 @@ import (
 // DefaultTimeout bounds the wait for the journal lock.
 const DefaultTimeout = 10 * time.Second
 
+// NoWait as Options.Timeout tries the lock once and reports busy at once:
+// what `--timeout 0` asks for (0 itself is the zero Options: the default).
+const NoWait time.Duration = -1
+
 // DefaultTTL and DefaultMaxAttempts are what `init` uses when not told.
 const (
 	DefaultTTL         = 10 * time.Minute
@@ -22,7 +26,8 @@ const (
 
 // Options configure a Tree.
 type Options struct {
-	// Timeout bounds the wait for the lock; 0 means DefaultTimeout.
+	// Timeout bounds the wait for the lock; 0 means DefaultTimeout, and
+	// NoWait (any negative value) tries once.
 	Timeout time.Duration
 	// Notify receives what a command noticed on the way but that is not its
 	// result: inbox entries it could not adopt, files it had to put back.
@@ -178,7 +183,7 @@ func Open(root string, o Options) (*Tree, error) {
 		return nil, err
 	}
 	m.Crash, m.Fault = crashAt, renameFault
-	if o.Timeout <= 0 {
+	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
 	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, batch: &batcher{writerSlot: &writerSlot{}}}

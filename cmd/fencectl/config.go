@@ -64,6 +64,13 @@ func checkCommand(c *cli.Context) error {
 	if t := c.Duration("timeout"); t < 0 {
 		return usagef("invalid --timeout %s: must not be negative", t)
 	}
+	// A zero lease or heartbeat interval is impossible, not "the default":
+	// leave the flag out for that.
+	for _, name := range []string{"ttl", "heartbeat"} {
+		if c.IsSet(name) && c.Duration(name) == 0 {
+			return usagef("invalid --%s 0s: must be positive; leave --%s out for the default", name, name)
+		}
+	}
 	return checkDir(c.String("dir"))
 }
 
@@ -124,11 +131,25 @@ func defaultAgent() string {
 	return name + "@" + host
 }
 
-// openTree opens the tree named by --dir / FENCE_DIR.
-func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
+// lockTimeout is --timeout for fence.Open: an explicit 0 (the default is
+// 10s, so 0 was given) means "do not wait", as it does for init and
+// recover, not the default wait.
+func lockTimeout(c *cli.Context) (time.Duration, error) {
 	timeout := c.Duration("timeout")
 	if timeout < 0 {
-		return nil, usagef("invalid --timeout %s: must not be negative", timeout)
+		return 0, usagef("invalid --timeout %s: must not be negative", timeout)
+	}
+	if timeout == 0 {
+		return fence.NoWait, nil
+	}
+	return timeout, nil
+}
+
+// openTree opens the tree named by --dir / FENCE_DIR.
+func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
+	timeout, err := lockTimeout(c)
+	if err != nil {
+		return nil, err
 	}
 	// FENCE_LOCK_MODE=bbolt is for benchmarks only (see README): it drops
 	// the blocking flock to show what bbolt's 50 ms lock polling costs.

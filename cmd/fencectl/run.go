@@ -96,6 +96,17 @@ a live process; 128+N a signal ended run before CMD started.`,
 				return usagef("--loop claims the next ready task each time: it takes no ID and no --request-id")
 			}
 			return withTree(c, out, func(t *fence.Tree) error {
+				// Without --ttl the lease is the tree's: check --heartbeat
+				// against that one, still before claiming.
+				if cfg.ttl == 0 && cfg.heartbeat > 0 {
+					d, err := t.Defaults(c.Context)
+					if err != nil {
+						return err
+					}
+					if cfg.heartbeat > d.TTL/2 {
+						return usagef("--heartbeat %s is too long for the tree's lease of %s: the lease would run out before a heartbeat lands; use at most half of it, or give a longer --ttl", cfg.heartbeat, d.TTL)
+					}
+				}
 				return runTasks(c.Context, t, cfg, id, requestID, loop, out)
 			})
 		},
