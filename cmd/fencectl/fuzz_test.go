@@ -71,10 +71,18 @@ func badValue(kind fuzzFlagKind, v string) bool {
 	switch kind {
 	case kDuration:
 		_, err = time.ParseDuration(v)
-	case kUint64:
-		_, err = strconv.ParseUint(v, 0, 64)
+	case kUint64: // decimal, in its own form: no "+", no leading zeros
+		var n uint64
+		n, err = strconv.ParseUint(v, 10, 64)
+		if err == nil && strconv.FormatUint(n, 10) != v {
+			return true
+		}
 	case kInt64, kInt:
-		_, err = strconv.ParseInt(v, 0, 64)
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 64)
+		if err == nil && strconv.FormatInt(n, 10) != v {
+			return true
+		}
 	case kSince:
 		if v == "" {
 			return false // empty: no --since filter
@@ -404,7 +412,7 @@ func FuzzReorderArgs(f *testing.F) {
 				help = help || !hasValue || on
 				continue
 			}
-			if takes(arityOfCmd(cmd, globals, rest[j]), rest[j]) {
+			if isFlagArg(rest[j]) && takes(arityOfCmd(cmd, globals, rest[j]), rest[j]) {
 				j++
 			}
 		}

@@ -255,23 +255,27 @@ type decimalValue struct {
 func (v *decimalValue) Set(s string) error {
 	var err error
 	var zero bool
+	var canonical string
 	if v.unsigned {
 		var n uint64
 		n, err = strconv.ParseUint(s, 10, v.bits)
-		s, zero = strconv.FormatUint(n, 10), n == 0
+		canonical, zero = strconv.FormatUint(n, 10), n == 0
 	} else {
 		var n int64
 		n, err = strconv.ParseInt(s, 10, v.bits)
-		s, zero = strconv.FormatInt(n, 10), n == 0
+		canonical, zero = strconv.FormatInt(n, 10), n == 0
 	}
 	var numErr *strconv.NumError
 	switch {
 	case errors.As(err, &numErr) && errors.Is(numErr.Err, strconv.ErrRange):
 		return fmt.Errorf("out of range; %s", v.rule)
-	case err != nil, zero && v.positive:
+	case err != nil, zero && v.positive,
+		// Only the number's own form: no sign "+", no leading zeros
+		// ("010" is 8 to C and to Go's base-0 parsing, and 10 here).
+		canonical != s:
 		return errors.New(v.rule)
 	}
-	v.s = s
+	v.s = canonical
 	return nil
 }
 
