@@ -430,8 +430,16 @@ func FuzzReorderArgs(f *testing.F) {
 		want := slices.Clone(in)
 		want[i] = cmd.Name
 		keep := want[:i+1]
-		sawDash := false
+		sawDash, isValue := false, false
 		for j, a := range want[i+1:] {
+			// A help flag is dropped, but not a word that is the value of
+			// the flag before it (`log --since -h`).
+			wasValue := isValue
+			isValue = !sawDash && !wasValue && isFlagArg(a) && takes(arityOfCmd(cmd, globals, a), a)
+			if wasValue {
+				keep = append(keep, a)
+				continue
+			}
 			if a == "--" && !sawDash {
 				sawDash = true
 				if !takesCommandLine[cmd.Name] {
