@@ -39,7 +39,7 @@ func requireHooks(t testing.TB) {
 func TestScripts(t *testing.T) {
 	requireHooks(t)
 	testscript.Run(t, testscript.Params{
-		Dir:                 filepath.Join("..", "..", "testdata", "script"),
+		Dir:                 filepath.Join("testdata", "script"),
 		RequireExplicitExec: true,
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("FENCE_DIR", filepath.Join(e.WorkDir, "tree"))
