@@ -1,4 +1,6 @@
-package main
+//go:build fencetest
+
+package torture
 
 import (
 	"bufio"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/torture/model"
 )
 
 // TestTorture_Linearizability is part 2 of the torture suite: 8 workers
@@ -40,7 +44,6 @@ import (
 // clock file, and a coordinator moves it past every lease at a barrier
 // (no process running) now and then.
 func TestTorture_Linearizability(t *testing.T) {
-	requireHooks(t)
 	const workers = 8
 	total := tortureScale(300, 6000)
 	tasks := []string{"t1", "t2", "t3", "t4"}
@@ -154,15 +157,15 @@ func TestTorture_Linearizability(t *testing.T) {
 			for _, ag := range agents {
 				if h := ag.held; h != nil && rng.IntN(2) == 0 {
 					if rng.IntN(4) == 0 {
-						r.exec(workers, &linCall{Kind: lkRevoke, Task: h.task}, "revoke", h.task, "--json")
+						r.exec(workers, &model.Call{Kind: model.Revoke, Task: h.task}, "revoke", h.task, "--json")
 						continue
 					}
-					k := []linKind{lkVerify, lkHeartbeat, lkPut, lkRestore}[rng.IntN(4)]
-					coord.tokenCall(k, h.task, h.token, staleExpired, 0)
+					k := []model.Kind{model.Verify, model.Heartbeat, model.Put, model.Restore}[rng.IntN(4)]
+					coord.tokenCall(k, h.task, h.token, model.StaleExpired, 0)
 				}
 			}
 			if rng.IntN(2) == 0 {
-				r.exec(workers, &linCall{Kind: lkReap}, "reap", "--json")
+				r.exec(workers, &model.Call{Kind: model.Reap}, "reap", "--json")
 			}
 			r.barrier.Unlock()
 		}
@@ -194,7 +197,7 @@ func TestTorture_Linearizability(t *testing.T) {
 		len(calls)-m.ticks, m.killed-int(r.crashed.Load()), r.crashed.Load(), m.ticks, workers, len(tasks), elapsed.Round(time.Millisecond), m.codes)
 	t.Logf("calls by kind and answer (k = killed): %s", linBreakdown(calls))
 	for _, c := range calls {
-		if !c.Killed && c.Kind != lkTick && c.Code != exitOK && c.Code != exitFenced && c.Code != exitNotAvailable {
+		if !c.Killed && c.Kind != model.Tick && c.Code != exitOK && c.Code != exitFenced && c.Code != exitNotAvailable {
 			t.Errorf("call #%d %s %s: exit %d, want 0, 3 or 4: %s", c.ID, c.Kind, c.Task, c.Code, c.Stderr)
 		}
 	}
@@ -219,27 +222,27 @@ func TestTorture_Linearizability(t *testing.T) {
 	// strict one: the whole tree as one register (claim-next's "nothing to
 	// claim" and a claim's reaps are atomic across tasks, tokens increase
 	// across tasks), a killed call's effect before its process was reaped.
-	cfg := linModelConfig{MaxAttempts: linMaxAttempts}
+	cfg := model.Config{MaxAttempts: linMaxAttempts}
 	checkStart := time.Now()
-	res, info, model, nops := linCheck(cfg, calls, tasks, true, false, true, linCheckTimeout())
+	res, info, pm, nops := model.Check(cfg, calls, tasks, model.Options{OpenKilled: true, Verbose: true, Timeout: linCheckTimeout()})
 	checkSecs := time.Since(checkStart).Seconds()
 	t.Logf("porcupine: %s on %d operations in %d partitions, killed calls open to the end (%.2fs)", res, nops, len(tasks), checkSecs)
 	strictStart := time.Now()
-	resStrict, infoStrict, modelStrict, _ := linCheck(cfg, calls, tasks, false, true, true, linCheckTimeout())
+	resStrict, infoStrict, pmStrict, _ := model.Check(cfg, calls, tasks, model.Options{Whole: true, Verbose: true, Timeout: linCheckTimeout()})
 	strictSecs := time.Since(strictStart).Seconds()
 	t.Logf("porcupine: %s on the whole tree, killed calls closed when their process was reaped (%.2fs)", resStrict, strictSecs)
 	switch {
 	case res != porcupine.Ok:
-		path := linVisualize(t, model, info, calls)
+		path := linVisualize(t, pm, info, calls)
 		t.Errorf("history is %s, want Ok; visualisation: %s", res, path)
 	case resStrict != porcupine.Ok:
-		path := linVisualize(t, modelStrict, infoStrict, calls)
+		path := linVisualize(t, pmStrict, infoStrict, calls)
 		t.Errorf("history is Ok per task, but %s on the whole tree with killed calls closed at their death; visualisation: %s", resStrict, path)
 	}
 	if res != porcupine.Ok || resStrict != porcupine.Ok {
 		// Which assumption does the verdict depend on?
 		for _, v := range []struct{ open, whole bool }{{false, false}, {true, true}} {
-			r, _, _, _ := linCheck(cfg, calls, tasks, v.open, v.whole, false, linCheckTimeout())
+			r, _, _, _ := model.Check(cfg, calls, tasks, model.Options{OpenKilled: v.open, Whole: v.whole, Timeout: linCheckTimeout()})
 			t.Logf("diagnosis: whole tree %v, killed calls open to the end %v: %s", v.whole, v.open, r)
 		}
 	}
@@ -296,12 +299,12 @@ func TestTorture_LinearizabilityRecheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var calls []*linCall
+	var calls []*model.Call
 	seen := map[string]bool{}
 	var tasks []string
 	dec := json.NewDecoder(bytes.NewReader(b))
 	for dec.More() {
-		c := &linCall{}
+		c := &model.Call{}
 		if err := dec.Decode(c); err != nil {
 			t.Fatal(err)
 		}
@@ -314,15 +317,15 @@ func TestTorture_LinearizabilityRecheck(t *testing.T) {
 		}
 	}
 	sort.Strings(tasks)
-	cfg := linModelConfig{MaxAttempts: linMaxAttempts}
+	cfg := model.Config{MaxAttempts: linMaxAttempts}
 	for _, v := range []struct{ open, whole bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
 		start := time.Now()
-		res, info, model, n := linCheck(cfg, calls, tasks, v.open, v.whole, true, linCheckTimeout())
+		res, info, pm, n := model.Check(cfg, calls, tasks, model.Options{OpenKilled: v.open, Whole: v.whole, Verbose: true, Timeout: linCheckTimeout()})
 		t.Logf("%d calls on %v; whole tree %v, killed calls open to the end %v: %s on %d operations (%.2fs)",
 			len(calls), tasks, v.whole, v.open, res, n, time.Since(start).Seconds())
 		if res != porcupine.Ok {
 			out := strings.TrimSuffix(path, ".jsonl") + fmt.Sprintf("-whole=%v-open=%v.html", v.whole, v.open)
-			if err := porcupine.VisualizePath(model, info, out); err != nil {
+			if err := porcupine.VisualizePath(pm, info, out); err != nil {
 				t.Error(err)
 			}
 			t.Logf("visualisation: %s", out)
@@ -351,7 +354,7 @@ type linRunner struct {
 	barrier sync.RWMutex // workers hold it shared per call; a tick takes it
 
 	mu       sync.Mutex
-	calls    []*linCall
+	calls    []*model.Call
 	inflight map[int]*os.Process
 	killed   atomic.Int64
 	crashed  atomic.Int64
@@ -383,7 +386,7 @@ func (r *linRunner) setClock(n int) {
 
 // tick moves the clock past every lease. Called with the barrier held.
 func (r *linRunner) tick(client int) {
-	c := &linCall{Kind: lkTick, Client: client}
+	c := &model.Call{Kind: model.Tick, Client: client}
 	c.Call = r.since()
 	r.ticks++
 	r.setClock(r.ticks)
@@ -391,7 +394,7 @@ func (r *linRunner) tick(client int) {
 	r.record(c)
 }
 
-func (r *linRunner) record(c *linCall) {
+func (r *linRunner) record(c *model.Call) {
 	r.mu.Lock()
 	c.ID = len(r.calls)
 	r.calls = append(r.calls, c)
@@ -400,18 +403,18 @@ func (r *linRunner) record(c *linCall) {
 
 // exec runs one call of the real binary and records it. The call time is
 // taken before the process starts, the return time after it was reaped.
-func (r *linRunner) exec(client int, c *linCall, args ...string) *linCall {
+func (r *linRunner) exec(client int, c *model.Call, args ...string) *model.Call {
 	c.Client = client
 	r.mu.Lock()
 	c.ID = len(r.calls)
 	r.calls = append(r.calls, c)
 	r.mu.Unlock()
 	c.Agent = fmt.Sprintf("w%d-c%d", client, c.ID)
-	if c.Kind != lkReap {
+	if c.Kind != model.Reap {
 		args = append(args, "--agent", c.Agent)
 	}
 	cmd := r.cmd(args...)
-	if c.Kind != lkVerify && c.Kind != lkTick {
+	if c.Kind != model.Verify && c.Kind != model.Tick {
 		// Now and then a writer exits at a crash point of the test build:
 		// right after its journal commit, or after a rename before the
 		// directory fsyncs. Only a call that commits gets there.
@@ -471,7 +474,7 @@ func (r *linRunner) exec(client int, c *linCall, args ...string) *linCall {
 }
 
 // parse reads a call's --json answer.
-func (r *linRunner) parse(c *linCall, stdout []byte) {
+func (r *linRunner) parse(c *model.Call, stdout []byte) {
 	if c.Code != exitOK {
 		// Exactly one JSON object on stderr, naming the same code.
 		var obj struct {
@@ -484,30 +487,30 @@ func (r *linRunner) parse(c *linCall, stdout []byte) {
 		return
 	}
 	var out struct {
-		Task     string      `json:"task"`
-		Token    uint64      `json:"token"`
-		Renewed  bool        `json:"renewed"`
-		Retry    bool        `json:"retry"`
-		State    string      `json:"state"`
-		Revoked  uint64      `json:"revoked_token"`
-		Attempts *int        `json:"attempts"`
-		Reaped   []linReaped `json:"reaped"`
+		Task     string         `json:"task"`
+		Token    uint64         `json:"token"`
+		Renewed  bool           `json:"renewed"`
+		Retry    bool           `json:"retry"`
+		State    string         `json:"state"`
+		Revoked  uint64         `json:"revoked_token"`
+		Attempts *int           `json:"attempts"`
+		Reaped   []model.Reaped `json:"reaped"`
 	}
 	if err := json.Unmarshal(stdout, &out); err != nil {
 		r.t.Errorf("call #%d %s: answer %q: %v", c.ID, c.Kind, stdout, err)
 		return
 	}
 	switch c.Kind {
-	case lkClaim, lkNext, lkRestore:
+	case model.Claim, model.Next, model.Restore:
 		c.OutTask, c.OutToken, c.Renewed = out.Task, out.Token, out.Renewed
-	case lkRevoke:
+	case model.Revoke:
 		c.OutToken, c.State = out.Revoked, out.State
-	case lkReap:
+	case model.Reap:
 		c.Reaped = out.Reaped
 	default:
 		c.Retry, c.State = out.Retry, out.State
 	}
-	if !c.Retry && c.Kind != lkReap {
+	if !c.Retry && c.Kind != model.Reap {
 		c.Attempts = out.Attempts // a retry answers with the record as it is now
 	}
 }
@@ -548,7 +551,7 @@ type linKnowledge struct {
 type linDead struct {
 	token uint64
 	task  string
-	by    linKind
+	by    model.Kind
 }
 
 func (k *linKnowledge) issue(tok uint64, task string) {
@@ -559,7 +562,7 @@ func (k *linKnowledge) issue(tok uint64, task string) {
 }
 
 // learn records what a call's answer taught.
-func (r *linRunner) learn(c *linCall) {
+func (r *linRunner) learn(c *model.Call) {
 	if c.Code != exitOK {
 		return
 	}
@@ -567,17 +570,17 @@ func (r *linRunner) learn(c *linCall) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch c.Kind {
-	case lkClaim, lkNext:
+	case model.Claim, model.Next:
 		k.issue(c.OutToken, c.OutTask)
-	case lkComplete, lkRelease, lkFail:
+	case model.Complete, model.Release, model.Fail:
 		k.dead = append(k.dead, linDead{c.Token, c.Task, c.Kind})
-	case lkRevoke:
+	case model.Revoke:
 		k.issue(c.OutToken, c.Task)
-		k.dead = append(k.dead, linDead{c.OutToken, c.Task, lkRevoke})
-	case lkReap:
+		k.dead = append(k.dead, linDead{c.OutToken, c.Task, model.Revoke})
+	case model.Reap:
 		for _, x := range c.Reaped {
 			k.issue(x.Token, x.Task)
-			k.dead = append(k.dead, linDead{x.Token, x.Task, lkReap})
+			k.dead = append(k.dead, linDead{x.Token, x.Task, model.Reap})
 		}
 	}
 }
@@ -596,18 +599,18 @@ type linHeld struct {
 	token uint64
 }
 
-var linTokenArgs = map[linKind]string{
-	lkHeartbeat: "heartbeat", lkVerify: "verify", lkComplete: "complete", lkRelease: "release", lkFail: "fail",
+var linTokenArgs = map[model.Kind]string{
+	model.Heartbeat: "heartbeat", model.Verify: "verify", model.Complete: "complete", model.Release: "release", model.Fail: "fail",
 }
 
 // tokenCall runs a call that presents tok on task.
-func (a *linAgent) tokenCall(k linKind, task string, tok uint64, stale staleKind, ended linKind) *linCall {
-	c := &linCall{Kind: k, Task: task, Token: tok, Stale: stale, Ended: ended}
+func (a *linAgent) tokenCall(k model.Kind, task string, tok uint64, stale model.Stale, ended model.Kind) *model.Call {
+	c := &model.Call{Kind: k, Task: task, Token: tok, Stale: stale, Ended: ended}
 	ts := fmt.Sprint(tok)
 	switch k {
-	case lkRestore:
+	case model.Restore:
 		return a.r.exec(a.id, c, "claim", task, "--token", ts, "--json")
-	case lkPut:
+	case model.Put:
 		return a.r.exec(a.id, c, "put", task, "out", "--token", ts, "--json")
 	}
 	return a.r.exec(a.id, c, linTokenArgs[k], task, "--token", ts, "--json")
@@ -622,24 +625,24 @@ func (a *linAgent) step() {
 	case a.held != nil && x < 0.6:
 		a.work()
 	case x < 0.66:
-		var c *linCall
+		var c *model.Call
 		if a.rng.IntN(3) > 0 {
-			c = a.r.exec(a.id, &linCall{Kind: lkNext}, "claim", "--ttl", linLeaseTTL.String(), "--json")
+			c = a.r.exec(a.id, &model.Call{Kind: model.Next}, "claim", "--ttl", linLeaseTTL.String(), "--json")
 		} else {
 			task := a.task()
-			c = a.r.exec(a.id, &linCall{Kind: lkClaim, Task: task}, "claim", task, "--ttl", linLeaseTTL.String(), "--json")
+			c = a.r.exec(a.id, &model.Call{Kind: model.Claim, Task: task}, "claim", task, "--ttl", linLeaseTTL.String(), "--json")
 		}
 		if !c.Killed && c.Code == exitOK {
 			a.held = &linHeld{token: c.OutToken, task: c.OutTask} // any earlier claim is abandoned
 		}
 	case x < 0.70:
 		task := a.task()
-		a.r.exec(a.id, &linCall{Kind: lkRevoke, Task: task}, "revoke", task, "--json")
+		a.r.exec(a.id, &model.Call{Kind: model.Revoke, Task: task}, "revoke", task, "--json")
 	case x < 0.81:
 		task := a.task()
-		a.r.exec(a.id, &linCall{Kind: lkRequeue, Task: task}, "requeue", task, "--json")
+		a.r.exec(a.id, &model.Call{Kind: model.Requeue, Task: task}, "requeue", task, "--json")
 	case x < 0.83:
-		a.r.exec(a.id, &linCall{Kind: lkReap}, "reap", "--json")
+		a.r.exec(a.id, &model.Call{Kind: model.Reap}, "reap", "--json")
 	default:
 		a.stale()
 	}
@@ -650,22 +653,22 @@ func (a *linAgent) step() {
 func (a *linAgent) work() {
 	h := a.held
 	if a.rng.IntN(10) < 4 {
-		k := []linKind{lkHeartbeat, lkVerify, lkPut, lkRestore}[a.rng.IntN(4)]
-		c := a.tokenCall(k, h.task, h.token, staleNone, 0)
+		k := []model.Kind{model.Heartbeat, model.Verify, model.Put, model.Restore}[a.rng.IntN(4)]
+		c := a.tokenCall(k, h.task, h.token, model.StaleNone, 0)
 		if !c.Killed && c.Code == exitFenced {
 			a.held = nil // lost it (revoked, or expired at a tick)
 		}
 		return
 	}
-	k := []linKind{lkComplete, lkComplete, lkRelease, lkFail}[a.rng.IntN(4)]
-	c := a.tokenCall(k, h.task, h.token, staleNone, 0)
+	k := []model.Kind{model.Complete, model.Complete, model.Release, model.Fail}[a.rng.IntN(4)]
+	c := a.tokenCall(k, h.task, h.token, model.StaleNone, 0)
 	switch {
 	case c.Killed:
 		// Outcome unknown: keep the claim; a later call tells.
 	case c.Code == exitOK:
 		a.held = nil
 		if a.rng.IntN(4) == 0 {
-			a.tokenCall(k, h.task, h.token, staleRetry, k)
+			a.tokenCall(k, h.task, h.token, model.StaleRetry, k)
 		}
 	default:
 		a.held = nil
@@ -676,27 +679,27 @@ func (a *linAgent) work() {
 // lease it saw end, one issued for another task, or one never issued.
 func (a *linAgent) stale() {
 	k := &a.r.know
-	kinds := []linKind{lkHeartbeat, lkVerify, lkPut, lkRestore, lkComplete, lkRelease, lkFail}
+	kinds := []model.Kind{model.Heartbeat, model.Verify, model.Put, model.Restore, model.Complete, model.Release, model.Fail}
 	op := kinds[a.rng.IntN(len(kinds))]
 	k.mu.Lock()
 	var (
 		task  string
 		tok   uint64
-		kind  staleKind
-		ended linKind
+		kind  model.Stale
+		ended model.Kind
 	)
 	switch n := a.rng.IntN(4); {
 	case n < 2 && len(k.dead) > 0:
 		d := k.dead[a.rng.IntN(len(k.dead))]
-		task, tok, kind, ended = d.task, d.token, staleDead, d.by
-		if d.by.ends() && a.rng.IntN(3) == 0 {
+		task, tok, kind, ended = d.task, d.token, model.StaleDead, d.by
+		if d.by.Ends() && a.rng.IntN(3) == 0 {
 			op = d.by // the retry of the very call that ended it: legitimately 0
 		}
 	case n == 2 && len(k.tokens) > 0:
 		tok = k.tokens[a.rng.IntN(len(k.tokens))]
 		for task = a.task(); task == k.issued[tok]; task = a.task() {
 		}
-		kind = staleOther
+		kind = model.StaleOther
 	default:
 		// Tokens are seeded from the clock in µs (~1.7e15): a small one
 		// or one above 2^62 is never issued.
@@ -705,19 +708,19 @@ func (a *linAgent) stale() {
 		} else {
 			tok = 1<<62 + a.rng.Uint64N(1<<40)
 		}
-		task, kind = a.task(), staleNever
+		task, kind = a.task(), model.StaleNever
 	}
 	k.mu.Unlock()
 	a.tokenCall(op, task, tok, kind, ended)
 }
 
 // linBreakdown counts calls by kind and answer, and the refusals by reason.
-func linBreakdown(calls []*linCall) string {
+func linBreakdown(calls []*model.Call) string {
 	n := map[string]int{}
 	for _, c := range calls {
 		key := fmt.Sprintf("%s:%d", c.Kind, c.Code)
 		switch {
-		case c.Kind == lkTick:
+		case c.Kind == model.Tick:
 			key = "tick"
 		case c.Killed:
 			key = c.Kind.String() + ":k"
@@ -755,11 +758,11 @@ type linMetrics struct {
 	codes                                        map[int]int
 }
 
-func linFigures(calls []*linCall) linMetrics {
+func linFigures(calls []*model.Call) linMetrics {
 	m := linMetrics{codes: map[int]int{}}
 	for _, c := range calls {
 		switch {
-		case c.Kind == lkTick:
+		case c.Kind == model.Tick:
 			m.ticks++
 			continue
 		case c.Killed:
@@ -767,11 +770,11 @@ func linFigures(calls []*linCall) linMetrics {
 		default:
 			m.codes[c.Code]++
 		}
-		if c.Stale == staleNone {
+		if c.Stale == model.StaleNone {
 			continue
 		}
 		m.stale++
-		legit := (c.Stale == staleDead || c.Stale == staleRetry) && c.Kind == c.Ended
+		legit := (c.Stale == model.StaleDead || c.Stale == model.StaleRetry) && c.Kind == c.Ended
 		if legit {
 			m.retries++
 		}
@@ -785,7 +788,7 @@ func linFigures(calls []*linCall) linMetrics {
 // checkLog checks the event log against the answers, and returns how many
 // unanswered (killed or crashed) calls the journal shows took effect
 // (every call's agent name is unique).
-func (r *linRunner) checkLog(calls []*linCall) int {
+func (r *linRunner) checkLog(calls []*model.Call) int {
 	t := r.t
 	out, err := r.cmd("log", "--json", "--heartbeats").Output()
 	if err != nil {
@@ -825,14 +828,14 @@ func (r *linRunner) checkLog(calls []*linCall) int {
 		if c.Killed {
 			if len(byAgent[c.Agent]) > 0 {
 				took++
-			} else if c.Crash == "after-commit" && !c.Kind.claims() && c.Kind != lkReap {
+			} else if c.Crash == "after-commit" && !c.Kind.Claims() && c.Kind != model.Reap {
 				// It exited right after committing its one event, under
 				// its agent (claims and reaps may commit only reaps).
 				t.Errorf("call #%d %s %s exited after its commit, but the log has no event of its agent %s", c.ID, c.Kind, c.Task, c.Agent)
 			}
 			continue
 		}
-		if (c.Kind == lkClaim || c.Kind == lkNext) && c.Code == exitOK {
+		if (c.Kind == model.Claim || c.Kind == model.Next) && c.Code == exitOK {
 			ev, ok := claimOf[c.OutToken]
 			if !ok || ev.Task != c.OutTask || ev.Agent != c.Agent {
 				t.Errorf("call #%d claimed %s with token %d, but the log has %+v", c.ID, c.OutTask, c.OutToken, ev)
@@ -845,8 +848,8 @@ func (r *linRunner) checkLog(calls []*linCall) int {
 // linVisualize writes porcupine's HTML (and the history, as JSON lines)
 // for a failed check: docs/linearizability.html in the full run, else a
 // temporary directory that outlives the test. It returns the HTML's path.
-func linVisualize(t *testing.T, model porcupine.Model, info porcupine.LinearizationInfo, calls []*linCall) string {
-	dir := filepath.Join("..", "..", "docs")
+func linVisualize(t *testing.T, pm porcupine.Model, info porcupine.LinearizationInfo, calls []*model.Call) string {
+	dir := filepath.Join("..", "..", "..", "docs")
 	if !tortureFull() {
 		var err error
 		if dir, err = os.MkdirTemp("", "fencectl-linearizability-"); err != nil {
@@ -854,7 +857,7 @@ func linVisualize(t *testing.T, model porcupine.Model, info porcupine.Linearizat
 		}
 	}
 	path, _ := filepath.Abs(filepath.Join(dir, "linearizability.html"))
-	if err := porcupine.VisualizePath(model, info, path); err != nil {
+	if err := porcupine.VisualizePath(pm, info, path); err != nil {
 		t.Errorf("visualise: %v", err)
 	}
 	var b bytes.Buffer
@@ -876,13 +879,13 @@ func linVisualize(t *testing.T, model porcupine.Model, info porcupine.Linearizat
 // answer Illegal. It uses the closed windows for killed calls: proving a
 // history illegal means ruling out every placement of every pending killed
 // call, which with open windows grows exponentially in their number.
-func linSelfCheck(t *testing.T, calls []*linCall, tasks []string, cfg linModelConfig) {
+func linSelfCheck(t *testing.T, calls []*model.Call, tasks []string, cfg model.Config) {
 	t.Helper()
 	const timeout = 60 * time.Second
-	mustBeIllegal := func(what string, cfg linModelConfig, calls []*linCall) {
+	mustBeIllegal := func(what string, cfg model.Config, calls []*model.Call) {
 		for _, whole := range []bool{false, true} {
 			start := time.Now()
-			res, _, _, _ := linCheck(cfg, calls, tasks, false, whole, false, timeout)
+			res, _, _, _ := model.Check(cfg, calls, tasks, model.Options{Whole: whole, Timeout: timeout})
 			t.Logf("self-check: %s (whole tree %v): %s (%.2fs)", what, whole, res, time.Since(start).Seconds())
 			if res != porcupine.Illegal {
 				t.Errorf("self-check: %s (whole tree %v) is %s, want Illegal", what, whole, res)
@@ -899,20 +902,20 @@ func linSelfCheck(t *testing.T, calls []*linCall, tasks []string, cfg linModelCo
 	// later the lie, most on the whole tree.
 	for i := min(len(calls)/2, 1000); i < len(calls); i++ {
 		c := calls[i]
-		if c.Killed || c.Stale == staleNone || c.Code != exitFenced || c.Kind == lkRestore || (c.Kind.ends() && c.Kind == c.Ended) {
+		if c.Killed || c.Stale == model.StaleNone || c.Code != exitFenced || c.Kind == model.Restore || (c.Kind.Ends() && c.Kind == c.Ended) {
 			continue
 		}
 		f := *c
 		f.Code, f.Stderr = exitOK, ""
-		if f.Kind.ends() {
+		if f.Kind.Ends() {
 			f.State = "done"
-			if f.Kind != lkComplete {
+			if f.Kind != model.Complete {
 				f.State = "available"
 			}
 		}
 		forged := slices.Clone(calls)
 		forged[i] = &f
-		mustBeIllegal(fmt.Sprintf("recorded history with call #%d (%s %s, %s token) forged to exit 0", c.ID, c.Kind, c.Task, staleNames[c.Stale]), cfg, forged)
+		mustBeIllegal(fmt.Sprintf("recorded history with call #%d (%s %s, %s token) forged to exit 0", c.ID, c.Kind, c.Task, c.Stale), cfg, forged)
 		return
 	}
 	t.Error("self-check: no refused stale call to forge")

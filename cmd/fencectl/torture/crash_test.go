@@ -1,4 +1,6 @@
-package main
+//go:build fencetest
+
+package torture
 
 import (
 	"encoding/json"
@@ -63,19 +65,6 @@ const (
 	crashPendingAny
 )
 
-// tortClaim claims id with a long lease and returns the token.
-func tortClaim(rt *runTree, id string, ttl string) string {
-	rt.t.Helper()
-	var c struct {
-		Token uint64 `json:"token"`
-	}
-	out := rt.ok("claim", id, "--json", "--ttl", ttl, "--agent", "holder")
-	if err := json.Unmarshal([]byte(out), &c); err != nil || c.Token == 0 {
-		rt.t.Fatalf("claim %s: %q: %v", id, out, err)
-	}
-	return fmt.Sprint(c.Token)
-}
-
 // crashCmd runs fencectl with a crash point and returns its exit code and
 // output.
 func crashCmd(rt *runTree, point string, after int, args ...string) (int, string) {
@@ -95,14 +84,6 @@ func mustCrash(rt *runTree, point string, after int, args ...string) {
 	if code != 99 || !strings.Contains(out, "test crash at") {
 		rt.t.Fatalf("fencectl %s with FENCE_CRASH=%s: exit %d, want 99 at the crash point\n%s", strings.Join(args, " "), point, code, out)
 	}
-}
-
-func tortWrite(t testing.TB, path, content string) string {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // tortDrop puts complete files into inbox/, as a user would.
@@ -303,7 +284,6 @@ func crashCases() []crashCase {
 }
 
 func TestTorture_CrashPoints(t *testing.T) {
-	requireHooks(t)
 	modes := []string{"reap", "replay"}
 	if tortureFull() {
 		modes = append(modes, "add", "claim")

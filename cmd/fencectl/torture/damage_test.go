@@ -1,4 +1,4 @@
-package main
+package torture
 
 import (
 	"fmt"
@@ -17,7 +17,6 @@ import (
 // trace), and that `recover` then brings every task back in the state its
 // directory says.
 func TestTorture_JournalDamage(t *testing.T) {
-	requireHooks(t)
 	tasks := tortureScale(20, 500)
 	// partial damage (garbage in some pages) may spare what a command
 	// reads: such a command may succeed, but replay --check, which reads

@@ -1,4 +1,6 @@
-package main
+//go:build fencetest
+
+package torture
 
 import (
 	"encoding/json"
@@ -57,56 +59,6 @@ func threadState(path string) byte {
 		return 0
 	}
 	return s[i+2]
-}
-
-// tortWaitFor polls cond (an observation of an event the test caused, such as a
-// process entering a state) until it holds, failing after a bound.
-func tortWaitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// tortLockWaiters returns the pids waiting in /proc/locks for a flock on the
-// file at path, and the pids holding one.
-func tortLockWaiters(t testing.TB, path string) (waiting, holding map[int]bool) {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	ino := ":" + strconv.FormatUint(st.Ino, 10)
-	b, err := os.ReadFile("/proc/locks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiting, holding = map[int]bool{}, map[int]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		blocked := len(f) > 1 && f[1] == "->"
-		if blocked {
-			f = append(f[:1], f[2:]...)
-		}
-		// 1: FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF
-		if len(f) < 6 || f[1] != "FLOCK" || !strings.HasSuffix(f[5], ino) {
-			continue
-		}
-		pid, err := strconv.Atoi(f[4])
-		if err != nil {
-			continue
-		}
-		if blocked {
-			waiting[pid] = true
-		} else {
-			holding[pid] = true
-		}
-	}
-	return waiting, holding
 }
 
 func TestTorture_PausedHolder(t *testing.T) {
@@ -339,7 +291,7 @@ echo "$FENCE_TOKEN" > ` + marks + `/token.tmp; mv ` + marks + `/token.tmp ` + ma
 echo mine > ` + marks + `/beat
 while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKEN" >/dev/null 2>&1; echo $? >> ` + marks + `/codes; sleep 0.01; done`
 	c := rt.cmd("run", "t1", "--ttl", "3s", "--agent", "supervised", "--", "sh", "-c", script)
-	c.Env = append(c.Env, "FC="+os.Args[0])
+	c.Env = append(c.Env, "FC="+fencectlBin)
 	var runOut strings.Builder
 	c.Stdout, c.Stderr = &runOut, &runOut
 	if err := c.Start(); err != nil {
@@ -450,4 +402,15 @@ while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKE
 		metrics["attempts"] = n + len(after)
 		metrics["accepted"] = metrics["accepted"].(int) + stalePuts
 	}
+}
+
+// worker is a CMD script: it records its pid and that it started, and on
+// SIGTERM records the test clock's time, then exits 143 unless told to
+// ignore the signal.
+func worker(dir string, ignoreTerm bool) string {
+	onTerm := `cat "$FENCE_TEST_CLOCK" > ` + dir + `/term; exit 143`
+	if ignoreTerm {
+		onTerm = `cat "$FENCE_TEST_CLOCK" > ` + dir + `/term`
+	}
+	return `trap '` + onTerm + `' TERM; ` + hostPid(dir+"/pid") + `; while :; do sleep 0.02; done`
 }

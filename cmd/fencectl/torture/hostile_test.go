@@ -1,4 +1,4 @@
-package main
+package torture
 
 import (
 	"bytes"
@@ -113,8 +113,8 @@ func newHostile(t *testing.T) *hostile {
 	// A real journal outside the tree, for the symlinked journal.db and
 	// .fence cases.
 	src := filepath.Join(base, "journal-src")
-	if code, _, stderr := runCLI("--dir", src, "init"); code != 0 {
-		t.Fatalf("init: %s", stderr)
+	if out, err := fencectlCmd(src, "init").CombinedOutput(); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
 	}
 	for _, dst := range []string{h.journal, filepath.Join(h.outside, "fence-copy", "journal.db")} {
 		b, err := os.ReadFile(filepath.Join(src, ".fence", "journal.db"))
@@ -147,8 +147,8 @@ func (h *hostile) runCase(c hostileCase) {
 	parent.Run(c.name, func(t *testing.T) {
 		h.t = t
 		tree := filepath.Join(h.base, "trees", c.name, "tree")
-		if code, _, stderr := runCLI("--dir", tree, "init"); code != 0 {
-			t.Fatalf("init: %s", stderr)
+		if out, err := fencectlCmd(tree, "init").CombinedOutput(); err != nil {
+			t.Fatalf("init: %v\n%s", err, out)
 		}
 		hangsBefore, panicsBefore := h.hangs, h.panics
 		err := c.fn(h, tree)
@@ -197,7 +197,7 @@ func hstClip(s string) string {
 // hostileTimeout bounds every command: none may hang.
 const hostileTimeout = 30 * time.Second
 
-// run runs the real binary (this test binary as fencectl) on tree with
+// run runs the real binary on tree with
 // a deadline; a command still running at the deadline is killed and
 // counted as a hang.
 func (h *hostile) run(tree string, stdin io.Reader, args ...string) hstResult {
@@ -208,8 +208,8 @@ func (h *hostile) runFor(limit time.Duration, tree string, stdin io.Reader, args
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "FENCECTL_AS_MAIN=1", "FENCE_DIR="+tree, "FENCE_TIMEOUT=10s", "FENCE_AGENT=hostile")
+	cmd := exec.CommandContext(ctx, fencectlBin, args...)
+	cmd.Env = append(os.Environ(), "FENCE_DIR="+tree, "FENCE_TIMEOUT=10s", "FENCE_AGENT=hostile")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = &stdout, &stderr, stdin
 	start := time.Now()
@@ -265,13 +265,6 @@ func noControl(what, s string) error {
 		return fmt.Errorf("%s: raw control character %#02x in the output: %q", what, s[i], s[lo:hi])
 	}
 	return nil
-}
-
-// inProcess runs the CLI in this process: for arguments no process can
-// receive (NUL).
-func inProcess(tree string, args ...string) hstResult {
-	code, stdout, stderr := runCLI(append([]string{"--dir", tree}, args...)...)
-	return hstResult{code: code, stdout: stdout, stderr: stderr}
 }
 
 // claimToken claims id and returns its token.
@@ -347,25 +340,13 @@ func hostileCases() []hostileCase {
 		{"id_nul", func(h *hostile, tree string) error {
 			// No process can receive a NUL in argv: the kernel takes
 			// C strings, and Go refuses to start the process.
-			cmd := exec.Command(os.Args[0], "add", "--id", "a\x00b")
-			cmd.Env = append(os.Environ(), "FENCECTL_AS_MAIN=1", "FENCE_DIR="+tree)
+			cmd := exec.Command(fencectlBin, "add", "--id", "a\x00b")
+			cmd.Env = append(os.Environ(), "FENCE_DIR="+tree)
 			if err := cmd.Run(); err == nil || !errors.Is(err, syscall.EINVAL) && !strings.Contains(err.Error(), "invalid argument") {
 				return fmt.Errorf("exec with a NUL argument: %v, want EINVAL", err)
 			}
-			// In-process, past the kernel: every command refuses it.
-			for _, args := range [][]string{
-				{"add", "--id", "a\x00b"}, {"add", "--id", "\x00"}, {"claim", "t\x00"}, {"show", "a\x00b"},
-				{"complete", "a\x00b", "--token", "5"}, {"log", "--task", "\x00x"},
-				{"put", "t1", "r\x00x", "--token", "5"}, {"claim", "--request-id", "r\x00"},
-			} {
-				r := inProcess(tree, args...)
-				if err := refused(fmt.Sprintf("%q", args), r, exitUsage, `\\x00`); err != nil {
-					return err
-				}
-				if err := noControl(fmt.Sprintf("%q", args), r.stderr); err != nil {
-					return err
-				}
-			}
+			// Past the kernel, in process, every command refuses it:
+			// cmd/fencectl's TestArgs_NULIsRefused.
 			return nil
 		}},
 		{"id_control_chars", func(h *hostile, tree string) error {

@@ -1,4 +1,4 @@
-package main
+package torture
 
 import (
 	"bytes"
@@ -83,48 +83,6 @@ func diskFill(t *testing.T, path string, limit int64) int64 {
 		t.Fatalf("wrote %d bytes to %s without filling it: not the small tmpfs?", n, path)
 	}
 	return n
-}
-
-// tortSnapshot is what a failed command must not change.
-type tortSnapshot struct {
-	events int
-	states map[string]string
-	files  map[string][]string
-	staged int
-	outs   []string
-}
-
-func tortSnapshotOf(t *testing.T, mk tortCmd, dir string) tortSnapshot {
-	t.Helper()
-	evs := tortLog(t, mk)
-	var outs []string
-	filepath.WalkDir(filepath.Join(dir, "out"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			outs = append(outs, strings.TrimPrefix(p, dir))
-		}
-		return nil
-	})
-	return tortSnapshot{events: len(evs), states: tortStates(evs), files: tortFiles(t, dir), staged: max(tortDirLen(dir, ".fence/tmp"), 0), outs: outs}
-}
-
-func (a tortSnapshot) diff(b tortSnapshot) string {
-	var d []string
-	if a.events != b.events {
-		d = append(d, fmt.Sprintf("events %d → %d", a.events, b.events))
-	}
-	if fmt.Sprint(a.states) != fmt.Sprint(b.states) {
-		d = append(d, fmt.Sprintf("journal states %v → %v", a.states, b.states))
-	}
-	if fmt.Sprint(a.files) != fmt.Sprint(b.files) {
-		d = append(d, fmt.Sprintf("files %v → %v", a.files, b.files))
-	}
-	if a.staged != b.staged {
-		d = append(d, fmt.Sprintf(".fence/tmp entries %d → %d", a.staged, b.staged))
-	}
-	if fmt.Sprint(a.outs) != fmt.Sprint(b.outs) {
-		d = append(d, fmt.Sprintf("outputs %v → %v", a.outs, b.outs))
-	}
-	return strings.Join(d, "; ")
 }
 
 func TestTorture_DiskFull(t *testing.T) {

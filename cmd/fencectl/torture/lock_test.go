@@ -1,4 +1,6 @@
-package main
+//go:build fencetest
+
+package torture
 
 import (
 	"fmt"

@@ -1,7 +1,8 @@
-package main
+//go:build fencetest
+
+package torture
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,210 +26,6 @@ import (
 // drained on a clock far in the future, and audited: every task in exactly
 // one directory, none lost, the journal's own fencing history clean, no
 // task completed twice, every acknowledged step in the journal.
-
-// ---- helpers shared by the torture parts in torture_*_test.go ----
-
-// tortCmd makes a fencectl command for one tree (fencectlCmd, or runTree.cmd
-// with its test clock).
-type tortCmd func(args ...string) *exec.Cmd
-
-// tortEvent is one line of `log --json`.
-type tortEvent struct {
-	Seq    uint64 `json:"seq"`
-	Type   string `json:"type"`
-	Task   string `json:"task"`
-	From   string `json:"from"`
-	To     string `json:"to"`
-	Agent  string `json:"agent"`
-	Token  uint64 `json:"token"`
-	Reason string `json:"reason"`
-}
-
-// tortLog returns the whole event log, heartbeats included.
-func tortLog(t testing.TB, mk tortCmd) []tortEvent {
-	t.Helper()
-	c := mk("log", "--json", "--heartbeats")
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	out, err := c.Output()
-	if err != nil {
-		t.Fatalf("log --json: %v\n%s", err, stderr.Bytes())
-	}
-	var evs []tortEvent
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev tortEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("log line %q: %v", sc.Bytes(), err)
-		}
-		evs = append(evs, ev)
-	}
-	return evs
-}
-
-// tortFinding is one entry of `replay --json` findings.
-type tortFinding struct {
-	Kind   string `json:"kind"`
-	Task   string `json:"task"`
-	Dir    string `json:"dir"`
-	Detail string `json:"detail"`
-	Fixed  bool   `json:"fixed"`
-}
-
-// tortReplay runs `replay [--check] --json` and returns its exit code, the
-// findings and the raw output (for failure messages).
-func tortReplay(t testing.TB, mk tortCmd, check bool) (int, []tortFinding, string) {
-	t.Helper()
-	args := []string{"replay", "--json"}
-	if check {
-		args = append(args, "--check")
-	}
-	c := mk(args...)
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	code := exitCode(c.Run())
-	var rep struct {
-		Findings []tortFinding `json:"findings"`
-	}
-	if code == 0 || code == exitDrift {
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-			t.Fatalf("replay output %q: %v", stdout.Bytes(), err)
-		}
-	}
-	return code, rep.Findings, stdout.String() + stderr.String()
-}
-
-// tortCheckClean fails unless `replay --check` exits 0 with no findings
-// (which includes bbolt's own consistency check, as bbolt_check findings).
-func tortCheckClean(t testing.TB, mk tortCmd, when string) {
-	t.Helper()
-	if code, fs, out := tortReplay(t, mk, true); code != 0 || len(fs) != 0 {
-		t.Errorf("%s: replay --check exit %d with %d findings, want 0 and none:\n%s", when, code, len(fs), out)
-	}
-}
-
-// tortStateDirs are the directories a task file can be in.
-var tortStateDirs = []string{"available", "claimed", "done", "failed"}
-
-// tortFiles lists where each task file is: id → directories.
-func tortFiles(t testing.TB, root string) map[string][]string {
-	t.Helper()
-	where := map[string][]string{}
-	for _, d := range tortStateDirs {
-		entries, err := os.ReadDir(filepath.Join(root, d))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			where[e.Name()] = append(where[e.Name()], d)
-		}
-	}
-	return where
-}
-
-// tortDirLen is the number of entries in root/sub (-1 if it cannot be read).
-func tortDirLen(root, sub string) int {
-	entries, err := os.ReadDir(filepath.Join(root, sub))
-	if err != nil {
-		return -1
-	}
-	return len(entries)
-}
-
-// tortStates folds the log into each task's state (the last event's
-// destination).
-func tortStates(evs []tortEvent) map[string]string {
-	st := map[string]string{}
-	for _, ev := range evs {
-		st[ev.Task] = ev.To
-	}
-	return st
-}
-
-// tortAudit compares the directories with the journal's states: every task
-// the journal knows has exactly one file, in its state's directory, and no
-// other file is in a state directory. It returns one line per problem, and
-// the number of lost and duplicated tasks.
-func tortAudit(t testing.TB, root string, states map[string]string) (problems []string, lost, dups int) {
-	t.Helper()
-	where := tortFiles(t, root)
-	ids := make([]string, 0, len(states))
-	for id := range states {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		dirs := where[id]
-		switch {
-		case len(dirs) == 0:
-			lost++
-			problems = append(problems, fmt.Sprintf("task %s (%s in the journal) has no file in any state directory", id, states[id]))
-		case len(dirs) > 1:
-			dups++
-			problems = append(problems, fmt.Sprintf("task %s has files in %v", id, dirs))
-		case dirs[0] != states[id]:
-			problems = append(problems, fmt.Sprintf("task %s is in %s/, the journal says %s", id, dirs[0], states[id]))
-		}
-	}
-	for id, dirs := range where {
-		if _, ok := states[id]; !ok {
-			problems = append(problems, fmt.Sprintf("%s/%s is a file the journal does not know", dirs[0], id))
-		}
-	}
-	return problems, lost, dups
-}
-
-// tortFencing walks the event log as a fencing register per task:
-// claim tokens strictly increase across the whole log; a claim happens
-// only on a task nobody holds; every fenced event (heartbeat, put,
-// complete, release, fail) carries the token of the claim in force; and
-// complete happens at most once per task unless it was requeued. It
-// returns the violations and the number of tasks completed twice.
-func tortFencing(evs []tortEvent) (problems []string, doubleCompletions int) {
-	var lastClaim uint64
-	holder := map[string]uint64{}
-	completed := map[string]int{}
-	for _, ev := range evs {
-		switch ev.Type {
-		case "claim":
-			if ev.Token <= lastClaim {
-				problems = append(problems, fmt.Sprintf("seq %d: claim token %d of %s does not exceed the previous claim token %d", ev.Seq, ev.Token, ev.Task, lastClaim))
-			}
-			lastClaim = max(lastClaim, ev.Token)
-			if h := holder[ev.Task]; h != 0 {
-				problems = append(problems, fmt.Sprintf("seq %d: %s claimed with token %d while token %d still held it", ev.Seq, ev.Task, ev.Token, h))
-			}
-			holder[ev.Task] = ev.Token
-		case "heartbeat", "put":
-			if h := holder[ev.Task]; h != ev.Token {
-				problems = append(problems, fmt.Sprintf("seq %d: %s of %s accepted with token %d, the holder's is %d", ev.Seq, ev.Type, ev.Task, ev.Token, h))
-			}
-		case "complete", "release", "fail":
-			if h := holder[ev.Task]; h != ev.Token {
-				problems = append(problems, fmt.Sprintf("seq %d: %s of %s accepted with token %d, the holder's is %d", ev.Seq, ev.Type, ev.Task, ev.Token, h))
-			}
-			delete(holder, ev.Task)
-			if ev.Type == "complete" {
-				completed[ev.Task]++
-				if completed[ev.Task] == 2 {
-					doubleCompletions++
-					problems = append(problems, fmt.Sprintf("seq %d: %s completed a second time (token %d)", ev.Seq, ev.Task, ev.Token))
-				}
-			}
-		case "reap", "revoke":
-			if holder[ev.Task] == 0 {
-				problems = append(problems, fmt.Sprintf("seq %d: %s of %s, which nobody held", ev.Seq, ev.Type, ev.Task))
-			}
-			delete(holder, ev.Task)
-		case "requeue":
-			completed[ev.Task] = 0
-		}
-	}
-	return problems, doubleCompletions
-}
-
-// ---- the kill storm ----
 
 // stormProcs runs fencectl processes and knows which are running, so the
 // killer can pick one.
@@ -355,7 +151,6 @@ type stormAck struct {
 }
 
 func TestTorture_KillStorm(t *testing.T) {
-	requireHooks(t)
 	const agents = 8
 	initial := tortureScale(200, 2000)
 	duration := time.Duration(tortureScale(3, 60)) * time.Second
