@@ -87,6 +87,28 @@ const (
 	containPgroup = "pgroup"
 )
 
+// fencectlCmd runs fencectl (fencectlBin) on the tree dir in its own process.
+func fencectlCmd(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(fencectlBin, args...)
+	cmd.Env = append(os.Environ(), "FENCE_DIR="+dir, "FENCE_TIMEOUT=60s")
+	return cmd
+}
+
+// exitCode is the exit code of a command that ran (-1: it could not start,
+// or a signal ended it).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// ---- the report of make torture ----
+
 // tortureFull reports whether this is the full run (make torture).
 func tortureFull() bool { return os.Getenv("FENCE_TORTURE") == "full" }
 
@@ -133,6 +155,8 @@ func tortureReport(t testing.TB, part string, metrics map[string]any) {
 		t.Fatal(err)
 	}
 }
+
+// ---- reading a tree: its log, its directories, replay --check ----
 
 // tortCmd makes a fencectl command for one tree (fencectlCmd, or runTree.cmd
 // with its test clock).
@@ -447,6 +471,8 @@ func tortLockWaiters(t testing.TB, path string) (waiting, holding map[int]bool) 
 	return waiting, holding
 }
 
+// ---- a tree on the test clock, and fencectl run ----
+
 // runTree is a tree driven through the real binary, with a test clock file
 // that every fencectl process (and the long-running `run`) reads when the
 // binary has the test hooks (the tests that move it carry the fencetest
@@ -588,23 +614,7 @@ func alive(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// fencectlCmd runs fencectl (fencectlBin) on the tree dir in its own process.
-func fencectlCmd(dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command(fencectlBin, args...)
-	cmd.Env = append(os.Environ(), "FENCE_DIR="+dir, "FENCE_TIMEOUT=60s")
-	return cmd
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
-}
+// ---- process trees under fencectl run ----
 
 // containments are the ways run can keep a command's process tree; the
 // helpers below start such a tree and check that nothing of it outlives
