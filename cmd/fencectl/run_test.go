@@ -17,7 +17,8 @@ import (
 )
 
 // runTree is a tree driven through the real binary, with a test clock file
-// that every fencectl process (and the long-running `run`) reads.
+// that every fencectl process (and the long-running `run`) reads when built
+// with the test hooks; the tests that move it are in run_clock_test.go.
 type runTree struct {
 	t     *testing.T
 	dir   string
@@ -28,7 +29,6 @@ type runTree struct {
 
 func newRunTree(t *testing.T) *runTree {
 	t.Helper()
-	requireHooks(t)
 	base := t.TempDir()
 	rt := &runTree{t: t, dir: filepath.Join(base, "tree"), clock: filepath.Join(base, "clock"), now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	rt.setClock(rt.now)
@@ -176,60 +176,6 @@ func TestRun_RevokeStopsCommand(t *testing.T) {
 	}
 }
 
-func TestRun_IgnoredTermGetsKillAfterGrace(t *testing.T) {
-	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
-	marks := t.TempDir()
-	run, out := rt.startRun("t1", "--ttl", "60s", "--grace", "5s", "--", "sh", "-c", worker(marks, true))
-	pid, _ := strconv.Atoi(waitFile(t, marks+"/pid"))
-	rt.ok("revoke", "t1")
-	waitFile(t, marks+"/term")
-	// Still alive: the grace has not passed on the test clock.
-	if !alive(pid) {
-		t.Fatalf("CMD died before its grace ran out")
-	}
-	rt.advance(6 * time.Second)
-	if code := waitExit(t, run); code != exitFenced {
-		t.Fatalf("run exited %d, want 3\n%s", code, out)
-	}
-	if alive(pid) {
-		t.Errorf("CMD (pid %d) still alive after run ended", pid)
-	}
-}
-
-func TestRun_BusyJournalStopsCommandBeforeDeadline(t *testing.T) {
-	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
-	marks := t.TempDir()
-	run, out := rt.startRun("t1", "--ttl", "30s", "--", "sh", "-c", worker(marks, false))
-	waitFile(t, marks+"/pid")
-	deadline := rt.now.Add(30 * time.Second)
-	// Another process holds the journal: no heartbeat can get through.
-	f, err := os.OpenFile(filepath.Join(rt.dir, ".fence", "lock"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	rt.advance(20 * time.Second) // a heartbeat is due (every 10s) and fails; the lease is at risk
-	stoppedAt, err := time.Parse(time.RFC3339Nano, waitFile(t, marks+"/term"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !stoppedAt.Before(deadline) {
-		t.Errorf("CMD was stopped at %s, not before the lease deadline %s", stoppedAt, deadline)
-	}
-	if code := waitExit(t, run); code != exitFenced {
-		t.Fatalf("run exited %d, want 3\n%s", code, out)
-	}
-	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	if !strings.Contains(out.String(), "no heartbeat got through") {
-		t.Errorf("stderr does not explain the stop:\n%s", out)
-	}
-}
-
 func TestRun_SignalIsForwardedAndTaskReleased(t *testing.T) {
 	rt := newRunTree(t)
 	rt.ok("add", "--id", "t1")
@@ -354,112 +300,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// A heartbeat by CMD itself with a shorter --ttl (FENCE_TTL=3s in its
-// environment) moved the deadline to 3 s away without run knowing: run
-// must answer with a heartbeat of its own at once, so that CMD is not
-// stopped (or, worse, left running past the real deadline).
-func TestRun_FollowsDeadlineShortenedByCommand(t *testing.T) {
-	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
-	marks := t.TempDir()
-	script := `FENCE_TTL=3s "$FC" heartbeat "$FENCE_TASK" --token "$FENCE_TOKEN" > /dev/null || exit 9
-echo x > ` + marks + `/beat
-while [ ! -e ` + marks + `/go ]; do sleep 0.01; done`
-	run, out := rt.startRun("t1", "--ttl", "60s", "--", "sh", "-c", script)
-	waitFile(t, marks+"/beat")
-	want := rt.now.Add(60 * time.Second).Format(time.RFC3339)
-	waitFor(t, "run's own heartbeat to undo the 3s one", func() bool {
-		d, _ := rt.show("t1")["lease"].(map[string]any)["deadline"].(string)
-		return d == want
-	})
-	rt.advance(10 * time.Second) // past the 3 s deadline
-	if err := os.WriteFile(marks+"/go", nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if code := waitExit(t, run); code != 0 {
-		t.Fatalf("run exited %d, want 0 (the lease was kept)\n%s", code, out)
-	}
-	if st := rt.show("t1")["state"]; st != "done" {
-		t.Errorf("task is %v, want done", st)
-	}
-}
-
-// CMD settling its own task with its own token: complete is success (run
-// exits 0 and --loop goes on); release and fail stand.
-func TestRun_CommandSettlesItsOwnTask(t *testing.T) {
-	t.Run("complete-in-loop", func(t *testing.T) {
-		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
-		rt.ok("add", "--id", "t2")
-		code, out := rt.code("run", "--loop", "--", "sh", "-c", `echo "result of $FENCE_TASK" | "$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" --result - >/dev/null`)
-		if code != 0 {
-			t.Fatalf("run --loop exited %d, want 0\n%s", code, out)
-		}
-		for _, id := range []string{"t1", "t2"} {
-			if st := rt.show(id)["state"]; st != "done" {
-				t.Errorf("%s is %v, want done", id, st)
-			}
-			if b, err := os.ReadFile(filepath.Join(rt.dir, "out", id, "result")); err != nil || string(b) != "result of "+id+"\n" {
-				t.Errorf("out/%s/result = %q, %v", id, b, err)
-			}
-		}
-	})
-	t.Run("complete-then-keep-going", func(t *testing.T) {
-		// The keeper sees the completion while CMD still runs: CMD is
-		// let finish, not killed.
-		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
-		marks := t.TempDir()
-		run, out := rt.startRun("t1", "--", "sh", "-c", `"$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
-echo x > `+marks+`/completed
-while [ ! -e `+marks+`/go ]; do sleep 0.01; done; touch `+marks+`/finished`)
-		waitFile(t, marks+"/completed")
-		rt.advance(2 * time.Second) // a periodic check is due: the keeper has seen it
-		if err := os.WriteFile(marks+"/go", nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if code := waitExit(t, run); code != 0 {
-			t.Fatalf("run exited %d, want 0\n%s", code, out)
-		}
-		if _, err := os.Stat(marks + "/finished"); err != nil {
-			t.Errorf("CMD was stopped after completing its own task: %v\n%s", err, out)
-		}
-		if !strings.Contains(out.String(), "completed by the command") {
-			t.Errorf("summary does not say the command completed the task:\n%s", out)
-		}
-	})
-	t.Run("release", func(t *testing.T) {
-		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
-		marks := t.TempDir()
-		// CMD hands the task back and would go on: run must stop it,
-		// since the task may now go to another agent.
-		run, out := rt.startRun("t1", "--", "sh", "-c", `trap 'echo x > `+marks+`/term; exit 143' TERM
-"$FC" release "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
-while :; do sleep 0.01; done`)
-		waitFile(t, marks+"/term")
-		if code := waitExit(t, run); code != 0 {
-			t.Fatalf("run exited %d, want 0\n%s", code, out)
-		}
-		m := rt.show("t1")
-		if m["state"] != "available" || m["attempts"].(float64) != 0 {
-			t.Errorf("task after release by CMD: %v, %v attempts; want available, 0", m["state"], m["attempts"])
-		}
-	})
-	t.Run("fail", func(t *testing.T) {
-		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
-		code, out := rt.code("run", "t1", "--", "sh", "-c", `"$FC" fail "$FENCE_TASK" --token "$FENCE_TOKEN" --reason mine >/dev/null || exit 9`)
-		if code != 1 {
-			t.Fatalf("run exited %d, want 1 (CMD failed its task)\n%s", code, out)
-		}
-		m := rt.show("t1")
-		if m["attempts"].(float64) != 1 || m["last_lease"].(map[string]any)["reason"] != "mine" {
-			t.Errorf("task after fail by CMD: %v", m)
-		}
-	})
-}
-
 // A lost lease ends that task only: run --loop goes on with the next.
 func TestRun_LoopGoesOnAfterLostLease(t *testing.T) {
 	rt := newRunTree(t)
@@ -552,7 +392,7 @@ func TestRun_SignalWhileWaitingClaimsNothing(t *testing.T) {
 			t.Cleanup(func() { run.Process.Kill() })
 			out := func() string { b, _ := os.ReadFile(errf.Name()); return string(b) }
 			waitFor(t, "run to wait for the journal", func() bool {
-				w, _ := tortLockWaiters(t, lockPath)
+				w, _ := lockWaiters(t, lockPath)
 				return w[run.Process.Pid]
 			})
 			if err := run.Process.Signal(syscall.SIGINT); err != nil {
@@ -601,24 +441,39 @@ echo x > `+marks+`/ready; while :; do sleep 0.01; done`))
 	}
 }
 
-// Without a journal watch (inotify instances used up), run says so once,
-// and still notices a revoke at its periodic check.
-func TestRun_NoWatchIsReportedOnce(t *testing.T) {
-	rt := newRunTree(t)
-	rt.env = append(rt.env, "FENCE_TEST_NO_WATCH=1")
-	rt.ok("add", "--id", "t1")
-	rt.ok("add", "--id", "t2")
-	marks := t.TempDir()
-	script := `if [ "$FENCE_TASK" = t1 ] && [ ! -e ` + marks + `/pid ]; then ` + worker(marks, false) + `; fi; exit 0`
-	run, out := rt.startRun("--loop", "--", "sh", "-c", script)
-	waitFile(t, marks+"/pid")
-	rt.ok("revoke", "t1")
-	rt.advance(2 * time.Second) // the periodic check is due
-	waitFile(t, marks+"/term")
-	if code := waitExit(t, run); code != 0 {
-		t.Fatalf("run --loop exited %d\n%s", code, out)
+// lockWaiters returns the pids waiting in /proc/locks for a flock on the
+// file at path, and the pids holding one.
+func lockWaiters(t testing.TB, path string) (waiting, holding map[int]bool) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
 	}
-	if n := strings.Count(out.String(), "cannot watch the journal"); n != 1 {
-		t.Errorf("the missing watch is reported %d times, want once:\n%s", n, out)
+	ino := ":" + strconv.FormatUint(st.Ino, 10)
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Fatal(err)
 	}
+	waiting, holding = map[int]bool{}, map[int]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		blocked := len(f) > 1 && f[1] == "->"
+		if blocked {
+			f = append(f[:1], f[2:]...)
+		}
+		// 1: FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF
+		if len(f) < 6 || f[1] != "FLOCK" || !strings.HasSuffix(f[5], ino) {
+			continue
+		}
+		pid, err := strconv.Atoi(f[4])
+		if err != nil {
+			continue
+		}
+		if blocked {
+			waiting[pid] = true
+		} else {
+			holding[pid] = true
+		}
+	}
+	return waiting, holding
 }

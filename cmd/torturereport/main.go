@@ -1,6 +1,6 @@
 // Command torturereport runs fencectl's torture suite at full size (`make
-// torture`): the torture tests of cmd/fencectl, then every fuzz target for
-// a bounded time. It prints one summary table and writes it, with the date
+// torture`): the torture tests (package cmd/fencectl/torture), then every
+// fuzz target for a bounded time. It prints one summary table and writes it, with the date
 // and the machine, to docs/RELIABILITY.md, keeping the hand-written part of
 // that file (below the marker line) as it is.
 package main
@@ -55,7 +55,7 @@ func run(fuzztime time.Duration, out string, skipFuzz bool) error {
 	defer os.Remove(reportFile.Name())
 
 	fmt.Println("== torture tests (FENCE_TORTURE=full)")
-	test := exec.Command("go", "test", "-tags", "fencetest", "-count=1", "-timeout", "90m", "-run", "^TestTorture", "-v", "./cmd/fencectl/")
+	test := exec.Command("go", "test", "-tags", "fencetest", "-count=1", "-timeout", "90m", "-run", "^TestTorture", "-v", "./cmd/fencectl/torture/")
 	test.Env = append(os.Environ(), "FENCE_TORTURE=full", "FENCE_TORTURE_REPORT="+reportFile.Name())
 	test.Stdout, test.Stderr = os.Stdout, os.Stderr
 	testsOK := test.Run() == nil

@@ -1,0 +1,205 @@
+package model
+
+import (
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Unit tests of the model on hand-made histories.
+
+func ptr(n int) *int { return &n }
+
+// hist builds a history; unless given, call i takes [10i+1, 10i+5], one
+// after the other.
+type hist struct{ calls []*Call }
+
+func (h *hist) add(c Call) *Call {
+	c.ID = len(h.calls)
+	if c.Call == 0 && c.Return == 0 {
+		c.Call, c.Return = int64(10*c.ID+1), int64(10*c.ID+5)
+	}
+	h.calls = append(h.calls, &c)
+	return &c
+}
+
+// check checks h both ways (killed windows closed at death, and open) and
+// fails if they disagree.
+func (h *hist) check(t *testing.T, cfg Config) porcupine.CheckResult {
+	t.Helper()
+	res, _, _, _ := Check(cfg, h.calls, []string{"a", "b"}, Options{Verbose: true})
+	open, _, _, _ := Check(cfg, h.calls, []string{"a", "b"}, Options{OpenKilled: true, Verbose: true})
+	whole, _, _, _ := Check(cfg, h.calls, []string{"a", "b"}, Options{Whole: true, Verbose: true})
+	wholeOpen, _, _, _ := Check(cfg, h.calls, []string{"a", "b"}, Options{OpenKilled: true, Whole: true, Verbose: true})
+	if res != open || res != whole || res != wholeOpen {
+		t.Errorf("per task, killed windows closed: %s; open: %s; whole tree, closed: %s; open: %s", res, open, whole, wholeOpen)
+	}
+	return res
+}
+
+// legalBase is a legal history over tasks a and b that uses every rule.
+func legalBase() *hist {
+	h := &hist{}
+	h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+	h.add(Call{Kind: Heartbeat, Task: "a", Token: 100, Code: 0})
+	h.add(Call{Kind: Verify, Task: "a", Token: 999, Stale: StaleNever, Code: 3})
+	h.add(Call{Kind: Complete, Task: "a", Token: 100, Code: 0, State: "done"})
+	h.add(Call{Kind: Complete, Task: "a", Token: 100, Stale: StaleRetry, Code: 0, Retry: true, State: "done"})
+	h.add(Call{Kind: Release, Task: "a", Token: 100, Stale: StaleDead, Code: 3})
+	h.add(Call{Kind: Claim, Task: "a", Code: 4})
+	h.add(Call{Kind: Next, Code: 0, OutTask: "b", OutToken: 101})
+	h.add(Call{Kind: Next, Code: 4})
+	h.add(Call{Kind: Revoke, Task: "b", Code: 0, OutToken: 101, State: "available"})
+	h.add(Call{Kind: Heartbeat, Task: "b", Token: 101, Stale: StaleDead, Code: 3})
+	h.add(Call{Kind: Requeue, Task: "a", Code: 0, State: "available"})
+	h.add(Call{Kind: Requeue, Task: "b", Code: 4})
+	h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 105})
+	h.add(Call{Kind: Complete, Task: "a", Token: 100, Stale: StaleDead, Code: 0, Retry: true, State: "claimed"})
+	h.add(Call{Kind: Complete, Task: "b", Token: 105, Stale: StaleOther, Code: 3})
+	h.add(Call{Kind: Tick})
+	h.add(Call{Kind: Verify, Task: "a", Token: 105, Code: 3})     // expired
+	h.add(Call{Kind: Next, Code: 0, OutTask: "b", OutToken: 110}) // reaps a first
+	h.add(Call{Kind: Restore, Task: "a", Token: 105, Code: 3})    // reaped
+	h.add(Call{Kind: Fail, Task: "b", Token: 110, Code: 0, State: "available", Attempts: ptr(1)})
+	h.add(Call{Kind: Fail, Task: "b", Token: 110, Code: 0, Retry: true, State: "available"})
+	h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 111, Attempts: ptr(1)})
+	h.add(Call{Kind: Restore, Task: "b", Token: 111, Code: 0, OutToken: 111, Renewed: true})
+	h.add(Call{Kind: Tick})
+	h.add(Call{Kind: Revoke, Task: "b", Code: 0, OutToken: 111, State: "available"}) // expired, not reaped: revoke still frees it
+	h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 120})
+	h.add(Call{Kind: Tick})
+	h.add(Call{Kind: Reap, Code: 0, Reaped: []Reaped{{"b", 120, "failed"}}}) // b's second attempt (fail, then this expiry)
+	return h
+}
+
+func TestModel_LegalHistoryPasses(t *testing.T) {
+	h := legalBase()
+	if got := h.check(t, Config{MaxAttempts: 2}); got != porcupine.Ok {
+		t.Fatalf("legal history: %s, want Ok", got)
+	}
+}
+
+func TestModel_KilledCallsMayOrMayNotHaveHappened(t *testing.T) {
+	// Killed claim took effect: the next claim of a is refused, a revoke
+	// names a token nobody saw.
+	h := &hist{}
+	h.add(Call{Kind: Claim, Task: "a", Killed: true})
+	h.add(Call{Kind: Claim, Task: "a", Code: 4})
+	h.add(Call{Kind: Revoke, Task: "a", Code: 0, OutToken: 77, State: "available"})
+	h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 80})
+	if got := h.check(t, Config{MaxAttempts: 3}); got != porcupine.Ok {
+		t.Errorf("killed claim that took effect: %s, want Ok", got)
+	}
+	// Killed claim-next and killed complete that did not take effect.
+	h = &hist{}
+	h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 10})
+	h.add(Call{Kind: Next, Killed: true})
+	h.add(Call{Kind: Complete, Task: "a", Token: 10, Killed: true})
+	h.add(Call{Kind: Heartbeat, Task: "a", Token: 10, Code: 0})
+	h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 12})
+	if got := h.check(t, Config{MaxAttempts: 3}); got != porcupine.Ok {
+		t.Errorf("killed calls that did not take effect: %s, want Ok", got)
+	}
+	// Killed complete that did take effect, then its retry.
+	h = &hist{}
+	h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 10})
+	h.add(Call{Kind: Complete, Task: "a", Token: 10, Killed: true})
+	h.add(Call{Kind: Complete, Task: "a", Token: 10, Code: 0, Retry: true, State: "done"})
+	if got := h.check(t, Config{MaxAttempts: 3}); got != porcupine.Ok {
+		t.Errorf("killed complete then its retry: %s, want Ok", got)
+	}
+}
+
+func TestModel_IllegalHistoriesAreRejected(t *testing.T) {
+	cases := []struct {
+		name string
+		bad  func(h *hist)
+	}{
+		{"two claims of a free task get the same token", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Release, Task: "a", Token: 100, Code: 0, State: "available"})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+		}},
+		{"a claim's token is below an earlier one", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Release, Task: "a", Token: 100, Code: 0, State: "available"})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 99})
+		}},
+		{"two concurrent claims of one task both succeed", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100, Call: 1, Return: 10})
+			h.add(Call{Kind: Next, Code: 0, OutTask: "a", OutToken: 101, Call: 2, Return: 11})
+		}},
+		{"complete with a stale token answers 0", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Revoke, Task: "a", Code: 0, OutToken: 100, State: "available"})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 101})
+			h.add(Call{Kind: Complete, Task: "a", Token: 100, Stale: StaleDead, Code: 0, State: "done"})
+		}},
+		{"retry of another call than the one that ended the lease", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Complete, Task: "a", Token: 100, Code: 0, State: "done"})
+			h.add(Call{Kind: Release, Task: "a", Token: 100, Code: 0, Retry: true, State: "done"})
+		}},
+		{"token of another task accepted", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 101})
+			h.add(Call{Kind: Heartbeat, Task: "b", Token: 100, Stale: StaleOther, Code: 0})
+		}},
+		{"verify of an expired lease answers 0", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Tick})
+			h.add(Call{Kind: Verify, Task: "a", Token: 100, Code: 0})
+		}},
+		{"the current holder is refused", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Put, Task: "a", Token: 100, Code: 3})
+		}},
+		{"claim-next says nothing is free while a is free", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 100})
+			h.add(Call{Kind: Next, Code: 4})
+		}},
+		{"fail at max attempts does not go to failed", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Fail, Task: "a", Token: 100, Code: 0, State: "available"})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 101})
+			h.add(Call{Kind: Fail, Task: "a", Token: 101, Code: 0, State: "available"})
+		}},
+		{"a killed claim cannot explain a second holder", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Killed: true})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Revoke, Task: "a", Code: 0, OutToken: 100, State: "available"})
+			h.add(Call{Kind: Revoke, Task: "a", Code: 0, OutToken: 90, State: "available"})
+		}},
+		{"a claim reports the attempts wrong", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Fail, Task: "a", Token: 100, Code: 0, State: "available", Attempts: ptr(1)})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 101, Attempts: ptr(0)})
+		}},
+		{"requeue of a claimed task", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Requeue, Task: "a", Code: 0, State: "available"})
+		}},
+		{"an expired lease is not reported by reap", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Tick})
+			h.add(Call{Kind: Reap, Code: 0})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &hist{}
+			tc.bad(h)
+			if got := h.check(t, Config{MaxAttempts: 2}); got != porcupine.Illegal {
+				t.Errorf("%s, want Illegal", got)
+			}
+		})
+	}
+}
+
+func TestModel_BrokenRulesRejectALegalHistory(t *testing.T) {
+	for _, bug := range []string{"any-token", "no-retry"} {
+		if got := legalBase().check(t, Config{MaxAttempts: 2, Bug: bug}); got != porcupine.Illegal {
+			t.Errorf("model with bug %q on the legal history: %s, want Illegal", bug, got)
+		}
+	}
+}
