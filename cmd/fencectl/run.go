@@ -294,7 +294,9 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	if err := keeper.Start(ctx); err != nil && !s.warnedWatch {
 		s.warnedWatch = true
 		out.notice(fence.Notice{Kind: "no_watch", Name: claim.Task.ID, Detail: err.Error()})
-		out.flushNotices()
+		if !out.json { // with --json it rides in the task's summary
+			out.flushNotices()
+		}
 	}
 	defer keeper.Stop()
 
@@ -399,7 +401,9 @@ wait:
 			detail += "; " + err.Error()
 		}
 		out.notice(fence.Notice{Kind: "killed", Name: claim.Task.ID, Detail: detail})
-		out.flushNotices()
+		if !out.json { // with --json it rides in the task's summary
+			out.flushNotices()
+		}
 	}
 	interrupted := sig != nil
 	if settled != "" {
