@@ -47,7 +47,7 @@ that has no journal is refused (exit 2): run recover to rebuild its journal.
 				}
 			}
 			d = res.Defaults
-			out.print(map[string]any{"root": res.Root, "created": res.Created, "ttl": d.TTL.String(), "max_attempts": d.MaxAttempts}, func(w io.Writer) {
+			out.print(&initJSON{Created: res.Created, MaxAttempts: d.MaxAttempts, Root: res.Root, TTL: d.TTL.String()}, func(w io.Writer) {
 				if res.Created {
 					fmt.Fprintf(w, "created task tree %s (lease %s, max attempts %d)\n", res.Root, d.TTL, d.MaxAttempts)
 				} else {
