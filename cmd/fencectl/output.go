@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -134,67 +132,6 @@ func (o *output) takeNotices() []noticeJSON {
 	n := newNotices(o.notices)
 	o.notices = nil
 	return n
-}
-
-// classify maps an error to its exit code, reason and details.
-func classify(err error) errorObject {
-	obj := errorObject{Code: exitError, Reason: fence.ReasonIOError, Message: err.Error()}
-	var (
-		stale    *fence.StaleTokenError
-		notAv    *fence.NotAvailableError
-		noTask   *fence.NoSuchTaskError
-		invalid  *fence.InvalidInputError
-		usage    *usageError
-		drift    *fence.DriftError
-		corrupt  *fence.CorruptError
-		version  *fence.VersionError
-		noJrnl   *fence.NoJournalError
-		atRisk   *fence.LeaseAtRiskError
-		start    *startError
-		readable *fence.JournalReadableError
-	)
-	switch {
-	case errors.As(err, &stale):
-		obj.Code, obj.Reason, obj.Task = exitFenced, stale.Reason, stale.Task
-		obj.YourToken, obj.State, obj.LostBy = stale.Yours, string(stale.State), stale.LostBy
-		obj.Holder, obj.HeldSince = null[string](), null[time.Time]()
-		if stale.Holder != "" || !stale.HeldSince.IsZero() {
-			obj.Holder, obj.HeldSince = value(stale.Holder), value(stale.HeldSince.UTC())
-		}
-		if !stale.LostAt.IsZero() {
-			at := stale.LostAt.UTC()
-			obj.LostAt = &at
-		}
-	case errors.As(err, &start):
-		obj.Code = exitNoCommand
-	case errors.As(err, &atRisk):
-		obj.Code, obj.Reason, obj.Task = exitFenced, fence.ReasonLeaseExpired, atRisk.Task
-		obj.YourToken = atRisk.Token
-	case errors.Is(err, fence.ErrNothingToClaim):
-		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNothingToClaim
-	case errors.As(err, &notAv):
-		obj.Code, obj.Reason, obj.Task, obj.State = exitNotAvailable, fence.ReasonNotAvailable, notAv.Task, string(notAv.State)
-	case errors.Is(err, fence.ErrBusy):
-		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
-		obj.Message = err.Error() + " (--timeout / FENCE_TIMEOUT); if that process is stuck, stop it: the last commit is finished by the next writer"
-	case errors.As(err, &noTask):
-		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
-	case errors.As(err, &invalid), errors.As(err, &usage), errors.As(err, &readable):
-		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
-	case errors.As(err, &drift):
-		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, newFindings(drift.Findings)
-	case errors.As(err, &version):
-		// Not damage: the message names both versions and never advises
-		// recover, which would set a healthy journal aside.
-		obj.Reason = fence.ReasonJournalVersion
-	case errors.As(err, &corrupt):
-		obj.Reason = fence.ReasonCorruptJournal
-		obj.Message = err.Error() + "; nothing was changed. Next step: `fencectl recover` keeps the damaged file aside (never deleted) and rebuilds the journal from the tree's directories"
-	case errors.As(err, &noJrnl):
-	case errors.Is(err, os.ErrPermission):
-		obj.Message = err.Error() + " (check the tree's owner and mode)"
-	}
-	return obj
 }
 
 // printable escapes control characters (ESC, BEL, CR, …) in text meant for
