@@ -56,12 +56,11 @@ type Tree struct {
 	batch   *batcher
 }
 
-// NoJournalError says a tree has no journal (Init makes one; Recover
-// rebuilds a lost one from the directories).
+// NoJournalError says a tree has no journal, and what to do.
 type NoJournalError struct{ Path string }
 
 func (e *NoJournalError) Error() string {
-	return fmt.Sprintf("no journal at %s", e.Path)
+	return fmt.Sprintf("no journal at %s: init makes a task tree; recover rebuilds a lost journal from the directories", e.Path)
 }
 
 func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }

@@ -59,7 +59,7 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
 	case errors.As(err, &invalid):
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
-		obj.Message = strings.Replace(err.Error(), invalid.Error(), invalidMessage(invalid), 1)
+		obj.Message = reword(err, invalid, invalidMessage(invalid))
 	case errors.As(err, &readable):
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 		obj.Message = err.Error() + "; to bring the tree in line with it run `fencectl replay`"
@@ -75,11 +75,17 @@ func classify(err error) errorObject {
 		obj.Reason = fence.ReasonCorruptJournal
 		obj.Message = err.Error() + "; nothing was changed. Next step: `fencectl recover` keeps the damaged file aside (never deleted) and rebuilds the journal from the tree's directories"
 	case errors.As(err, &noJrnl):
-		obj.Message = err.Error() + ": run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR); if the journal of an existing tree was lost, `fencectl recover` rebuilds it from the directories"
+		obj.Message = reword(err, noJrnl, "no journal at "+noJrnl.Path+": run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR); if the journal of an existing tree was lost, `fencectl recover` rebuilds it from the directories")
 	case errors.Is(err, os.ErrPermission):
 		obj.Message = err.Error() + " (check the tree's owner and mode)"
 	}
 	return obj
+}
+
+// reword is err's message with inner's sentence (inner is in err's
+// chain) replaced by the command line's wording of it.
+func reword(err, inner error, text string) string {
+	return strings.Replace(err.Error(), inner.Error(), text, 1)
 }
 
 // flagOf names the flag that sets each of the domain's inputs.
