@@ -78,7 +78,7 @@ func taskState(t *testing.T, tree *Tree, id string) (journal.Task, []journal.Eve
 // Before, the group committed the refused operation's heartbeat.
 func TestGroup_WriteThenRefuseCommitsNothing(t *testing.T) {
 	for _, refuse := range []error{
-		invalidf("refused after writing"),                  // a refusal
+		&InvalidInputError{Msg: "refused after writing"},   // a refusal
 		&StaleTokenError{Reason: ReasonNotHeld, Task: "b"}, // another refusal
 		errors.New("disk on fire"),                         // not a refusal
 	} {
@@ -120,7 +120,7 @@ func TestGroup_WriteThenRefuseAlone(t *testing.T) {
 	tree, tok := groupTree(t)
 	rec, evs := taskState(t, tree, "b")
 	var runs int
-	b := beatOp("b", tok["b"], invalidf("no"), &runs)
+	b := beatOp("b", tok["b"], &InvalidInputError{Msg: "no"}, &runs)
 	tree.runGroup([]*pendingOp{b})
 	if b.err == nil || b.committed || runs != 1 {
 		t.Errorf("err %v, committed %v, runs %d; want the refusal, nothing committed, one run", b.err, b.committed, runs)

@@ -98,13 +98,91 @@ type NoSuchTaskError struct{ Task string }
 func (e *NoSuchTaskError) Error() string { return fmt.Sprintf("no such task %q", e.Task) }
 
 // InvalidInputError is bad input that a retry cannot fix: an invalid id, a
-// duplicate id, a bad option value.
-type InvalidInputError struct{ Msg string }
+// duplicate id, a bad option value. It says which input, which rule and
+// which value, in the domain's words; a caller words it in its own (the
+// CLI names the flag that set the input and adds what to do next).
+type InvalidInputError struct {
+	Input Input // which input; "" when no single one is to blame
+	Rule  Rule  // which rule it breaks
+	Value any   // the value given (string, number or duration); nil when not shown
+	// Want is what the rule asks ("must be at least 1"): the error reads
+	// "invalid INPUT VALUE: WANT", or "missing INPUT: WANT".
+	Want string
+	// Msg, when set, is the whole sentence instead, for a refusal of
+	// another shape (a duplicate id, a directory that is not a tree).
+	Msg string
+}
 
-func (e *InvalidInputError) Error() string { return e.Msg }
+// Input names an input of the domain in an InvalidInputError.
+type Input string
 
-func invalidf(format string, args ...any) error {
-	return &InvalidInputError{Msg: fmt.Sprintf(format, args...)}
+// The inputs an InvalidInputError can name.
+const (
+	InputTTL         Input = "ttl"          // a lease length
+	InputMaxAttempts Input = "max_attempts" // attempts before failed/
+	InputWait        Input = "wait"         // how long a claim keeps trying
+	InputLimit       Input = "limit"        // how many events Log returns
+	InputRequestID   Input = "request_id"   // a claim's idempotency key
+	InputToken       Input = "token"        // a fencing token
+	InputID          Input = "id"           // a task id
+	InputOutputName  Input = "output_name"  // the name of a fenced output
+	InputRoot        Input = "root"         // the task tree's directory
+)
+
+// Rule names the rule an input breaks in an InvalidInputError.
+type Rule string
+
+// The rules an InvalidInputError can name.
+const (
+	RuleMissing     Rule = "missing"      // required and not given
+	RuleRange       Rule = "range"        // a number or duration out of bounds
+	RuleFormat      Rule = "format"       // a text that breaks its syntax or length
+	RuleExists      Rule = "exists"       // the journal already has a task with this id
+	RuleUnknownFile Rule = "unknown_file" // a file with this id is in the tree, unknown to the journal
+	RuleNoTree      Rule = "no_tree"      // the root does not exist
+	RuleNotATree    Rule = "not_a_tree"   // the root is a directory but no task tree
+	RuleOrphanTasks Rule = "orphan_tasks" // the root holds task files but no journal
+	RuleConflict    Rule = "conflict"     // contradicts what is already held or asked
+)
+
+func (e *InvalidInputError) Error() string {
+	return e.Describe(strings.ReplaceAll(string(e.Input), "_", " "))
+}
+
+// Describe is the error's sentence with the input called name: the CLI
+// passes the flag that set it. A Msg is returned as it is.
+func (e *InvalidInputError) Describe(name string) string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	var b strings.Builder
+	if e.Rule == RuleMissing {
+		b.WriteString("missing " + name)
+	} else {
+		b.WriteString("invalid " + name)
+		switch v := e.Value.(type) {
+		case nil:
+		case string:
+			fmt.Fprintf(&b, " %q", v)
+		default:
+			fmt.Fprintf(&b, " %v", v)
+		}
+	}
+	if e.Want != "" {
+		b.WriteString(": " + e.Want)
+	}
+	return b.String()
+}
+
+// invalidValue is value v of input in breaking rule; want says what the
+// rule asks.
+func invalidValue(in Input, rule Rule, v any, want string) error {
+	return &InvalidInputError{Input: in, Rule: rule, Value: v, Want: want}
+}
+
+// invalidf is a refusal worded as a whole sentence.
+func invalidf(in Input, rule Rule, v any, format string, args ...any) error {
+	return &InvalidInputError{Input: in, Rule: rule, Value: v, Msg: fmt.Sprintf(format, args...)}
 }
 
 // TaskFileError refuses an action on a task whose file is missing or is

@@ -102,10 +102,10 @@ func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
 		return nil, err
 	}
 	if cfg.Token == 0 || cfg.Deadline.IsZero() {
-		return nil, invalidf("keeper needs the claim's token and deadline")
+		return nil, invalidf("", RuleMissing, nil, "keeper needs the claim's token and deadline")
 	}
 	if cfg.TTL < 0 || cfg.Interval < 0 || cfg.CheckInterval < 0 || cfg.StopBefore < 0 || cfg.Tick < 0 {
-		return nil, invalidf("keeper durations must not be negative")
+		return nil, invalidf("", RuleRange, nil, "keeper durations must not be negative")
 	}
 	length := cfg.TTL
 	if length == 0 {

@@ -40,10 +40,10 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	if req.ID == "" {
 		req.ID = ulid.Make().String()
 	} else if err := fsmirror.ValidateID(req.ID); err != nil {
-		return Result{}, &InvalidInputError{Msg: err.Error()}
+		return Result{}, invalidf(InputID, RuleFormat, req.ID, "%v", err)
 	}
 	if req.MaxAttempts < 0 {
-		return Result{}, invalidf("invalid --max-attempts %d: must be at least 1 (0 takes the tree's default)", req.MaxAttempts)
+		return Result{}, invalidValue(InputMaxAttempts, RuleRange, req.MaxAttempts, "must be at least 1 (0 takes the tree's default)")
 	}
 	if req.Content == nil {
 		req.Content = eofReader{}
@@ -58,10 +58,10 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		if _, known, err := tx.Task(req.ID); err != nil {
 			return nil, err
 		} else if known {
-			return nil, invalidf("task %s already exists: choose another --id, or leave --id out for a fresh one", req.ID)
+			return nil, invalidf(InputID, RuleExists, req.ID, "task %s already exists", req.ID)
 		}
 		if dir, _, err := t.mirror.Locate(req.ID); err == nil {
-			return nil, invalidf("a file %s/%s exists that the journal does not know: run `fencectl replay` to adopt it, or choose another --id", dir, req.ID)
+			return nil, invalidf(InputID, RuleUnknownFile, req.ID, "a file %s/%s exists that the journal does not know", dir, req.ID)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
@@ -139,7 +139,7 @@ const pollInterval = 100 * time.Millisecond
 func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	if req.ID != "" {
 		if err := fsmirror.ValidateID(req.ID); err != nil {
-			return ClaimResult{}, &InvalidInputError{Msg: err.Error()}
+			return ClaimResult{}, invalidf(InputID, RuleFormat, req.ID, "%v", err)
 		}
 	}
 	if err := checkTTL(req.TTL); err != nil {
@@ -149,7 +149,7 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 		return ClaimResult{}, err
 	}
 	if l := req.RequestLock; l != nil && (req.RequestID == "" || l.agent != req.Agent || l.id != req.RequestID) {
-		return ClaimResult{}, invalidf("the request lock held is for request id %q of agent %s, not %q of %s", l.id, l.agent, req.RequestID, req.Agent)
+		return ClaimResult{}, invalidf(InputRequestID, RuleConflict, req.RequestID, "the request lock held is for request id %q of agent %s, not %q of %s", l.id, l.agent, req.RequestID, req.Agent)
 	}
 	if req.RequestID != "" && req.RequestLock == nil {
 		l, err := t.LockRequest(req.Agent, req.RequestID)
@@ -159,7 +159,7 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 		defer l.Release()
 	}
 	if req.Wait < 0 {
-		return ClaimResult{}, invalidf("invalid --wait %s: must not be negative", req.Wait)
+		return ClaimResult{}, invalidValue(InputWait, RuleRange, req.Wait, "must not be negative")
 	}
 	end := time.Now().Add(req.Wait)
 	for {
@@ -263,7 +263,7 @@ func (t *Tree) claimStepOnly(tx *journal.Tx, req ClaimRequest, now time.Time, de
 			if c, known, err := tx.Claim(tok); err != nil {
 				return journal.Event{}, journal.Task{}, err
 			} else if known && req.ID != "" && c.Task != req.ID {
-				return journal.Event{}, journal.Task{}, invalidf("request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, c.Task, req.ID)
+				return journal.Event{}, journal.Task{}, invalidf(InputRequestID, RuleConflict, req.RequestID, "request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, c.Task, req.ID)
 			}
 			again := req
 			again.Token, again.ID = tok, ""
@@ -313,11 +313,11 @@ func (t *Tree) claimStepOnly(tx *journal.Tx, req ClaimRequest, now time.Time, de
 // [A-Za-z0-9._:-].
 func checkRequestID(id string) error {
 	if len(id) > 128 {
-		return invalidf("invalid --request-id: %d bytes, at most 128", len(id))
+		return invalidValue(InputRequestID, RuleFormat, nil, fmt.Sprintf("%d bytes, at most 128", len(id)))
 	}
 	for _, r := range id {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == ':' || r == '-') {
-			return invalidf("invalid --request-id %q: use 1 to 128 of [A-Za-z0-9._:-]", id)
+			return invalidValue(InputRequestID, RuleFormat, id, "use 1 to 128 of [A-Za-z0-9._:-]")
 		}
 	}
 	return nil
@@ -526,10 +526,10 @@ type output struct {
 
 func (r FencedRequest) validate() error {
 	if err := fsmirror.ValidateID(r.ID); err != nil {
-		return &InvalidInputError{Msg: err.Error()}
+		return invalidf(InputID, RuleFormat, r.ID, "%v", err)
 	}
 	if r.Token == 0 {
-		return invalidf("missing --token: every change to a claimed task must show the token its claim returned")
+		return invalidValue(InputToken, RuleMissing, nil, "every change to a claimed task must show the token its claim returned")
 	}
 	return checkTTL(r.TTL)
 }
@@ -545,7 +545,7 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 	var staged string
 	if out != nil {
 		if err := fsmirror.ValidateOutputName(out.name); err != nil {
-			return Result{}, &InvalidInputError{Msg: err.Error()}
+			return Result{}, invalidf(InputOutputName, RuleFormat, out.name, "%v", err)
 		}
 		var err error
 		if staged, err = t.mirror.Stage("out", out.content, -1); err != nil {
@@ -717,7 +717,7 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 // operator runs an unfenced operator action on one task.
 func (t *Tree) operator(ctx context.Context, typ journal.EventType, id string, build func(rec journal.Task, now time.Time) (journal.Event, error)) (Result, error) {
 	if err := fsmirror.ValidateID(id); err != nil {
-		return Result{}, &InvalidInputError{Msg: err.Error()}
+		return Result{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
 	var res Result
 	_, _, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {

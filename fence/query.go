@@ -78,7 +78,7 @@ const showEvents = 20
 // Show reads one task's record and its recent events.
 func (t *Tree) Show(ctx context.Context, id string) (TaskView, error) {
 	if err := fsmirror.ValidateID(id); err != nil {
-		return TaskView{}, &InvalidInputError{Msg: err.Error()}
+		return TaskView{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
 	var v TaskView
 	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
@@ -109,11 +109,11 @@ type LogFilter struct {
 func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
 	if f.Task != "" {
 		if err := fsmirror.ValidateID(f.Task); err != nil {
-			return nil, &InvalidInputError{Msg: err.Error()}
+			return nil, invalidf(InputID, RuleFormat, f.Task, "%v", err)
 		}
 	}
 	if f.Limit < 0 {
-		return nil, invalidf("invalid --limit %d: must be 0 (all) or more", f.Limit)
+		return nil, invalidValue(InputLimit, RuleRange, f.Limit, "must be 0 (all) or more")
 	}
 	var evs []journal.Event
 	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {

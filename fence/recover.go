@@ -30,7 +30,7 @@ type RecoverReport struct {
 type JournalReadableError struct{ Path string }
 
 func (e *JournalReadableError) Error() string {
-	return fmt.Sprintf("the journal %s is readable: recover only rebuilds a lost or unreadable journal; to bring the tree in line with it run `fencectl replay`", e.Path)
+	return fmt.Sprintf("the journal %s is readable: recover only rebuilds a lost or unreadable journal", e.Path)
 }
 
 // recoverOrder is which copy wins when a task's file is in several state
@@ -255,7 +255,7 @@ func checkTaskTree(root string) error {
 		return err == nil && fi.IsDir()
 	}
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
-		return invalidf("no task tree at %s: nothing to recover (`fencectl init` makes a new tree)", root)
+		return invalidf(InputRoot, RuleNoTree, root, "no task tree at %s: nothing to recover", root)
 	}
 	if isDir(string(fsmirror.Meta)) {
 		return nil
@@ -265,7 +265,7 @@ func checkTaskTree(root string) error {
 	}
 	for _, d := range fsmirror.StateDirs {
 		if !isDir(string(d)) {
-			return invalidf("%s is not a task tree (it has no .fence/ and no %s/ directory): nothing to recover; check --dir / FENCE_DIR, or run `fencectl init` to make a new tree there", root, d)
+			return invalidf(InputRoot, RuleNotATree, root, "%s is not a task tree (it has no .fence/ and no %s/ directory): nothing to recover", root, d)
 		}
 	}
 	return nil
@@ -291,5 +291,5 @@ func refuseOrphanTasks(root string) error {
 	if len(found) == 0 {
 		return nil
 	}
-	return invalidf("%s holds task files (%s) but no journal: init would make an empty journal that hides them; nothing changed. If this tree lost its journal, run `fencectl recover` to rebuild it from the directories", root, strings.Join(found, ", "))
+	return invalidf(InputRoot, RuleOrphanTasks, root, "%s holds task files (%s) but no journal: init would make an empty journal that hides them; nothing changed.", root, strings.Join(found, ", "))
 }

@@ -45,7 +45,7 @@ func (e *RequestInUseError) Unwrap() error {
 // *RequestInUseError if a live process holds it. It never waits.
 func (t *Tree) LockRequest(agent, id string) (*RequestLock, error) {
 	if id == "" {
-		return nil, invalidf("missing request id")
+		return nil, invalidValue(InputRequestID, RuleMissing, nil, "")
 	}
 	if err := checkRequestID(id); err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ const MaxTTL = 10 * 365 * 24 * time.Hour
 
 func checkTTL(ttl time.Duration) error {
 	if ttl < 0 || ttl > MaxTTL {
-		return invalidf("invalid --ttl %s: must be positive and at most %s (10 years)", ttl, MaxTTL)
+		return invalidValue(InputTTL, RuleRange, ttl, fmt.Sprintf("must be positive and at most %s (10 years)", MaxTTL))
 	}
 	return nil
 }

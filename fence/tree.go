@@ -60,7 +60,7 @@ type Tree struct {
 type NoJournalError struct{ Path string }
 
 func (e *NoJournalError) Error() string {
-	return fmt.Sprintf("no journal at %s: run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR); if the journal of an existing tree was lost, `fencectl recover` rebuilds it from the directories", e.Path)
+	return fmt.Sprintf("no journal at %s: init makes a task tree; recover rebuilds a lost journal from the directories", e.Path)
 }
 
 func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }
@@ -95,10 +95,10 @@ type InitResult struct {
 func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResult, error) {
 	res := InitResult{Defaults: d}
 	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
-		return res, invalidf("invalid --ttl %s: must be positive and at most %s", d.TTL, MaxTTL)
+		return res, invalidValue(InputTTL, RuleRange, d.TTL, fmt.Sprintf("must be positive and at most %s", MaxTTL))
 	}
 	if d.MaxAttempts < 1 {
-		return res, invalidf("invalid --max-attempts %d: must be at least 1", d.MaxAttempts)
+		return res, invalidValue(InputMaxAttempts, RuleRange, d.MaxAttempts, "must be at least 1")
 	}
 	abs, err := filepath.Abs(root)
 	if err != nil {

@@ -28,7 +28,7 @@ var States = journal.States
 // [A-Za-z0-9][A-Za-z0-9._-]{0,127}; the error names the rule.
 func ValidateID(id string) error {
 	if err := fsmirror.ValidateID(id); err != nil {
-		return &InvalidInputError{Msg: err.Error()}
+		return invalidf(InputID, RuleFormat, id, "%v", err)
 	}
 	return nil
 }
@@ -37,7 +37,7 @@ func ValidateID(id string) error {
 // against the same rule as ids.
 func ValidateOutputName(name string) error {
 	if err := fsmirror.ValidateOutputName(name); err != nil {
-		return &InvalidInputError{Msg: err.Error()}
+		return invalidf(InputOutputName, RuleFormat, name, "%v", err)
 	}
 	return nil
 }

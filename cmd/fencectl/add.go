@@ -50,32 +50,9 @@ stdin. The id defaults to a new ULID.
 				if err != nil {
 					return err
 				}
-				out.print(taskJSON(res.Task, res.Path), func(w io.Writer) { fmt.Fprintln(w, res.Task.ID) })
+				out.print(newTask(res.Task, res.Path), func(w io.Writer) { fmt.Fprintln(w, res.Task.ID) })
 				return nil
 			})
 		},
 	}
-}
-
-// taskJSON is the --json shape of a task record.
-func taskJSON(t fence.Task, path string) map[string]any {
-	m := map[string]any{
-		"task": t.ID, "state": t.State, "priority": t.Priority, "attempts": t.Attempts,
-		"max_attempts": t.MaxAttempts, "created": t.Created.UTC(), "updated": t.Updated.UTC(), "path": path,
-	}
-	if t.Lease != nil {
-		m["lease"] = leaseJSON(*t.Lease)
-	}
-	if t.Last != nil {
-		m["last_lease"] = map[string]any{"token": t.Last.Token, "agent": t.Last.Agent, "ended_at": t.Last.At.UTC(), "ended_by": t.Last.By, "reason": t.Last.Reason}
-	}
-	return m
-}
-
-func leaseJSON(l fence.Lease) map[string]any {
-	m := map[string]any{"token": l.Token, "agent": l.Agent, "claimed_at": l.ClaimedAt.UTC(), "deadline": l.Deadline.UTC()}
-	if l.RequestID != "" {
-		m["request_id"] = l.RequestID
-	}
-	return m
 }

@@ -95,11 +95,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 func printClaim(out *output, format string, res fence.ClaimResult) {
 	switch format {
 	case "json":
-		out.writeJSON(out.stdout, out.withNotices(map[string]any{
-			"task": res.Task.ID, "token": res.Token, "agent": res.Agent, "path": res.Path,
-			"deadline": res.Deadline.UTC(), "renewed": res.Renewed, "priority": res.Task.Priority,
-			"attempts": res.Task.Attempts, "max_attempts": res.Task.MaxAttempts,
-		}))
+		out.writeResult(out.stdout, newClaim(res))
 	case "env":
 		for _, kv := range [][2]string{
 			{"FENCE_TASK", res.Task.ID},

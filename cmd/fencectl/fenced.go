@@ -49,7 +49,7 @@ func fencedAction(out *output, op func(*fence.Tree, context.Context, fence.Fence
 			if err != nil {
 				return err
 			}
-			out.print(fencedJSON(res, req.Token), func(w io.Writer) {
+			out.print(newFenced(res.Task, res.Path, req.Token, res.Retry, res.Event), func(w io.Writer) {
 				text(w, res)
 				if res.Retry {
 					fmt.Fprintln(w, "(a retry: this token had already done that; nothing changed)")
@@ -58,16 +58,4 @@ func fencedAction(out *output, op func(*fence.Tree, context.Context, fence.Fence
 			return nil
 		})
 	}
-}
-
-// fencedJSON is the --json result of every token-checked command (README,
-// JSON): the task record, plus the token shown, whether the call was a
-// retry, and the event it appended (none for a retry).
-func fencedJSON(res fence.Result, token uint64) map[string]any {
-	m := taskJSON(res.Task, res.Path)
-	m["token"], m["retry"] = token, res.Retry
-	if res.Event != nil {
-		m["event"] = res.Event.Type
-	}
-	return m
 }

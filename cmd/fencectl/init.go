@@ -43,11 +43,11 @@ that has no journal is refused (exit 2): run recover to rebuild its journal.
 			}
 			if !res.Created {
 				if differ := askedOtherSettings(c, res.Defaults); differ != "" {
-					return &fence.InvalidInputError{Msg: fmt.Sprintf("task tree %s already exists with lease %s and max attempts %d; init never changes an existing tree, so %s did not apply; nothing changed (leave them out, or set them per task: add --max-attempts, claim --ttl)", res.Root, res.Defaults.TTL, res.Defaults.MaxAttempts, differ)}
+					return usagef("task tree %s already exists with lease %s and max attempts %d; init never changes an existing tree, so %s did not apply; nothing changed (leave them out, or set them per task: add --max-attempts, claim --ttl)", res.Root, res.Defaults.TTL, res.Defaults.MaxAttempts, differ)
 				}
 			}
 			d = res.Defaults
-			out.print(map[string]any{"root": res.Root, "created": res.Created, "ttl": d.TTL.String(), "max_attempts": d.MaxAttempts}, func(w io.Writer) {
+			out.print(&initJSON{Created: res.Created, MaxAttempts: d.MaxAttempts, Root: res.Root, TTL: d.TTL.String()}, func(w io.Writer) {
 				if res.Created {
 					fmt.Fprintf(w, "created task tree %s (lease %s, max attempts %d)\n", res.Root, d.TTL, d.MaxAttempts)
 				} else {

@@ -47,7 +47,7 @@ line.
 					return err
 				}
 				if out.json {
-					for _, e := range eventsJSON(evs) {
+					for _, e := range newEvents(evs) {
 						out.writeJSON(out.stdout, e)
 					}
 					return nil
@@ -67,30 +67,6 @@ func parseSince(s string) (time.Time, error) {
 		return fence.Now().Add(-d), nil
 	}
 	return time.Time{}, usagef("invalid --since %q: give a time (2026-11-21T09:00:00Z) or a duration ago (90m)", s)
-}
-
-func eventsJSON(evs []fence.Event) []map[string]any {
-	out := make([]map[string]any, 0, len(evs))
-	for _, e := range evs {
-		m := map[string]any{"seq": e.Seq, "time": e.Time.UTC(), "type": e.Type, "task": e.Task, "to": e.To}
-		if e.From != "" {
-			m["from"] = e.From
-		}
-		if e.Agent != "" {
-			m["agent"] = e.Agent
-		}
-		if e.Token != 0 {
-			m["token"] = e.Token
-		}
-		if e.Reason != "" {
-			m["reason"] = e.Reason
-		}
-		if e.Deadline != nil {
-			m["deadline"] = e.Deadline.UTC()
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 func writeEvents(w io.Writer, evs []fence.Event) {

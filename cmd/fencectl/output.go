@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -54,7 +52,7 @@ func (o *output) flushNotices() {
 	}
 	for _, n := range o.notices {
 		if o.json {
-			o.writeJSON(w, n)
+			o.writeJSON(w, newNotice(n))
 		} else {
 			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(n.Kind, "_", " "), printable(n.Name), printable(n.Detail))
 		}
@@ -62,73 +60,30 @@ func (o *output) flushNotices() {
 	o.notices = nil
 }
 
-// print writes v as one JSON object with --json, else runs text.
-func (o *output) print(v any, text func(w io.Writer)) {
+// result is a one-object --json answer: it carries the pending notices.
+type result interface{ setNotices([]noticeJSON) }
+
+// print writes v as one JSON object with --json, with the pending
+// notices in it, else runs text.
+func (o *output) print(v result, text func(w io.Writer)) {
 	if o.json {
-		o.writeJSON(o.stdout, o.withNotices(v))
+		o.writeResult(o.stdout, v)
 		return
 	}
 	text(o.stdout)
 }
 
-// withNotices adds the pending notices to a JSON object as "notices" and
-// clears them; v must marshal to an object.
-func (o *output) withNotices(v any) any {
-	if len(o.notices) == 0 {
-		return v
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		b, err := json.Marshal(v)
-		if err != nil || json.Unmarshal(b, &m) != nil || m == nil {
-			return v
-		}
-	}
-	m["notices"] = o.notices
-	o.notices = nil
-	return m
+// writeResult writes v with the pending notices as its "notices" and
+// clears them.
+func (o *output) writeResult(w io.Writer, v result) {
+	v.setNotices(o.takeNotices())
+	o.writeJSON(w, v)
 }
 
 func (o *output) writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
-}
-
-// errorObject is the --json shape of every error.
-type errorObject struct {
-	Code      int            `json:"code"`
-	Reason    string         `json:"reason"`
-	Message   string         `json:"message"`
-	Task      string         `json:"task,omitempty"`
-	YourToken uint64         `json:"your_token,omitempty"`
-	Holder    *string        `json:"holder,omitempty"`     // see MarshalJSON
-	HeldSince *time.Time     `json:"held_since,omitempty"` // see MarshalJSON
-	State     string         `json:"state,omitempty"`
-	LostAt    *time.Time     `json:"lost_at,omitempty"`
-	LostBy    string         `json:"lost_by,omitempty"`
-	Findings  any            `json:"findings,omitempty"`
-	Run       map[string]any `json:"run,omitempty"`
-	Notices   []fence.Notice `json:"notices,omitempty"`
-
-	fenced bool // a token refusal: holder and held_since are always named, null when nobody holds the task
-}
-
-// MarshalJSON names holder and held_since on every token refusal, as null
-// when the task has no lease, so scripts can tell "nobody" from "field
-// missing". The current holder's token is never part of a refusal.
-func (o errorObject) MarshalJSON() ([]byte, error) {
-	type plain errorObject
-	b, err := json.Marshal(plain(o))
-	if err != nil || !o.fenced || o.Holder != nil {
-		return b, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	m["holder"], m["held_since"] = nil, nil
-	return json.Marshal(m)
 }
 
 // fail reports err and returns its exit code. With --json the notices go
@@ -166,79 +121,17 @@ func (o *output) fail(err error) int {
 // reportError prints err as the one --json error object now, with run
 // details, so that a run --loop that goes on after it still reports it
 // exactly once; fail then prints nothing more for it.
-func (o *output) reportError(err error, run map[string]any) {
+func (o *output) reportError(err error, run *runJSON) {
 	obj := classify(err)
 	obj.Run, obj.Notices = run, o.takeNotices()
 	o.writeJSON(o.stderr, obj)
 	o.reported = err
 }
 
-func (o *output) takeNotices() []fence.Notice {
-	n := o.notices
+func (o *output) takeNotices() []noticeJSON {
+	n := newNotices(o.notices)
 	o.notices = nil
 	return n
-}
-
-// classify maps an error to its exit code, reason and details.
-func classify(err error) errorObject {
-	obj := errorObject{Code: exitError, Reason: fence.ReasonIOError, Message: err.Error()}
-	var (
-		stale    *fence.StaleTokenError
-		notAv    *fence.NotAvailableError
-		noTask   *fence.NoSuchTaskError
-		invalid  *fence.InvalidInputError
-		usage    *usageError
-		drift    *fence.DriftError
-		corrupt  *fence.CorruptError
-		version  *fence.VersionError
-		noJrnl   *fence.NoJournalError
-		atRisk   *fence.LeaseAtRiskError
-		start    *startError
-		readable *fence.JournalReadableError
-	)
-	switch {
-	case errors.As(err, &stale):
-		obj.Code, obj.Reason, obj.Task = exitFenced, stale.Reason, stale.Task
-		obj.YourToken, obj.State, obj.LostBy = stale.Yours, string(stale.State), stale.LostBy
-		obj.fenced = true
-		if stale.Holder != "" || !stale.HeldSince.IsZero() {
-			holder, since := stale.Holder, stale.HeldSince.UTC()
-			obj.Holder, obj.HeldSince = &holder, &since
-		}
-		if !stale.LostAt.IsZero() {
-			at := stale.LostAt.UTC()
-			obj.LostAt = &at
-		}
-	case errors.As(err, &start):
-		obj.Code = exitNoCommand
-	case errors.As(err, &atRisk):
-		obj.Code, obj.Reason, obj.Task = exitFenced, fence.ReasonLeaseExpired, atRisk.Task
-		obj.YourToken = atRisk.Token
-	case errors.Is(err, fence.ErrNothingToClaim):
-		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNothingToClaim
-	case errors.As(err, &notAv):
-		obj.Code, obj.Reason, obj.Task, obj.State = exitNotAvailable, fence.ReasonNotAvailable, notAv.Task, string(notAv.State)
-	case errors.Is(err, fence.ErrBusy):
-		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
-		obj.Message = err.Error() + " (--timeout / FENCE_TIMEOUT); if that process is stuck, stop it: the last commit is finished by the next writer"
-	case errors.As(err, &noTask):
-		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
-	case errors.As(err, &invalid), errors.As(err, &usage), errors.As(err, &readable):
-		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
-	case errors.As(err, &drift):
-		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, drift.Findings
-	case errors.As(err, &version):
-		// Not damage: the message names both versions and never advises
-		// recover, which would set a healthy journal aside.
-		obj.Reason = fence.ReasonJournalVersion
-	case errors.As(err, &corrupt):
-		obj.Reason = fence.ReasonCorruptJournal
-		obj.Message = err.Error() + "; nothing was changed. Next step: `fencectl recover` keeps the damaged file aside (never deleted) and rebuilds the journal from the tree's directories"
-	case errors.As(err, &noJrnl):
-	case errors.Is(err, os.ErrPermission):
-		obj.Message = err.Error() + " (check the tree's owner and mode)"
-	}
-	return obj
 }
 
 // printable escapes control characters (ESC, BEL, CR, …) in text meant for

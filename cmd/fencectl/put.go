@@ -55,9 +55,9 @@ NAME follows the id rule. A later put of the same NAME replaces the file.
 					return err
 				}
 				path := t.OutputPath(id, name)
-				m := fencedJSON(res, tok)
-				m["output"], m["name"] = path, name
-				out.print(m, func(w io.Writer) {
+				j := newFenced(res.Task, res.Path, tok, res.Retry, res.Event)
+				j.Output, j.Name = path, name
+				out.print(j, func(w io.Writer) {
 					fmt.Fprintf(w, "%s: wrote %s\n", id, path)
 				})
 				return nil

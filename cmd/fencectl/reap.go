@@ -32,14 +32,7 @@ attempt count and where the task goes (available/ or, at max attempts, failed/).
 				if err != nil {
 					return err
 				}
-				list := make([]map[string]any, 0, len(rs))
-				for _, r := range rs {
-					list = append(list, map[string]any{
-						"task": r.Task, "holder": r.Holder, "token": r.Token, "expired_for": r.ExpiredFor.String(),
-						"expired_for_seconds": r.ExpiredFor.Seconds(), "attempts": r.Attempts, "max_attempts": r.MaxAttempts, "to": r.To,
-					})
-				}
-				out.print(map[string]any{"dry_run": c.Bool("dry-run"), "reaped": list}, func(w io.Writer) {
+				out.print(newReap(c.Bool("dry-run"), rs), func(w io.Writer) {
 					if len(rs) == 0 {
 						fmt.Fprintln(w, "no expired leases")
 						return

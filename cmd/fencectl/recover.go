@@ -52,7 +52,7 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 			if err != nil {
 				return err
 			}
-			out.print(rep, func(w io.Writer) {
+			out.print(newRecover(rep), func(w io.Writer) {
 				if rep.KeptAside != "" {
 					fmt.Fprintf(w, "kept the damaged journal as %s\n", rep.KeptAside)
 				}

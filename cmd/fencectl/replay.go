@@ -46,10 +46,11 @@ other non-task entry in a state directory).
 				if !check {
 					drift = rep.Unfixed()
 				}
-				if rep.Findings == nil {
-					rep.Findings = []fence.Finding{}
+				findings := newFindings(rep.Findings)
+				if findings == nil {
+					findings = []findingJSON{}
 				}
-				out.print(map[string]any{"check": check, "events": rep.Events, "tasks": rep.Tasks, "findings": rep.Findings, "drift": drift}, func(w io.Writer) {
+				out.print(&replayJSON{Check: check, Drift: drift, Events: rep.Events, Findings: findings, Tasks: rep.Tasks}, func(w io.Writer) {
 					for _, f := range rep.Findings {
 						mark := "drift"
 						if f.Fixed {

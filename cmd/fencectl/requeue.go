@@ -28,7 +28,7 @@ func requeueCommand(out *output) *cli.Command {
 				if err != nil {
 					return err
 				}
-				out.print(taskJSON(res.Task, res.Path), func(w io.Writer) {
+				out.print(newTask(res.Task, res.Path), func(w io.Writer) {
 					fmt.Fprintf(w, "%s: requeued from %s/ to available/, attempts reset\n", id, res.Event.From)
 				})
 				return nil

@@ -33,9 +33,7 @@ token is dead from then on: its holder is refused with lost_by "revoked".
 				if res.Event != nil {
 					prev = res.Event.Token
 				}
-				m := taskJSON(res.Task, res.Path)
-				m["revoked_token"] = prev
-				out.print(m, func(w io.Writer) {
+				out.print(newRevoke(res.Task, res.Path, prev), func(w io.Writer) {
 					fmt.Fprintf(w, "%s: lease of token %d revoked; task is available\n", id, prev)
 				})
 				return nil

@@ -493,15 +493,15 @@ func minTime(a, b time.Time) time.Time {
 // summary as "run", and the error is not reported again (see fail).
 func (o *output) summary(claim fence.ClaimResult, r taskRun) {
 	if o.json {
-		m := map[string]any{
-			"task": claim.Task.ID, "token": claim.Token, "seconds": r.took.Seconds(), "outcome": r.outcome, "exit_code": r.code,
-			"containment": r.containment,
+		j := &runJSON{
+			Containment: r.containment, ExitCode: r.code, Outcome: r.outcome, Seconds: r.took.Seconds(),
+			Task: claim.Task.ID, Token: claim.Token,
 		}
 		if r.err != nil {
-			o.reportError(r.err, m)
+			o.reportError(r.err, j)
 			return
 		}
-		o.writeJSON(o.stderr, o.withNotices(m))
+		o.writeResult(o.stderr, j)
 		return
 	}
 	fmt.Fprintf(o.stderr, "fencectl run: %s token %d %s %s\n", claim.Task.ID, claim.Token, r.took.Round(time.Millisecond), r.outcome)

@@ -27,9 +27,7 @@ func showCommand(out *output) *cli.Command {
 				if err != nil {
 					return err
 				}
-				m := taskJSON(v.Task, v.Path)
-				m["events"] = eventsJSON(v.Events)
-				out.print(m, func(w io.Writer) {
+				out.print(newShow(v), func(w io.Writer) {
 					r := v.Task
 					fmt.Fprintf(w, "task      %s\nstate     %s\npath      %s\npriority  %d\nattempts  %d of %d\ncreated   %s\n",
 						r.ID, r.State, v.Path, r.Priority, r.Attempts, r.MaxAttempts, fmtTime(r.Created))

@@ -29,17 +29,7 @@ token and time left (negative: expired, to be reaped by the next claim).
 				if err != nil {
 					return err
 				}
-				leases := make([]map[string]any, 0, len(st.Leases))
-				for _, l := range st.Leases {
-					leases = append(leases, map[string]any{
-						"task": l.Task, "agent": l.Agent, "token": l.Token, "deadline": l.Deadline.UTC(),
-						"left_seconds": l.Left.Seconds(), "expired": l.Left <= 0, "attempts": l.Attempts,
-					})
-				}
-				out.print(map[string]any{
-					"root": st.Root, "counts": st.Counts, "leases": leases, "last_token": st.LastToken,
-					"default_ttl": st.Defaults.TTL.String(), "default_max_attempts": st.Defaults.MaxAttempts,
-				}, func(w io.Writer) { writeStatus(w, st) })
+				out.print(newStatus(st), func(w io.Writer) { writeStatus(w, st) })
 				return nil
 			})
 		},

@@ -31,9 +31,9 @@ lost otherwise. The check to run before a side effect outside the tree.
 				}
 				// The fenced commands' shape (fencedJSON); verify changes
 				// nothing, so no event, and says so with current: true.
-				m := taskJSON(rec, t.Path(rec.ID, rec.State))
-				m["token"], m["retry"], m["current"] = req.Token, false, true
-				out.print(m, func(w io.Writer) {
+				j := newFenced(rec, t.Path(rec.ID, rec.State), req.Token, false, nil)
+				j.Current = true
+				out.print(j, func(w io.Writer) {
 					fmt.Fprintf(w, "%s: token %d is current; lease ends %s (%s)\n", rec.ID, req.Token, fmtTime(rec.Lease.Deadline), fmtLeft(rec.Lease.Deadline.Sub(fence.Now())))
 				})
 				return nil

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+// The one place where errors become what the command line says: the exit
+// code, the reason, and a message that names flags and says what to do
+// next. The domain's errors carry fields and plain sentences; the words
+// of the CLI (flag names, fencectl commands to run) are added here.
+
+// classify maps an error to its exit code, reason and details.
+func classify(err error) errorObject {
+	obj := errorObject{Code: exitError, Reason: fence.ReasonIOError, Message: err.Error()}
+	var (
+		stale    *fence.StaleTokenError
+		notAv    *fence.NotAvailableError
+		noTask   *fence.NoSuchTaskError
+		invalid  *fence.InvalidInputError
+		usage    *usageError
+		drift    *fence.DriftError
+		corrupt  *fence.CorruptError
+		version  *fence.VersionError
+		noJrnl   *fence.NoJournalError
+		atRisk   *fence.LeaseAtRiskError
+		start    *startError
+		readable *fence.JournalReadableError
+	)
+	switch {
+	case errors.As(err, &stale):
+		obj.Code, obj.Reason, obj.Task = exitFenced, stale.Reason, stale.Task
+		obj.YourToken, obj.State, obj.LostBy = stale.Yours, string(stale.State), stale.LostBy
+		obj.Holder, obj.HeldSince = null[string](), null[time.Time]()
+		if stale.Holder != "" || !stale.HeldSince.IsZero() {
+			obj.Holder, obj.HeldSince = value(stale.Holder), value(stale.HeldSince.UTC())
+		}
+		if !stale.LostAt.IsZero() {
+			at := stale.LostAt.UTC()
+			obj.LostAt = &at
+		}
+	case errors.As(err, &start):
+		obj.Code = exitNoCommand
+	case errors.As(err, &atRisk):
+		obj.Code, obj.Reason, obj.Task = exitFenced, fence.ReasonLeaseExpired, atRisk.Task
+		obj.YourToken = atRisk.Token
+	case errors.Is(err, fence.ErrNothingToClaim):
+		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNothingToClaim
+	case errors.As(err, &notAv):
+		obj.Code, obj.Reason, obj.Task, obj.State = exitNotAvailable, fence.ReasonNotAvailable, notAv.Task, string(notAv.State)
+	case errors.Is(err, fence.ErrBusy):
+		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
+		obj.Message = err.Error() + " (--timeout / FENCE_TIMEOUT); if that process is stuck, stop it: the last commit is finished by the next writer"
+	case errors.As(err, &noTask):
+		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
+	case errors.As(err, &invalid):
+		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
+		obj.Message = reword(err, invalid, invalidMessage(invalid))
+	case errors.As(err, &readable):
+		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
+		obj.Message = err.Error() + "; to bring the tree in line with it run `fencectl replay`"
+	case errors.As(err, &usage):
+		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
+	case errors.As(err, &drift):
+		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, newFindings(drift.Findings)
+	case errors.As(err, &version):
+		// Not damage: the message names both versions and never advises
+		// recover, which would set a healthy journal aside.
+		obj.Reason = fence.ReasonJournalVersion
+	case errors.As(err, &corrupt):
+		obj.Reason = fence.ReasonCorruptJournal
+		obj.Message = err.Error() + "; nothing was changed. Next step: `fencectl recover` keeps the damaged file aside (never deleted) and rebuilds the journal from the tree's directories"
+	case errors.As(err, &noJrnl):
+		obj.Message = reword(err, noJrnl, "no journal at "+noJrnl.Path+": run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR); if the journal of an existing tree was lost, `fencectl recover` rebuilds it from the directories")
+	case errors.Is(err, os.ErrPermission):
+		obj.Message = err.Error() + " (check the tree's owner and mode)"
+	}
+	return obj
+}
+
+// reword is err's message with inner's sentence (inner is in err's
+// chain) replaced by the command line's wording of it.
+func reword(err, inner error, text string) string {
+	return strings.Replace(err.Error(), inner.Error(), text, 1)
+}
+
+// flagOf names the flag that sets each of the domain's inputs.
+var flagOf = map[fence.Input]string{
+	fence.InputTTL:         "--ttl",
+	fence.InputMaxAttempts: "--max-attempts",
+	fence.InputWait:        "--wait",
+	fence.InputLimit:       "--limit",
+	fence.InputRequestID:   "--request-id",
+	fence.InputToken:       "--token",
+	fence.InputID:          "--id",
+	fence.InputRoot:        "--dir",
+}
+
+// invalidHints says what to do next after a refusal, by the rule broken.
+var invalidHints = map[fence.Rule]string{
+	fence.RuleExists:      ": choose another --id, or leave --id out for a fresh one",
+	fence.RuleUnknownFile: ": run `fencectl replay` to adopt it, or choose another --id",
+	fence.RuleNoTree:      " (`fencectl init` makes a new tree)",
+	fence.RuleNotATree:    "; check --dir / FENCE_DIR, or run `fencectl init` to make a new tree there",
+	fence.RuleOrphanTasks: " If this tree lost its journal, run `fencectl recover` to rebuild it from the directories",
+}
+
+// invalidMessage words an invalid input for the command line: the flag
+// that set it, and the next step.
+func invalidMessage(e *fence.InvalidInputError) string {
+	name, ok := flagOf[e.Input]
+	if !ok {
+		name = strings.ReplaceAll(string(e.Input), "_", " ")
+	}
+	return e.Describe(name) + invalidHints[e.Rule]
+}

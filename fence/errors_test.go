@@ -1,0 +1,82 @@
+package fence_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+// TestInvalidInput_FieldsNotFlags (issue 10): a refused input says which
+// input, which rule and which value as fields, and its message is the
+// domain's: no flag names, no fencectl commands. The CLI words it.
+func TestInvalidInput_FieldsNotFlags(t *testing.T) {
+	tree := newTree(t)
+	add(t, tree, "t1", 0)
+	root := t.TempDir()
+	cases := []struct {
+		name  string
+		call  func() error
+		input fence.Input
+		rule  fence.Rule
+		value any
+	}{
+		{"duplicate id", func() error {
+			_, err := tree.Add(bg, fence.AddRequest{ID: "t1"})
+			return err
+		}, fence.InputID, fence.RuleExists, "t1"},
+		{"bad id", func() error {
+			_, err := tree.Add(bg, fence.AddRequest{ID: "a/b"})
+			return err
+		}, fence.InputID, fence.RuleFormat, "a/b"},
+		{"negative max attempts", func() error {
+			_, err := tree.Add(bg, fence.AddRequest{ID: "t2", MaxAttempts: -1})
+			return err
+		}, fence.InputMaxAttempts, fence.RuleRange, -1},
+		{"ttl over the bound", func() error {
+			_, err := tree.Claim(bg, fence.ClaimRequest{TTL: fence.MaxTTL + 1})
+			return err
+		}, fence.InputTTL, fence.RuleRange, fence.MaxTTL + 1},
+		{"negative wait", func() error {
+			_, err := tree.Claim(bg, fence.ClaimRequest{Wait: -time.Second})
+			return err
+		}, fence.InputWait, fence.RuleRange, -time.Second},
+		{"bad request id", func() error {
+			_, err := tree.Claim(bg, fence.ClaimRequest{RequestID: "a b"})
+			return err
+		}, fence.InputRequestID, fence.RuleFormat, "a b"},
+		{"missing token", func() error {
+			_, err := tree.Heartbeat(bg, fence.FencedRequest{ID: "t1"})
+			return err
+		}, fence.InputToken, fence.RuleMissing, nil},
+		{"negative limit", func() error {
+			_, err := tree.Log(bg, fence.LogFilter{Limit: -1})
+			return err
+		}, fence.InputLimit, fence.RuleRange, -1},
+		{"init with zero attempts", func() error {
+			_, err := fence.InitTree(filepath.Join(root, "a"), fence.Defaults{TTL: time.Minute}, time.Second)
+			return err
+		}, fence.InputMaxAttempts, fence.RuleRange, 0},
+		{"recover of nothing", func() error {
+			_, err := fence.Recover(filepath.Join(root, "none"), fence.Defaults{TTL: time.Minute, MaxAttempts: 1}, time.Second)
+			return err
+		}, fence.InputRoot, fence.RuleNoTree, filepath.Join(root, "none")},
+	}
+	for _, c := range cases {
+		err := c.call()
+		var ie *fence.InvalidInputError
+		if !errors.As(err, &ie) {
+			t.Errorf("%s: err = %v, want *InvalidInputError", c.name, err)
+			continue
+		}
+		if ie.Input != c.input || ie.Rule != c.rule || ie.Value != c.value {
+			t.Errorf("%s: input %q rule %q value %#v, want %q %q %#v", c.name, ie.Input, ie.Rule, ie.Value, c.input, c.rule, c.value)
+		}
+		if msg := err.Error(); strings.Contains(msg, "--") || strings.Contains(msg, "fencectl") {
+			t.Errorf("%s: %q speaks CLI", c.name, msg)
+		}
+	}
+}
