@@ -141,12 +141,24 @@ func (e *WatchError) Error() string {
 
 func (e *WatchError) Unwrap() error { return e.Err }
 
+// ErrKeeperStarted is a second Start of one LeaseKeeper: two loops would
+// heartbeat one lease twice and close its channels twice.
+var ErrKeeperStarted = errors.New("lease keeper already started: a keeper runs once; make a new one with NewKeeper")
+
 // Start sets up the journal watch, then runs the keeper in the background
 // until Stop, ctx's end, or the end of the lease. The watch is in place
 // when Start returns, so a holder that starts its work after Start cannot
 // miss a revoke that lands right away. A non-nil error is a *WatchError:
-// the keeper runs all the same, polling every CheckInterval.
+// the keeper runs all the same, polling every CheckInterval. A keeper runs
+// once: a second Start returns ErrKeeperStarted and changes nothing.
 func (k *LeaseKeeper) Start(ctx context.Context) error {
+	k.mu.Lock()
+	again := k.started
+	k.started = true
+	k.mu.Unlock()
+	if again {
+		return ErrKeeperStarted
+	}
 	var changed <-chan struct{}
 	w, err := journal.Watch(k.tree.metaDir)
 	if err == nil && noWatch() {
@@ -158,9 +170,6 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 	} else {
 		err = &WatchError{Err: err}
 	}
-	k.mu.Lock()
-	k.started = true
-	k.mu.Unlock()
 	go k.loop(ctx, w, changed)
 	return err
 }

@@ -120,6 +120,22 @@ func TestKeeper_StartStop(t *testing.T) {
 	}
 }
 
+// A second Start is an error, not a second loop: two loops would close the
+// keeper's channels twice (a panic at Stop).
+func TestKeeper_StartTwiceIsAnError(t *testing.T) {
+	_, k, _ := keeperTree(t, KeeperConfig{Tick: time.Millisecond})
+	if err := k.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Start(context.Background()); !errors.Is(err, ErrKeeperStarted) {
+		t.Fatalf("second Start = %v, want ErrKeeperStarted", err)
+	}
+	k.Stop()
+	if k.Err() != nil {
+		t.Errorf("a healthy keeper reports %v", k.Err())
+	}
+}
+
 // openFiles counts this process's descriptors and its mappings of the
 // journal file.
 func openFiles(t *testing.T) (fds, journalMaps int) {
