@@ -60,6 +60,12 @@ func TestInvalidInput_FieldsNotFlags(t *testing.T) {
 			_, err := fence.InitTree(filepath.Join(root, "a"), fence.Defaults{TTL: time.Minute}, time.Second)
 			return err
 		}, fence.InputMaxAttempts, fence.RuleRange, 0},
+		{"recover with a zero lease", func() error {
+			// Recover validates its settings as init does: it used to
+			// write a journal whose leases last 0.
+			_, err := fence.Recover(tree.Root(), fence.Defaults{MaxAttempts: 1}, time.Second)
+			return err
+		}, fence.InputTTL, fence.RuleRange, time.Duration(0)},
 		{"recover of nothing", func() error {
 			_, err := fence.Recover(filepath.Join(root, "none"), fence.Defaults{TTL: time.Minute, MaxAttempts: 1}, time.Second)
 			return err

@@ -52,6 +52,9 @@ var recoverOrder = []State{Done, Failed, Claimed, Available}
 // fencectl's journal is healthy, and rebuilding it would free every lease).
 func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverReport, error) {
 	rep := RecoverReport{Counts: map[State]int{}, Freed: []string{}, Findings: []Finding{}}
+	if err := checkDefaults(d); err != nil {
+		return rep, err
+	}
 	if err := checkTaskTree(root); err != nil {
 		return rep, err
 	}

@@ -47,6 +47,18 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// checkDefaults checks a tree's settings, as init and recover write them:
+// both validate here, so neither can write a journal whose leases last 0.
+func checkDefaults(d journal.Defaults) error {
+	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
+		return invalidValue(InputTTL, RuleRange, d.TTL, fmt.Sprintf("must be positive and at most %s", MaxTTL))
+	}
+	if d.MaxAttempts < 1 {
+		return invalidValue(InputMaxAttempts, RuleRange, d.MaxAttempts, "must be at least 1")
+	}
+	return nil
+}
+
 // leaseLength is the length of a new or renewed lease: the one asked for,
 // else the current lease's own (a renewal keeps what the claim asked), else
 // the tree's default.

@@ -94,11 +94,8 @@ type InitResult struct {
 // exactly one creates it and the others report what it made.
 func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResult, error) {
 	res := InitResult{Defaults: d}
-	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
-		return res, invalidValue(InputTTL, RuleRange, d.TTL, fmt.Sprintf("must be positive and at most %s", MaxTTL))
-	}
-	if d.MaxAttempts < 1 {
-		return res, invalidValue(InputMaxAttempts, RuleRange, d.MaxAttempts, "must be at least 1")
+	if err := checkDefaults(d); err != nil {
+		return res, err
 	}
 	abs, err := filepath.Abs(root)
 	if err != nil {
