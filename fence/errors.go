@@ -192,13 +192,6 @@ type TaskFileError struct{ Err error }
 func (e *TaskFileError) Error() string { return e.Err.Error() }
 func (e *TaskFileError) Unwrap() error { return e.Err }
 
-// DriftError reports that the tree and the journal disagree.
-type DriftError struct{ Findings []Finding }
-
-func (e *DriftError) Error() string {
-	return fmt.Sprintf("tree and journal disagree: %d finding(s); run `fencectl replay` to repair", len(e.Findings))
-}
-
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "an unknown time"

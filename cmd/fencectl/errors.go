@@ -23,7 +23,6 @@ func classify(err error) errorObject {
 		noTask   *fence.NoSuchTaskError
 		invalid  *fence.InvalidInputError
 		usage    *usageError
-		drift    *fence.DriftError
 		corrupt  *fence.CorruptError
 		version  *fence.VersionError
 		noJrnl   *fence.NoJournalError
@@ -65,8 +64,6 @@ func classify(err error) errorObject {
 		obj.Message = err.Error() + "; to bring the tree in line with it run `fencectl replay`"
 	case errors.As(err, &usage):
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
-	case errors.As(err, &drift):
-		obj.Code, obj.Reason, obj.Findings = exitDrift, fence.ReasonDrift, newFindings(drift.Findings)
 	case errors.As(err, &version):
 		// Not damage: the message names both versions and never advises
 		// recover, which would set a healthy journal aside.

@@ -419,7 +419,6 @@ type errorObject struct {
 	State     string              `json:"state,omitempty"`
 	LostAt    *time.Time          `json:"lost_at,omitempty"`
 	LostBy    string              `json:"lost_by,omitempty"`
-	Findings  []findingJSON       `json:"findings,omitempty"`
 	Run       *runJSON            `json:"run,omitempty"`
 	Notices   []noticeJSON        `json:"notices,omitempty"`
 }
