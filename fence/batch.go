@@ -272,12 +272,15 @@ func (t *Tree) runGroup(group []*pendingOp) {
 // correctness hangs on. err is a failure of the whole group (the commit,
 // a directory fsync); the ops carry their outcomes.
 func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp, err error) {
-	err = db.Update(func(tx journal.Tx) error {
-		// The store may run this more than once: start each run afresh.
+	reset := func() {
 		retry = nil
 		for _, p := range ops {
 			p.evs, p.committed, p.err = nil, false, nil
 		}
+	}
+	reset() // for an Update that fails before running the function
+	err = db.Update(func(tx journal.Tx) error {
+		reset() // the store may run this more than once: each run afresh
 		now := tx.Now()
 		for _, p := range ops {
 			before := tx.Writes()
