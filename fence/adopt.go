@@ -25,7 +25,7 @@ import (
 // reported, left in inbox/ and never adopted. After the commit the staged
 // file moves into available/ like an added one; a crash before the commit
 // leaves it staged for the next writer to put back (restoreAdoptions).
-func (t *Tree) adoptInbox(db *journal.DB) {
+func (t *Tree) adoptInbox(db journal.Store) {
 	valid, rejected, err := t.mirror.ScanInbox()
 	if err != nil {
 		t.notify("warning", string(fsmirror.Inbox), err.Error()+"; nothing adopted")
@@ -40,12 +40,13 @@ func (t *Tree) adoptInbox(db *journal.DB) {
 	b := t.mirror.NewBatch()
 	var evs []journal.Event
 	staged := map[string]string{} // task id → staged name
-	err = db.Update(func(tx *journal.Tx) error {
+	err = db.Update(func(tx journal.Tx) error {
+		evs = nil // a store may run this more than once: each run afresh
 		d, err := tx.Defaults()
 		if err != nil {
 			return err
 		}
-		now := Now()
+		now := tx.Now()
 		for _, id := range valid {
 			if _, known, err := tx.Task(id); err != nil {
 				return err
@@ -57,15 +58,18 @@ func (t *Tree) adoptInbox(db *journal.DB) {
 				t.notify("inbox_duplicate", id, "a file "+string(dir)+"/"+id+" that the journal does not know has this id; left in inbox/ (run `fencectl replay`, or rename it)")
 				continue
 			}
-			name, err := b.Adopt(fsmirror.Inbox, id)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // taken away meanwhile
+			name, ok := staged[id] // staged by an earlier run of this function
+			if !ok {
+				name, err = b.Adopt(fsmirror.Inbox, id)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // taken away meanwhile
+				}
+				if err != nil {
+					t.notify("inbox_unmovable", id, err.Error()+"; left in inbox/, not adopted (inbox/ must be a plain directory on the tree's file system that fencectl may move files out of)")
+					continue
+				}
+				staged[id] = name
 			}
-			if err != nil {
-				t.notify("inbox_unmovable", id, err.Error()+"; left in inbox/, not adopted (inbox/ must be a plain directory on the tree's file system that fencectl may move files out of)")
-				continue
-			}
-			staged[id] = name
 			ev := adoptEvent(id, fsmirror.Inbox, Available, d.MaxAttempts, now)
 			ev.Staged = name
 			if _, ev, err = commit(tx, nil, ev); err != nil {
@@ -108,7 +112,7 @@ func (t *Tree) adoptInbox(db *journal.DB) {
 // committing (the journal does not know the task: back to inbox/), or
 // between committing and moving (the task's file goes where its record
 // says). It runs under the lock, after settle, and reports what it did.
-func (t *Tree) restoreAdoptions(db *journal.DB, names []string) {
+func (t *Tree) restoreAdoptions(db journal.Store, names []string) {
 	for _, name := range names {
 		id := strings.TrimPrefix(name, fsmirror.AdoptPrefix)
 		if fsmirror.ValidateID(id) != nil {
@@ -116,7 +120,7 @@ func (t *Tree) restoreAdoptions(db *journal.DB, names []string) {
 		}
 		var rec journal.Task
 		var known bool
-		if err := db.View(func(tx *journal.Tx) (err error) {
+		if err := db.View(func(tx journal.Tx) (err error) {
 			rec, known, err = tx.Task(id)
 			return err
 		}); err != nil {

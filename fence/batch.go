@@ -27,7 +27,7 @@ import (
 // transaction: it must set everything it reports on every run.
 type pendingOp struct {
 	op        string
-	fn        func(tx *journal.Tx, now time.Time) ([]journal.Event, error)
+	fn        func(tx journal.Tx, now time.Time) ([]journal.Event, error)
 	evs       []journal.Event
 	committed bool
 	err       error
@@ -48,12 +48,24 @@ type batcher struct {
 // and descriptor per Tree, however long it runs.
 type writerSlot struct {
 	// idle is the journal handle of the last group, parked (see
-	// journal.DB.Park) for the next group to resume; nil if none.
-	idle atomic.Pointer[journal.DB]
-	// settled is the head (journal.DB.Head) of the last commit whose moves
+	// journal.Store.Park) for the next group to resume; nil if none.
+	idle atomic.Pointer[parked]
+	// settled is the head (journal.Store.Head) of the last commit whose moves
 	// this Tree finished itself; while it is still the head, settling can
 	// be skipped.
 	settled atomic.Pointer[string]
+}
+
+// parked holds a parked journal handle (an interface value cannot be
+// swapped atomically by itself).
+type parked struct{ db journal.Store }
+
+// takeIdle takes the parked handle, if any, out of the slot.
+func (s *writerSlot) takeIdle() journal.Store {
+	if p := s.idle.Swap(nil); p != nil {
+		return p.db
+	}
+	return nil
 }
 
 // mirrored records that every move up to the commit head is done: in this
@@ -65,8 +77,8 @@ func (t *Tree) mirrored(head string) {
 
 // openWriter returns the journal, locked for writing: the parked handle of
 // the previous group if no other process committed since, else a fresh one.
-func (t *Tree) openWriter() (*journal.DB, error) {
-	if db := t.batch.idle.Swap(nil); db != nil {
+func (t *Tree) openWriter() (journal.Store, error) {
+	if db := t.batch.takeIdle(); db != nil {
 		err := db.Resume(t.opts.Timeout)
 		if err == nil {
 			return db, nil
@@ -76,16 +88,16 @@ func (t *Tree) openWriter() (*journal.DB, error) {
 			return nil, err
 		}
 	}
-	return journal.Open(t.metaDir, journal.OpenOptions{Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
+	return t.open(false)
 }
 
 // parkWriter ends a group's use of db: parked for the next group if the
 // group went through, closed otherwise (after a failure nothing about the
 // handle is trusted) or when bbolt's polling lock is the only lock.
-func (t *Tree) parkWriter(db *journal.DB, healthy bool) {
+func (t *Tree) parkWriter(db journal.Store, healthy bool) {
 	if healthy && !t.opts.BoltLockOnly && db.Park() == nil {
-		if old := t.batch.idle.Swap(db); old != nil {
-			old.Close()
+		if old := t.batch.idle.Swap(&parked{db}); old != nil {
+			old.db.Close()
 		}
 		return
 	}
@@ -154,7 +166,7 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 // .fence/quarantine, and says so, and finishes or undoes adoptions that a
 // crash interrupted. It runs under the lock, after settle has published
 // what the last commit staged.
-func (t *Tree) sweepStaging(db *journal.DB) {
+func (t *Tree) sweepStaging(db journal.Store) {
 	moved, adopting, err := t.mirror.Sweep(false)
 	for _, name := range moved {
 		t.notify("quarantined", name, "staged by a process that died before its commit; moved to .fence/quarantine")
@@ -179,7 +191,7 @@ var errRolledBack = errors.New("operation failed; its writes are rolled back")
 // interrupted adoption staged), adopt the inbox. Only a failure of the
 // journal stops it; a problem with one task's file is a notice, never a
 // reason to stop every writer.
-func (t *Tree) beginWrite(db *journal.DB) error {
+func (t *Tree) beginWrite(db journal.Store) error {
 	// A long-lived Tree must act on the directories that are there now,
 	// not on ones an operator moved away since it opened them.
 	replaced, err := t.mirror.Refresh()
@@ -188,6 +200,11 @@ func (t *Tree) beginWrite(db *journal.DB) error {
 	}
 	for _, d := range replaced {
 		t.notify("reopened", string(d), string(d)+"/ was replaced since this process opened it; using the new one")
+	}
+	if !db.Exclusive() {
+		// settle finishes only the last commit, which is all that a crash
+		// can leave undone only while writers take turns.
+		return errors.New("journal: the store does not serialise writers, which this fencectl needs")
 	}
 	if err := t.settle(db); err != nil {
 		return err
@@ -254,12 +271,17 @@ func (t *Tree) runGroup(group []*pendingOp) {
 // rule "refuse before writing" is a fast path, not a convention that
 // correctness hangs on. err is a failure of the whole group (the commit,
 // a directory fsync); the ops carry their outcomes.
-func (t *Tree) commitGroup(db *journal.DB, ops []*pendingOp) (retry *pendingOp, err error) {
-	for _, p := range ops {
-		p.evs, p.committed, p.err = nil, false, nil
+func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp, err error) {
+	reset := func() {
+		retry = nil
+		for _, p := range ops {
+			p.evs, p.committed, p.err = nil, false, nil
+		}
 	}
-	err = db.Update(func(tx *journal.Tx) error {
-		now := Now()
+	reset() // for an Update that fails before running the function
+	err = db.Update(func(tx journal.Tx) error {
+		reset() // the store may run this more than once: each run afresh
+		now := tx.Now()
 		for _, p := range ops {
 			before := tx.Writes()
 			evs, err := p.fn(tx, now)

@@ -42,7 +42,7 @@ func groupTree(t *testing.T) (*Tree, map[string]uint64) {
 // beatOp is a group member that heartbeats task id to an hour from now,
 // counting its runs; with refuse set it then returns refuse, having written.
 func beatOp(id string, token uint64, refuse error, runs *int) *pendingOp {
-	fn := func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+	fn := func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
 		*runs++
 		rec, ok, err := tx.Task(id)
 		if err != nil || !ok {
@@ -136,7 +136,7 @@ func TestGroup_RefuseBeforeWritingFailsAlone(t *testing.T) {
 	var runsA, runsC int
 	a := beatOp("a", tok["a"], nil, &runsA)
 	refused := &pendingOp{op: "x", done: make(chan struct{}), lead: make(chan struct{}, 1),
-		fn: func(*journal.Tx, time.Time) ([]journal.Event, error) { return nil, ErrNothingToClaim }}
+		fn: func(journal.Tx, time.Time) ([]journal.Event, error) { return nil, ErrNothingToClaim }}
 	c := beatOp("c", tok["c"], nil, &runsC)
 	tree.runGroup([]*pendingOp{a, refused, c})
 	if !errors.Is(refused.err, ErrNothingToClaim) || refused.committed {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencectl/fencectl/fence"
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // FuzzApplyEvent (torture suite, part 4) stores arbitrary bytes as the
@@ -82,7 +83,7 @@ func FuzzApplyEvent(f *testing.F) {
 		before := fzSnapshot(t, base, work)
 
 		meta := filepath.Join(work, ".fence")
-		b, err := bolt.Open(journal.Path(meta), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
+		b, err := bolt.Open(boltstore.Path(meta), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,11 +116,11 @@ func FuzzApplyEvent(f *testing.F) {
 		}
 
 		// The pure rules on the decoded event.
-		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: 5 * time.Second})
+		db, err := boltstore.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = db.View(func(tx *journal.Tx) error {
+		err = db.View(func(tx journal.Tx) error {
 			last, err := tx.LastCommit()
 			if err != nil {
 				return nil // undecodable: the error is the answer

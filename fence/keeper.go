@@ -160,7 +160,7 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 		return ErrKeeperStarted
 	}
 	var changed <-chan struct{}
-	w, err := journal.Watch(k.tree.metaDir)
+	w, err := k.tree.store.Watch(k.tree.metaDir)
 	if err == nil && noWatch() {
 		w.Close()
 		w, err = nil, unix.EMFILE
@@ -207,7 +207,7 @@ func (k *LeaseKeeper) Deadline() time.Time {
 	return k.deadline
 }
 
-func (k *LeaseKeeper) loop(ctx context.Context, w *journal.Watcher, changed <-chan struct{}) {
+func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-chan struct{}) {
 	defer close(k.done)
 	if w != nil {
 		defer w.Close()

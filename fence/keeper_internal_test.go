@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // keeperTree makes a tree with one claimed task and a keeper for it.
@@ -87,7 +88,7 @@ func TestKeeper_RevokeIsSeenOnJournalChange(t *testing.T) {
 
 func TestKeeper_BusyJournalPutsLeaseAtRisk(t *testing.T) {
 	tree, k, c := keeperTree(t, KeeperConfig{StopBefore: 10 * time.Minute})
-	lock, err := journal.AcquireLock(filepath.Join(tree.metaDir, journal.LockName), true, time.Second)
+	lock, err := boltstore.AcquireLock(filepath.Join(tree.metaDir, boltstore.LockName), true, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func openFiles(t *testing.T) (fds, journalMaps int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(entries), strings.Count(string(maps), journal.FileName)
+	return len(entries), strings.Count(string(maps), boltstore.FileName)
 }
 
 // A keeper heartbeats for days: descriptors and journal mappings must stay
@@ -199,7 +200,7 @@ func TestKeeper_FollowsDeadlineMovedByTheSameToken(t *testing.T) {
 	}
 	// The journal is busy from now on: the lease is at risk by the real
 	// deadline (40m - 10m), not by the one the keeper's claim asked for.
-	lock, err := journal.AcquireLock(filepath.Join(tree.metaDir, journal.LockName), true, time.Second)
+	lock, err := boltstore.AcquireLock(filepath.Join(tree.metaDir, boltstore.LockName), true, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

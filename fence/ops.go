@@ -53,7 +53,7 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		return Result{}, err
 	}
 	var res Result
-	_, committed, err := t.write(ctx, "add", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, committed, err := t.write(ctx, "add", func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
 		res = Result{} // a group may run this more than once
 		if _, known, err := tx.Task(req.ID); err != nil {
 			return nil, err
@@ -181,7 +181,7 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	var res ClaimResult
 	var claimErr error
-	_, _, err := t.write(ctx, "claim", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, _, err := t.write(ctx, "claim", func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
 		res, claimErr = ClaimResult{}, nil // a group may run this more than once
 		// Given up while waiting for the lock (run got a signal): claim
 		// nothing rather than a task the caller would only hand back.
@@ -243,13 +243,13 @@ type settledOnTheWay struct {
 }
 
 // claimStep is the claim proper, after reaping: restore, named or next.
-func (t *Tree) claimStep(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (journal.Event, journal.Task, settledOnTheWay, error) {
+func (t *Tree) claimStep(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (journal.Event, journal.Task, settledOnTheWay, error) {
 	settled := settledOnTheWay{writes: tx.Writes()}
 	ev, rec, err := t.claimStepOnly(tx, req, now, defaultTTL, inClaimed, &settled)
 	return ev, rec, settled, err
 }
 
-func (t *Tree) claimStepOnly(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool, settled *settledOnTheWay) (journal.Event, journal.Task, error) {
+func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool, settled *settledOnTheWay) (journal.Event, journal.Task, error) {
 	if req.Token != 0 {
 		return restore(tx, req, now, defaultTTL)
 	}
@@ -330,7 +330,7 @@ func checkRequestID(id string) error {
 // directory at all is failed on the spot (missingEvent; settled holds the
 // events): otherwise every later claim would look at it again, and 100k
 // such tasks would make every claim stat 100k files.
-func (t *Tree) nextClaimable(tx *journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []journal.Event, err error) {
+func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []journal.Event, err error) {
 	var gone []string
 	tx.Ready(func(cand string) bool {
 		dir := fsmirror.Available
@@ -401,7 +401,7 @@ func fileDir(rec journal.Task, inClaimed map[string]bool) fsmirror.Dir {
 // restore is claim --token: the same claim back with its lease renewed, if
 // the token is still the task's current one; otherwise the stale-token
 // refusal. Without an id it finds the task the token was issued for.
-func restore(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration) (journal.Event, journal.Task, error) {
+func restore(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration) (journal.Event, journal.Task, error) {
 	c, known, err := tx.Claim(req.Token)
 	if err != nil {
 		return journal.Event{}, journal.Task{}, err
@@ -441,7 +441,7 @@ func restore(tx *journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Du
 
 // reapExpired frees every lease whose deadline has passed, counting one
 // attempt each. It reads only the expired part of the expiry index.
-func reapExpired(tx *journal.Tx, now time.Time) ([]Reaped, []journal.Event, error) {
+func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []journal.Event, error) {
 	var reaped []Reaped
 	var evs []journal.Event
 	for _, id := range tx.Expired(now) {
@@ -478,7 +478,7 @@ func reapOf(rec journal.Task, now time.Time) Reaped {
 func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	if dryRun {
 		var out []Reaped
-		err := t.read(ctx, func(tx *journal.Tx, now time.Time) error {
+		err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
 			for _, id := range tx.Expired(now) {
 				rec, ok, err := tx.Task(id)
 				if err != nil {
@@ -493,7 +493,7 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 		return out, err
 	}
 	var out []Reaped
-	_, _, err := t.write(ctx, "reap", func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
 		reaped, evs, err := reapExpired(tx, now)
 		out = reaped
 		if err == nil && len(evs) == 0 {
@@ -553,7 +553,7 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 		}
 	}
 	var res Result
-	_, committed, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, committed, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
 		res = Result{} // a group may run this more than once
 		rec, claim, err := lookup(tx, req.ID, req.Token)
 		if err != nil {
@@ -595,7 +595,7 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 }
 
 // lookup reads a task and what the journal knows of token.
-func lookup(tx *journal.Tx, id string, token uint64) (journal.Task, *journal.Claim, error) {
+func lookup(tx journal.Tx, id string, token uint64) (journal.Task, *journal.Claim, error) {
 	rec, ok, err := tx.Task(id)
 	if err != nil {
 		return rec, nil, err
@@ -676,7 +676,7 @@ func (t *Tree) Verify(ctx context.Context, req FencedRequest) (journal.Task, err
 		return journal.Task{}, err
 	}
 	var rec journal.Task
-	err := t.read(ctx, func(tx *journal.Tx, now time.Time) error {
+	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
 		r, claim, err := lookup(tx, req.ID, req.Token)
 		rec = r
 		if err != nil {
@@ -720,7 +720,7 @@ func (t *Tree) operator(ctx context.Context, typ journal.EventType, id string, b
 		return Result{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
 	var res Result
-	_, _, err := t.write(ctx, string(typ), func(tx *journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, _, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
 		res = Result{} // a group may run this more than once
 		rec, ok, err := tx.Task(id)
 		if err != nil {

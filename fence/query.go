@@ -31,7 +31,7 @@ type LeaseView struct {
 // so that a caller can check its own flags against them before it claims.
 func (t *Tree) Defaults(ctx context.Context) (journal.Defaults, error) {
 	var d journal.Defaults
-	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
 		var err error
 		d, err = tx.Defaults()
 		return err
@@ -42,7 +42,7 @@ func (t *Tree) Defaults(ctx context.Context) (journal.Defaults, error) {
 // Status reads counts per state (O(1)) and every live lease.
 func (t *Tree) Status(ctx context.Context) (Status, error) {
 	st := Status{Root: t.root}
-	err := t.read(ctx, func(tx *journal.Tx, now time.Time) error {
+	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
 		st.Counts = tx.Counts()
 		st.LastToken = tx.LastToken()
 		d, err := tx.Defaults()
@@ -81,7 +81,7 @@ func (t *Tree) Show(ctx context.Context, id string) (TaskView, error) {
 		return TaskView{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
 	var v TaskView
-	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
 		rec, ok, err := tx.Task(id)
 		if err != nil {
 			return err
@@ -116,7 +116,7 @@ func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
 		return nil, invalidValue(InputLimit, RuleRange, f.Limit, "must be 0 (all) or more")
 	}
 	var evs []journal.Event
-	err := t.read(ctx, func(tx *journal.Tx, _ time.Time) error {
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
 		if f.Task != "" {
 			if _, ok, err := tx.Task(f.Task); err != nil {
 				return err
@@ -134,7 +134,7 @@ func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
 // lastEvents reads the log from the newest back, keeping what f selects,
 // and returns it oldest first. Events are appended in time order, so the
 // scan stops at the first one older than f.Since.
-func lastEvents(tx *journal.Tx, f LogFilter) ([]journal.Event, error) {
+func lastEvents(tx journal.Tx, f LogFilter) ([]journal.Event, error) {
 	var evs []journal.Event
 	scan := tx.EventsBackward
 	if f.Task != "" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // RecoverReport says what Recover did.
@@ -66,17 +67,17 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	m.Crash = crashAt
 	rep.Root = m.Root()
 	meta := filepath.Join(rep.Root, string(fsmirror.Meta))
-	lock, err := journal.AcquireLock(filepath.Join(meta, journal.LockName), true, timeout)
+	lock, err := boltstore.AcquireLock(filepath.Join(meta, boltstore.LockName), true, timeout)
 	if err != nil {
 		return rep, err
 	}
 	defer lock.Release()
 
-	path := journal.Path(meta)
-	if exists, err := journal.Exists(meta); err != nil {
+	path := boltstore.Path(meta)
+	if exists, err := boltstore.Exists(meta); err != nil {
 		return rep, err
 	} else if exists {
-		db, err := journal.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true})
+		db, err := boltstore.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: Now})
 		if err == nil {
 			err = db.Verify()
 			db.Close()
@@ -88,7 +89,7 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 		if !errors.As(err, &corrupt) {
 			return rep, err // a *VersionError among them: refused, untouched
 		}
-		if old, ok := journal.ReadDefaults(path); ok {
+		if old, ok := boltstore.ReadDefaults(path); ok {
 			d = old
 		}
 	}
@@ -106,8 +107,8 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 		}
 		rep.KeptAside = aside
 	}
-	journal.SweepCreating(meta)
-	if err := journal.CreateSeeded(meta, d, seed); err != nil {
+	boltstore.SweepCreating(meta)
+	if err := boltstore.CreateSeeded(meta, d, seed); err != nil {
 		return rep, err
 	}
 	rep.FirstToken = seed
@@ -138,15 +139,17 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	}
 	sort.Strings(ids)
 
-	db, err := journal.Open(meta, journal.OpenOptions{Timeout: timeout, BoltLockOnly: true})
+	db, err := boltstore.Open(meta, journal.OpenOptions{Timeout: timeout, BoltLockOnly: true, Clock: Now})
 	if err != nil {
 		return rep, err
 	}
 	defer db.Close()
 	var moves []move
 	var extra []extraCopy
-	err = db.Update(func(tx *journal.Tx) error {
-		now := Now()
+	err = db.Update(func(tx journal.Tx) error {
+		// Each run (a store may retry) starts afresh.
+		moves, extra, rep.Freed, rep.Counts = nil, nil, []string{}, map[State]int{}
+		now := tx.Now()
 		for _, id := range ids {
 			found := where[id]
 			keep := found[0]
@@ -239,9 +242,9 @@ func tokenFloor(meta string) (uint64, error) {
 	if found && ceiling >= floor {
 		floor = ceiling + 1
 	}
-	olds, _ := filepath.Glob(filepath.Join(meta, journal.FileName+damagedSuffix+"*"))
-	for _, p := range append(olds, journal.Path(meta)) {
-		if tok, ok := journal.SalvageToken(p); ok && tok >= floor {
+	olds, _ := filepath.Glob(filepath.Join(meta, boltstore.FileName+damagedSuffix+"*"))
+	for _, p := range append(olds, boltstore.Path(meta)) {
+		if tok, ok := boltstore.SalvageToken(p); ok && tok >= floor {
 			floor = tok + 1
 		}
 	}

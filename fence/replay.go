@@ -84,7 +84,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	if err := ctx.Err(); err != nil {
 		return ReplayReport{}, err
 	}
-	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: check, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
+	db, err := t.open(check)
 	if err != nil {
 		return ReplayReport{}, err
 	}
@@ -98,7 +98,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	}
 	var rep ReplayReport
 	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
-	err = db.View(func(tx *journal.Tx) error {
+	err = db.View(func(tx journal.Tx) error {
 		if err := st.compareJournal(tx, &rep); err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 
 // compareJournal folds the log and compares the result with what is
 // stored.
-func (st *replayState) compareJournal(tx *journal.Tx, rep *ReplayReport) error {
+func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
 	err := tx.Events(1, func(ev journal.Event) (bool, error) {
 		rep.Events++
@@ -229,7 +229,7 @@ func (st *replayState) compareJournal(tx *journal.Tx, rep *ReplayReport) error {
 // next claim could reissue one), and the ceiling's files at or above the
 // journal's own ceiling (else a lost journal could be rebuilt below
 // tokens already issued: a file deleted or written over by hand).
-func (t *Tree) compareTokens(tx *journal.Tx, st *replayState, rep *ReplayReport) {
+func (t *Tree) compareTokens(tx journal.Tx, st *replayState, rep *ReplayReport) {
 	var top uint64
 	for tok := range st.claims {
 		top = max(top, tok)
@@ -376,9 +376,9 @@ func containsDir(dirs []fsmirror.Dir, d fsmirror.Dir) bool {
 }
 
 // repair writes what compareJournal and compareTree found.
-func (t *Tree) repair(db *journal.DB, st *replayState) error {
+func (t *Tree) repair(db journal.Store, st *replayState) error {
 	if st.rebuild {
-		err := db.Update(func(tx *journal.Tx) error {
+		err := db.Update(func(tx journal.Tx) error {
 			if err := tx.Reset(); err != nil {
 				return err
 			}
@@ -402,7 +402,7 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 		}
 	}
 	if st.counter > 0 {
-		if err := db.Update(func(tx *journal.Tx) error { return tx.RaiseCounter(st.counter) }); err != nil {
+		if err := db.Update(func(tx journal.Tx) error { return tx.RaiseCounter(st.counter) }); err != nil {
 			return fmt.Errorf("raise the token counter: %w", err)
 		}
 	}
@@ -413,27 +413,29 @@ func (t *Tree) repair(db *journal.DB, st *replayState) error {
 	}
 	crashAt("replay:after-rebuild")
 	if len(st.adopt) > 0 {
-		err := db.Update(func(tx *journal.Tx) error {
+		err := db.Update(func(tx journal.Tx) error {
 			d, err := tx.Defaults()
 			if err != nil {
 				return err
 			}
-			now := Now()
+			now := tx.Now()
 			for _, a := range st.adopt {
 				if _, _, err := commit(tx, nil, adoptEvent(a.id, a.from, a.to, d.MaxAttempts, now)); err != nil {
 					return err
 				}
-				st.moves = append(st.moves, move{id: a.id, from: a.from, to: DirOf(a.to)})
 			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("adopt unknown files: %w", err)
 		}
+		for _, a := range st.adopt {
+			st.moves = append(st.moves, move{id: a.id, from: a.from, to: DirOf(a.to)})
+		}
 	}
 	if len(st.missing) > 0 {
-		err := db.Update(func(tx *journal.Tx) error {
-			now := Now()
+		err := db.Update(func(tx journal.Tx) error {
+			now := tx.Now()
 			for _, id := range st.missing {
 				rec, ok, err := tx.Task(id)
 				if err != nil {

@@ -160,7 +160,7 @@ func (t *Tree) ensure(m move) error {
 // Writers are serialised by the lock, so only the last commit can be
 // behind; this costs one read and a stat per task it touched, or nothing
 // when the writer of that commit marked its moves done.
-func (t *Tree) settle(db *journal.DB) error {
+func (t *Tree) settle(db journal.Store) error {
 	head, err := db.Head()
 	if err != nil {
 		return err
@@ -170,7 +170,7 @@ func (t *Tree) settle(db *journal.DB) error {
 	}
 	var todo []move
 	var last []journal.Event
-	err = db.View(func(tx *journal.Tx) error {
+	err = db.View(func(tx journal.Tx) error {
 		evs, err := tx.LastCommit()
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencectl/fencectl/fence"
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // replay --check reports the marks that keep tokens from going back when
@@ -25,7 +26,7 @@ func TestTree_ReplayRestoresTokenMarks(t *testing.T) {
 		}
 	}
 	// The counter, by hand, below the token just issued.
-	b, err := bolt.Open(journal.Path(meta), 0o600, nil)
+	b, err := bolt.Open(boltstore.Path(meta), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

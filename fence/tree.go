@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // DefaultTimeout bounds the wait for the journal lock.
@@ -36,6 +37,9 @@ type Options struct {
 	// BoltLockOnly skips the blocking flock on .fence/lock and relies on
 	// bbolt's polling file lock: for measuring the difference only.
 	BoltLockOnly bool
+	// Backend is the store that holds the journal; nil is the bbolt store
+	// in .fence/journal.db.
+	Backend journal.Backend
 }
 
 // Notice is a side report: something found and handled, or left alone.
@@ -53,6 +57,7 @@ type Tree struct {
 	metaDir string
 	mirror  *fsmirror.Mirror
 	opts    Options
+	store   journal.Backend
 	batch   *batcher
 }
 
@@ -103,7 +108,7 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 	}
 	res.Root = abs
 	meta := filepath.Join(abs, string(fsmirror.Meta))
-	exists, err := journal.Exists(meta)
+	exists, err := boltstore.Exists(meta)
 	if err != nil {
 		return res, err
 	}
@@ -118,29 +123,29 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 	}
 	defer m.Close()
 	if exists { // an existing tree: a reader, under the shared lock
-		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout})
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: Now})
 		return res, err
 	}
-	lock, err := journal.AcquireLock(filepath.Join(meta, journal.LockName), true, timeout)
+	lock, err := boltstore.AcquireLock(filepath.Join(meta, boltstore.LockName), true, timeout)
 	if err != nil {
 		return res, err
 	}
 	defer lock.Release()
-	if exists, err = journal.Exists(meta); err != nil {
+	if exists, err = boltstore.Exists(meta); err != nil {
 		return res, err
 	} else if exists { // another init won the race (we hold the lock: bbolt's alone)
-		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true})
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: Now})
 		return res, err
 	}
 	if err := refuseOrphanTasks(abs); err != nil {
 		return res, err
 	}
-	journal.SweepCreating(meta)
+	boltstore.SweepCreating(meta)
 	seed, err := tokenFloor(meta)
 	if err != nil {
 		return res, err
 	}
-	if err := journal.CreateSeeded(meta, d, seed); err != nil {
+	if err := boltstore.CreateSeeded(meta, d, seed); err != nil {
 		return res, err
 	}
 	res.Created = true
@@ -150,12 +155,12 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 // readDefaults opens the journal in meta with o and reads the tree's
 // settings.
 func readDefaults(meta string, o journal.OpenOptions) (d journal.Defaults, err error) {
-	db, err := journal.Open(meta, o)
+	db, err := boltstore.Open(meta, o)
 	if err != nil {
 		return d, err
 	}
 	defer db.Close()
-	err = db.View(func(tx *journal.Tx) error {
+	err = db.View(func(tx journal.Tx) error {
 		d, err = tx.Defaults()
 		return err
 	})
@@ -170,10 +175,14 @@ func Open(root string, o Options) (*Tree, error) {
 		return nil, err
 	}
 	meta := filepath.Join(abs, string(fsmirror.Meta))
-	if ok, err := journal.Exists(meta); err != nil {
+	store := o.Backend
+	if store == nil {
+		store = boltstore.Backend{}
+	}
+	if ok, err := store.Exists(meta); err != nil {
 		return nil, err
 	} else if !ok {
-		return nil, &NoJournalError{Path: journal.Path(meta)}
+		return nil, &NoJournalError{Path: store.Path(meta)}
 	}
 	m, err := fsmirror.Open(abs)
 	if err != nil {
@@ -183,7 +192,7 @@ func Open(root string, o Options) (*Tree, error) {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
-	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, batch: &batcher{writerSlot: &writerSlot{}}}
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, batch: &batcher{writerSlot: &writerSlot{}}}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify("warning", abs, warning)
 	}
@@ -204,7 +213,7 @@ func (t *Tree) CloseAtExit() error {
 
 // Close releases the tree's directory handles.
 func (t *Tree) Close() error {
-	if db := t.batch.idle.Swap(nil); db != nil {
+	if db := t.batch.takeIdle(); db != nil {
 		db.Close()
 	}
 	return t.mirror.Close()
@@ -232,7 +241,7 @@ var errNoChange = errors.New("no change")
 // directory fsyncs for all of them, each answered only once its change is
 // durable. committed reports whether fn's change reached the disk, so a
 // caller knows whether to clean up after a failure.
-func (t *Tree) write(ctx context.Context, op string, fn func(tx *journal.Tx, now time.Time) ([]journal.Event, error)) (evs []journal.Event, committed bool, err error) {
+func (t *Tree) write(ctx context.Context, op string, fn func(tx journal.Tx, now time.Time) ([]journal.Event, error)) (evs []journal.Event, committed bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -242,21 +251,27 @@ func (t *Tree) write(ctx context.Context, op string, fn func(tx *journal.Tx, now
 }
 
 // read runs fn in a read-only transaction under the shared lock.
-func (t *Tree) read(ctx context.Context, fn func(tx *journal.Tx, now time.Time) error) error {
+func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	db, err := journal.Open(t.metaDir, journal.OpenOptions{ReadOnly: true, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly})
+	db, err := t.open(true)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	return db.View(func(tx *journal.Tx) error { return fn(tx, Now()) })
+	return db.View(func(tx journal.Tx) error { return fn(tx, tx.Now()) })
+}
+
+// open opens the tree's journal: for reading (under the shared lock), or
+// for writing, with the writer's turn.
+func (t *Tree) open(readOnly bool) (journal.Store, error) {
+	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly, Clock: Now})
 }
 
 // commit appends ev, folds it into the task's record and the token's claim
 // record, and stores both. prev is the record before (nil for add/adopt).
-func commit(tx *journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task, journal.Event, error) {
+func commit(tx journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task, journal.Event, error) {
 	ev, err := tx.Append(ev)
 	if err != nil {
 		return journal.Task{}, ev, err
@@ -290,7 +305,7 @@ func commit(tx *journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task,
 // trackRequest keeps the request index in step with a claim: a claim made
 // for a request id is findable by (agent, request id) while it is current,
 // and forgotten when it ends.
-func trackRequest(tx *journal.Tx, c journal.Claim) error {
+func trackRequest(tx journal.Tx, c journal.Claim) error {
 	if c.RequestID == "" {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/fencectl/fencectl/fence"
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 func TestTree_Init(t *testing.T) {
@@ -72,7 +73,7 @@ func TestTree_InitInvalidDefaults(t *testing.T) {
 		if !errors.As(err, &ie) {
 			t.Errorf("Init(%+v): err = %v, want *InvalidInputError", d, err)
 		}
-		if ok, _ := journal.Exists(filepath.Join(root, ".fence")); ok {
+		if ok, _ := boltstore.Exists(filepath.Join(root, ".fence")); ok {
 			t.Errorf("Init(%+v) made a journal although refused", d)
 		}
 	}
@@ -1162,7 +1163,7 @@ func TestTree_Busy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer impatient.Close()
-	l, err := journal.AcquireLock(filepath.Join(tree.Root(), ".fence", journal.LockName), true, time.Second)
+	l, err := boltstore.AcquireLock(filepath.Join(tree.Root(), ".fence", boltstore.LockName), true, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1507,11 +1508,11 @@ func TestTree_ReplayRebuildsRecords(t *testing.T) {
 	add(t, tree, "t1", 0)
 	c := claim(t, tree, "t1", "a")
 	// Damage a derived record behind fencectl's back.
-	db, err := journal.Open(filepath.Join(tree.Root(), ".fence"), journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(filepath.Join(tree.Root(), ".fence"), journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *journal.Tx) error {
+	err = db.Update(func(tx journal.Tx) error {
 		rec, _, err := tx.Task("t1")
 		if err != nil {
 			return err

@@ -45,9 +45,6 @@ const CeilingStep = 1 << 32
 // claims more is refused, not trusted (a real one is near 2^51 today).
 const maxCeiling = math.MaxUint64 / 4
 
-// keyCeiling is the meta key of the journal's copy of the ceiling.
-const keyCeiling = "token_ceiling"
-
 // CeilingPaths returns the ceiling's files for the journal in dir: the copy
 // in dir and the copy in its parent, the tree root.
 func CeilingPaths(dir string) []string {
@@ -171,65 +168,11 @@ func writeCeilingFile(path string, v uint64) (err error) {
 	return fsyncPath(filepath.Dir(path))
 }
 
-// reserve makes sure token next is below the durable ceiling before it is
-// issued, raising the ceiling when next would pass it, and returns the
-// token to issue: next, or more when a ceiling file records more than
-// this journal knows (the journal was restored from an older copy, or the
-// commit of an earlier raise was lost), since tokens up to that ceiling
-// may have been issued.
-//
-// The files are read when a token would pass the journal's copy, and once
-// per opened handle (a CLI command opens one): a journal.db put back from
-// a backup has an old counter and an old copy of the ceiling, and only
-// the files know that tokens above them went out since.
-func (t *Tx) reserve(next uint64) (uint64, error) {
-	meta := t.tx.Bucket(bucketMeta)
-	ceiling := getU64(meta.Get([]byte(keyCeiling)))
-	checked := t.ceilingChecked != nil && *t.ceilingChecked
-	if next <= ceiling && checked {
-		return next, nil
-	}
-	if t.dir == "" {
-		return 0, errors.New("issue a token: the transaction does not know its journal's directory")
-	}
-	// An unreadable copy is rewritten below: this journal bounds every
-	// token it issued, so only the copy's news (if any) is lost.
-	onFile, ok, _ := ReadCeiling(t.dir)
-	if t.ceilingChecked != nil {
-		*t.ceilingChecked = true
-	}
-	if next <= ceiling && (!ok || onFile <= ceiling) {
-		return next, nil // the files agree: tokens up to ceiling are ours to issue
-	}
-	if ok && onFile > ceiling && onFile >= next {
-		next = onFile + 1
-	}
-	t.wrote()
-	raised := next + CeilingStep
-	if err := RaiseCeiling(t.dir, raised); err != nil {
-		return 0, err
-	}
-	return next, meta.Put([]byte(keyCeiling), u64(raised))
-}
-
-// Ceiling returns the journal's copy of the token ceiling (0 before the
-// first claim of a journal made before ceilings existed).
-func (t *Tx) Ceiling() uint64 {
-	return getU64(t.tx.Bucket(bucketMeta).Get([]byte(keyCeiling)))
-}
-
-// RaiseCounter sets the token counter to at least v, with the ceiling
-// above it: replay's repair of a counter found below a token the log
-// issued.
-func (t *Tx) RaiseCounter(v uint64) error {
-	meta := t.tx.Bucket(bucketMeta)
-	if getU64(meta.Get([]byte(keyToken))) >= v {
-		return nil
-	}
-	t.wrote()
-	v, err := t.reserve(v)
+func fsyncPath(p string) error {
+	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
-	return meta.Put([]byte(keyToken), u64(v))
+	defer f.Close()
+	return f.Sync()
 }

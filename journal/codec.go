@@ -72,7 +72,10 @@ func (e *encoder) leaseEnd(l *LeaseEnd) {
 	e.str(l.Reason)
 }
 
-func encodeTask(t Task) []byte {
+// EncodeTask, EncodeClaim, EncodeEvent and EncodeDefaults write a record in
+// the binary form every backend stores; the Decode functions read it back
+// (and the JSON records of older journals).
+func EncodeTask(t Task) []byte {
 	e := encoder{b: make([]byte, 0, 128)}
 	e.b = append(e.b, codecV1)
 	e.str(t.ID)
@@ -99,7 +102,8 @@ func encodeTask(t Task) []byte {
 	return e.b
 }
 
-func encodeClaim(c Claim) []byte {
+// EncodeClaim writes a claim record (see EncodeTask).
+func EncodeClaim(c Claim) []byte {
 	e := encoder{b: make([]byte, 0, 96)}
 	e.b = append(e.b, codecV1)
 	e.uint(c.Token)
@@ -114,7 +118,8 @@ func encodeClaim(c Claim) []byte {
 	return e.b
 }
 
-func encodeEvent(ev Event) []byte {
+// EncodeEvent writes an event (see EncodeTask).
+func EncodeEvent(ev Event) []byte {
 	e := encoder{b: make([]byte, 0, 96)}
 	e.b = append(e.b, codecV1)
 	e.uint(ev.Seq)
@@ -262,7 +267,8 @@ func (d *decoder) end() error {
 	return d.err
 }
 
-func decodeTask(v []byte) (Task, error) {
+// DecodeTask reads a task record written by EncodeTask (or as JSON).
+func DecodeTask(v []byte) (Task, error) {
 	d := decoder{b: v}
 	if !d.start() {
 		var t Task
@@ -286,7 +292,8 @@ func decodeTask(v []byte) (Task, error) {
 	return t, nil
 }
 
-func decodeClaim(v []byte) (Claim, error) {
+// DecodeClaim reads a claim written by EncodeClaim (or as JSON).
+func DecodeClaim(v []byte) (Claim, error) {
 	d := decoder{b: v}
 	if !d.start() {
 		var c Claim
@@ -303,7 +310,8 @@ func decodeClaim(v []byte) (Claim, error) {
 	return c, nil
 }
 
-func decodeEventRecord(v []byte) (Event, error) {
+// DecodeEvent reads an event written by EncodeEvent (or as JSON).
+func DecodeEvent(v []byte) (Event, error) {
 	d := decoder{b: v}
 	if !d.start() {
 		var ev Event
@@ -327,7 +335,8 @@ func decodeEventRecord(v []byte) (Event, error) {
 	return ev, nil
 }
 
-func encodeDefaults(d Defaults) []byte {
+// EncodeDefaults writes the tree-wide defaults (see EncodeTask).
+func EncodeDefaults(d Defaults) []byte {
 	e := encoder{b: make([]byte, 0, 16)}
 	e.b = append(e.b, codecV1)
 	e.int(int64(d.TTL))
@@ -335,7 +344,8 @@ func encodeDefaults(d Defaults) []byte {
 	return e.b
 }
 
-func decodeDefaults(v []byte) (Defaults, error) {
+// DecodeDefaults reads defaults written by EncodeDefaults (or as JSON).
+func DecodeDefaults(v []byte) (Defaults, error) {
 	d := decoder{b: v}
 	if !d.start() {
 		var def Defaults

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/fencectl/fencectl/journal"
 )
+
+// t0 is the fixed time the records carry.
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // utc is how the codec returns times: the same instant, in UTC.
 func utc(t time.Time) time.Time {
@@ -175,77 +176,5 @@ func FuzzCodecRoundTrip(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(gotC, wantC) {
 			t.Fatalf("claim round trip:\n got %+v, %v\nwant %+v", gotC, err, wantC)
 		}
-	})
-}
-
-// A version 1 journal (JSON records) is read as it is, and its first write
-// marks it version 2, so that an older fencectl refuses it cleanly instead
-// of failing on the binary records that write adds.
-func TestCodec_UpgradesVersion1Journal(t *testing.T) {
-	dir := newJournalClosed(t)
-	old := sampleTask()
-	oldJSON, _ := json.Marshal(old)
-	b, err := bolt.Open(journal.Path(dir), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = b.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket([]byte("meta")).Put([]byte("version"), []byte("1")); err != nil {
-			return err
-		}
-		return tx.Bucket([]byte("tasks")).Put([]byte(old.ID), oldJSON)
-	})
-	b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	version := func() string {
-		t.Helper()
-		b, err := bolt.Open(journal.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		var v string
-		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
-		return v
-	}
-
-	ro, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		t.Fatalf("Open of a version 1 journal: %v", err)
-	}
-	view(t, ro, func(tx *journal.Tx) error {
-		if got, ok, err := tx.Task(old.ID); err != nil || !ok || got.Lease == nil || got.Lease.Token != old.Lease.Token {
-			t.Errorf("JSON record in a version 1 journal: %+v, %v, %v", got, ok, err)
-		}
-		return nil
-	})
-	ro.Close()
-	if v := version(); v != "1" {
-		t.Fatalf("reading changed the version to %q", v)
-	}
-
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addTask(t, db, "new")
-	db.Close()
-	if v := version(); v != journal.SchemaVersion {
-		t.Errorf("version after the first write = %q; want %q", v, journal.SchemaVersion)
-	}
-	db, err = journal.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	view(t, db, func(tx *journal.Tx) error {
-		for _, id := range []string{old.ID, "new"} {
-			if _, ok, err := tx.Task(id); err != nil || !ok {
-				t.Errorf("task %s after the upgrade: ok=%v err=%v", id, ok, err)
-			}
-		}
-		return nil
 	})
 }

@@ -1,40 +1,32 @@
-// Package journal is fencectl's source of truth: a bbolt database that holds
-// every task record, the indexes that make claims cheap, the token counter and
-// the append-only event log. It knows nothing of directories; package fence
-// decides what a change means and package fsmirror moves the files.
+// Package journal is the storage port of fencectl's source of truth: the
+// record types (Task, Claim, Event, Defaults), the interfaces every store
+// implements (Backend, Store, Tx), the binary codec the records are stored
+// in, the token ceiling's files and the errors shared by every backend. It
+// imports no backend: the bbolt store is package journal/bolt, and the
+// contract a store must meet is package journal/journaltest.
 //
-// # Buckets
+// # Transactions
 //
-//   - meta: schema version, tree id, defaults, the token counter, per-state
-//     counts and the range of events written by the last commit.
-//   - tasks: id → Task record (JSON).
-//   - ready: (descending priority, creation seq) → id, for every available
-//     task, so claim-next reads the first key: O(log n).
-//   - expiry: (deadline, token) → id, for every claimed task, so reaping costs
-//     O(expired), not O(tasks).
-//   - claims: token → Claim, one per token ever issued, so a stale token can be
-//     explained (who lost it, when, how) long after the task moved on.
-//   - events: big-endian seq → Event (JSON), append-only.
+// Every state change is one Store.Update: the events it appends and the
+// records it puts commit together or not at all. A store may run the
+// function of an Update more than once (an optimistic store retries on a
+// conflict), so the function starts afresh on every run.
 //
-// # Locking
+// # Writers
 //
-// bbolt's own file lock polls every 50 ms. Every process therefore takes a
-// blocking flock on .fence/lock first (exclusive for writers, shared for
-// readers) and only then opens bbolt, so bbolt's lock never contends. The
-// wait is bounded; when it runs out the caller gets ErrBusy.
+// fence assumes no process-wide lock. A store that lets one writer in at a
+// time (bbolt, through a flock) says so with Store.Exclusive; fence's
+// crash finish ("only the last commit can be unfinished") relies on it.
+//
+// # Time
+//
+// Lease expiry is judged by the store's clock, Tx.Now: the local clock for
+// bbolt, the cluster's for a store that has one.
 //
 // # Tokens
 //
 // A fencing token is a uint64 strictly above every token the journal has
-// issued. The counter starts at the creation time in microseconds and every
-// claim takes max(counter+1, now in µs), below a ceiling kept outside
-// journal.db (ceiling.go), so a journal rebuilt after a loss starts above
-// any token an older journal handed out, even with the clock behind.
-//
-// # Damage
-//
-// bbolt reads pages through mmap and panics on some corruption. Every
-// transaction runs with debug.SetPanicOnFault and a recover that turns a
-// panic or a memory fault into a *CorruptError naming the file, so no stack
-// trace reaches a user.
+// issued, kept below a ceiling recorded outside the store (ceiling.go), so a
+// journal rebuilt after a loss starts above any token an older one handed
+// out, even with the clock behind.
 package journal

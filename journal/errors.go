@@ -6,16 +6,16 @@ import (
 	"strconv"
 )
 
-// ErrBusy means the lock on .fence/lock was not obtained within the timeout:
-// another process holds the journal.
+// ErrBusy means the writer's turn (for bbolt, the lock on .fence/lock) was
+// not obtained within the timeout: another process holds the journal.
 var ErrBusy = errors.New("journal busy: another fencectl process holds the lock")
 
 // ErrNoJournal means the tree has no journal. Only `fencectl init` creates
 // one, so that a typo in --dir never makes a new, empty tree by accident.
 var ErrNoJournal = errors.New("no journal")
 
-// CorruptError reports a journal file that cannot be read: truncated,
-// overwritten, or not a bbolt file. (A journal of another schema version
+// CorruptError reports a journal that cannot be read: for bbolt, a file
+// truncated, overwritten, or not a bbolt file. (A journal of another schema version
 // is a *VersionError: readable, and never to be rebuilt.)
 type CorruptError struct {
 	Path   string

@@ -25,7 +25,7 @@ import (
 // people write (bugs found and fixed, notes).
 const marker = "<!-- everything below this line is written by hand and kept by make torture -->"
 
-var fuzzPackages = []string{"./fsmirror/", "./journal/", "./fence/", "./cmd/fencectl/"}
+var fuzzPackages = []string{"./fsmirror/", "./journal/", "./journal/bolt/", "./fence/", "./cmd/fencectl/"}
 
 func main() {
 	fuzztime := flag.Duration("fuzztime", 60*time.Second, "how long to run each fuzz target")

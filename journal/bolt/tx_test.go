@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 func TestTx_NextTokenStrictlyIncreases(t *testing.T) {
@@ -17,7 +18,7 @@ func TestTx_NextTokenStrictlyIncreases(t *testing.T) {
 	// and across several.
 	clocks := []time.Time{t0, t0, t0.Add(-time.Hour), t0.Add(time.Second), t0.Add(time.Second), time.Unix(0, 0), t0.Add(2 * time.Second)}
 	for i, now := range clocks {
-		update(t, db, func(tx *journal.Tx) error {
+		update(t, db, func(tx journal.Tx) error {
 			for j := 0; j < 1+i%3; j++ {
 				tok, err := tx.NextToken(now)
 				if err != nil {
@@ -45,7 +46,7 @@ func TestTx_NextTokenStrictlyIncreases(t *testing.T) {
 	// A jump of the clock is taken: the token is the clock's µs.
 	var jumped uint64
 	later := t0.Add(24 * time.Hour)
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		var err error
 		jumped, err = tx.NextToken(later)
 		return err
@@ -59,11 +60,11 @@ func TestTx_NextTokenPersists(t *testing.T) {
 	dir := newJournalClosed(t)
 	var last uint64
 	for i := 0; i < 3; i++ {
-		db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+		db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		update(t, db, func(tx *journal.Tx) error {
+		update(t, db, func(tx journal.Tx) error {
 			if tx.LastToken() != last && last != 0 {
 				t.Errorf("reopened journal: LastToken = %d, want %d", tx.LastToken(), last)
 			}
@@ -85,7 +86,7 @@ func TestTx_FreshJournalStartsAboveOldTokens(t *testing.T) {
 	// lost and rebuilt a second later.
 	old, _ := newJournal(t)
 	var highest uint64
-	update(t, old, func(tx *journal.Tx) error {
+	update(t, old, func(tx journal.Tx) error {
 		for i := 0; i < 100; i++ {
 			tok, err := tx.NextToken(t0.Add(time.Duration(i) * time.Microsecond / 2))
 			if err != nil {
@@ -96,15 +97,15 @@ func TestTx_FreshJournalStartsAboveOldTokens(t *testing.T) {
 		return nil
 	})
 	dir := t.TempDir()
-	if err := journal.Create(dir, defaults, t0.Add(time.Second)); err != nil {
+	if err := boltstore.Create(dir, defaults, t0.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	fresh, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	update(t, fresh, func(tx *journal.Tx) error {
+	update(t, fresh, func(tx journal.Tx) error {
 		if tx.LastToken() <= highest {
 			t.Errorf("fresh journal's counter %d is not above the old journal's last token %d", tx.LastToken(), highest)
 		}
@@ -117,7 +118,7 @@ func TestTx_FreshJournalStartsAboveOldTokens(t *testing.T) {
 
 	// The same with the real clock, as fencectl uses it.
 	realOld := newJournalAt(t, time.Now())
-	update(t, realOld, func(tx *journal.Tx) error {
+	update(t, realOld, func(tx journal.Tx) error {
 		for i := 0; i < 3; i++ {
 			tok, err := tx.NextToken(time.Now())
 			if err != nil {
@@ -128,7 +129,7 @@ func TestTx_FreshJournalStartsAboveOldTokens(t *testing.T) {
 		return nil
 	})
 	realFresh := newJournalAt(t, time.Now())
-	update(t, realFresh, func(tx *journal.Tx) error {
+	update(t, realFresh, func(tx journal.Tx) error {
 		tok, err := tx.NextToken(time.Now())
 		if tok <= highest {
 			t.Errorf("real clock: fresh journal's first token %d is not above the old one's %d", tok, highest)
@@ -138,13 +139,13 @@ func TestTx_FreshJournalStartsAboveOldTokens(t *testing.T) {
 }
 
 // newJournalAt creates and opens a journal seeded at now.
-func newJournalAt(t *testing.T, now time.Time) *journal.DB {
+func newJournalAt(t *testing.T, now time.Time) *boltstore.DB {
 	t.Helper()
 	dir := t.TempDir()
-	if err := journal.Create(dir, defaults, now); err != nil {
+	if err := boltstore.Create(dir, defaults, now); err != nil {
 		t.Fatal(err)
 	}
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestTx_ReadyOrder(t *testing.T) {
 		available("neg1", -1, 5),
 	}
 	want := []string{"max", "p10-old", "p10-young", "p1", "p0-old", "p0-young", "neg1", "neg", "min"}
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		for _, r := range recs {
 			if err := tx.PutTask(nil, r); err != nil {
 				return err
@@ -177,8 +178,8 @@ func TestTx_ReadyOrder(t *testing.T) {
 	})
 	var got []string
 	for i := range want {
-		update(t, db, func(tx *journal.Tx) error {
-			id, ok := tx.NextReady()
+		update(t, db, func(tx journal.Tx) error {
+			id, ok := tx.(*boltstore.Tx).NextReady()
 			if !ok {
 				t.Fatalf("NextReady: nothing after %v", got)
 			}
@@ -196,8 +197,8 @@ func TestTx_ReadyOrder(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("claim order = %v\nwant            %v", got, want)
 	}
-	view(t, db, func(tx *journal.Tx) error {
-		if id, ok := tx.NextReady(); ok {
+	view(t, db, func(tx journal.Tx) error {
+		if id, ok := tx.(*boltstore.Tx).NextReady(); ok {
 			t.Errorf("NextReady = %q after every task was claimed", id)
 		}
 		return nil
@@ -207,7 +208,7 @@ func TestTx_ReadyOrder(t *testing.T) {
 func TestTx_ReadyIndexFollowsRecord(t *testing.T) {
 	db, _ := newJournal(t)
 	a, b := available("a", 0, 1), available("b", 0, 2)
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		if err := tx.PutTask(nil, a); err != nil {
 			return err
 		}
@@ -216,9 +217,9 @@ func TestTx_ReadyIndexFollowsRecord(t *testing.T) {
 	// Raising b's priority moves it ahead; the old key must be gone.
 	b2 := b
 	b2.Priority = 5
-	update(t, db, func(tx *journal.Tx) error { return tx.PutTask(&b, b2) })
-	view(t, db, func(tx *journal.Tx) error {
-		if id, _ := tx.NextReady(); id != "b" {
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(&b, b2) })
+	view(t, db, func(tx journal.Tx) error {
+		if id, _ := tx.(*boltstore.Tx).NextReady(); id != "b" {
 			t.Errorf("NextReady = %q, want b after raising its priority", id)
 		}
 		if ready, _ := tx.IndexSizes(); ready != 2 {
@@ -229,9 +230,9 @@ func TestTx_ReadyIndexFollowsRecord(t *testing.T) {
 	// Done leaves the index; requeue puts it back.
 	d := b2
 	d.State = journal.Done
-	update(t, db, func(tx *journal.Tx) error { return tx.PutTask(&b2, d) })
-	view(t, db, func(tx *journal.Tx) error {
-		if id, _ := tx.NextReady(); id != "a" {
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(&b2, d) })
+	view(t, db, func(tx journal.Tx) error {
+		if id, _ := tx.(*boltstore.Tx).NextReady(); id != "a" {
 			t.Errorf("NextReady = %q, want a once b is done", id)
 		}
 		if ready, _ := tx.IndexSizes(); ready != 1 {
@@ -252,7 +253,7 @@ func TestTx_ExpiryIndex(t *testing.T) {
 	}
 	tokens := map[string]uint64{"d3": 10, "d1": 11, "d2": 12, "d1b": 13, "d0": 14}
 	recs := map[string]journal.Task{}
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		seq := uint64(0)
 		for _, id := range []string{"d3", "d1", "d2", "d1b", "d0"} {
 			seq++
@@ -275,7 +276,7 @@ func TestTx_ExpiryIndex(t *testing.T) {
 		{t0.Add(2*time.Minute + time.Second), []string{"d0", "d1", "d1b", "d2"}},
 		{t0.Add(time.Hour), []string{"d0", "d1", "d1b", "d2", "d3"}},
 	} {
-		view(t, db, func(tx *journal.Tx) error {
+		view(t, db, func(tx journal.Tx) error {
 			got := tx.Expired(tc.now)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Expired(t0%+v) = %v, want %v", tc.now.Sub(t0), got, tc.want)
@@ -283,7 +284,7 @@ func TestTx_ExpiryIndex(t *testing.T) {
 			return nil
 		})
 	}
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error {
 		var all []string
 		if err := tx.Leases(func(id string) error { all = append(all, id); return nil }); err != nil {
 			return err
@@ -300,7 +301,7 @@ func TestTx_ExpiryIndex(t *testing.T) {
 	hb.Lease = &l
 	done := recs["d0"]
 	done.State, done.Lease = journal.Done, nil
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		old := recs["d1"]
 		if err := tx.PutTask(&old, hb); err != nil {
 			return err
@@ -308,7 +309,7 @@ func TestTx_ExpiryIndex(t *testing.T) {
 		old0 := recs["d0"]
 		return tx.PutTask(&old0, done)
 	})
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error {
 		if got, want := tx.Expired(t0.Add(2*time.Minute)), []string{"d1b", "d2"}; !reflect.DeepEqual(got, want) {
 			t.Errorf("after heartbeat and complete: Expired = %v, want %v", got, want)
 		}
@@ -324,7 +325,7 @@ func TestTx_Counts(t *testing.T) {
 	a := available("a", 0, 1)
 	b := available("b", 0, 2)
 	c := available("c", 0, 3)
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		for _, r := range []journal.Task{a, b, c} {
 			if err := tx.PutTask(nil, r); err != nil {
 				return err
@@ -334,7 +335,7 @@ func TestTx_Counts(t *testing.T) {
 	})
 	check := func(want map[journal.State]int) {
 		t.Helper()
-		view(t, db, func(tx *journal.Tx) error {
+		view(t, db, func(tx journal.Tx) error {
 			got := tx.Counts()
 			for _, s := range journal.States {
 				if got[s] != want[s] {
@@ -348,7 +349,7 @@ func TestTx_Counts(t *testing.T) {
 	ac := claimed(a, 1, t0.Add(time.Minute))
 	bf := b
 	bf.State = journal.Failed
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		if err := tx.PutTask(&a, ac); err != nil {
 			return err
 		}
@@ -357,12 +358,12 @@ func TestTx_Counts(t *testing.T) {
 	check(map[journal.State]int{journal.Available: 1, journal.Claimed: 1, journal.Failed: 1})
 	ad := ac
 	ad.State, ad.Lease = journal.Done, nil
-	update(t, db, func(tx *journal.Tx) error { return tx.PutTask(&ac, ad) })
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(&ac, ad) })
 	check(map[journal.State]int{journal.Available: 1, journal.Done: 1, journal.Failed: 1})
 	// Rewriting a record in the same state keeps the count.
 	c2 := c
 	c2.Priority = 3
-	update(t, db, func(tx *journal.Tx) error { return tx.PutTask(&c, c2) })
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(&c, c2) })
 	check(map[journal.State]int{journal.Available: 1, journal.Done: 1, journal.Failed: 1})
 }
 
@@ -372,8 +373,8 @@ func TestTx_TaskRoundTrip(t *testing.T) {
 	rec.Attempts = 2
 	rec.Lease.RequestID = "req-1"
 	rec.Last = &journal.LeaseEnd{Token: 1000, Agent: "old", At: t0.Add(-time.Minute), By: journal.EvReap, Reason: "lease expired"}
-	update(t, db, func(tx *journal.Tx) error { return tx.PutTask(nil, rec) })
-	view(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(nil, rec) })
+	view(t, db, func(tx journal.Tx) error {
 		got, ok, err := tx.Task("t1")
 		if err != nil || !ok {
 			t.Fatalf("Task(t1) = ok %v, err %v", ok, err)
@@ -402,7 +403,7 @@ func TestTx_Claims(t *testing.T) {
 		{Token: 10, Task: "a", Agent: "y", At: t0, RequestID: "r", Ended: &journal.LeaseEnd{Token: 10, Agent: "y", At: t0.Add(time.Second), By: journal.EvRevoke}},
 		{Token: 20, Task: "a", Agent: "z", At: t0},
 	}
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		for _, c := range cs {
 			if err := tx.PutClaim(c); err != nil {
 				return err
@@ -410,7 +411,7 @@ func TestTx_Claims(t *testing.T) {
 		}
 		return nil
 	})
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error {
 		got, ok, err := tx.Claim(10)
 		if err != nil || !ok || !reflect.DeepEqual(got, cs[1]) {
 			t.Errorf("Claim(10) = %+v, %v, %v; want %+v", got, ok, err, cs[1])
@@ -432,7 +433,7 @@ func TestTx_Claims(t *testing.T) {
 func TestTx_Reset(t *testing.T) {
 	db, _ := newJournal(t)
 	var token uint64
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		for i, id := range []string{"a", "b", "c"} {
 			if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: id, To: journal.Available}); err != nil {
 				return err
@@ -452,9 +453,9 @@ func TestTx_Reset(t *testing.T) {
 		return tx.PutClaim(journal.Claim{Token: token, Task: "a", Agent: "x", At: t0})
 	})
 	var treeID string
-	view(t, db, func(tx *journal.Tx) error { treeID = tx.TreeID(); return nil })
-	update(t, db, func(tx *journal.Tx) error { return tx.Reset() })
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error { treeID = tx.(*boltstore.Tx).TreeID(); return nil })
+	update(t, db, func(tx journal.Tx) error { return tx.Reset() })
+	view(t, db, func(tx journal.Tx) error {
 		for s, n := range tx.Counts() {
 			if n != 0 {
 				t.Errorf("after Reset Counts[%s] = %d", s, n)
@@ -466,7 +467,7 @@ func TestTx_Reset(t *testing.T) {
 		if _, ok, _ := tx.Claim(token); ok {
 			t.Errorf("after Reset claim %d still stored", token)
 		}
-		if id, ok := tx.NextReady(); ok {
+		if id, ok := tx.(*boltstore.Tx).NextReady(); ok {
 			t.Errorf("after Reset NextReady = %q", id)
 		}
 		if ids := tx.Expired(t0.Add(time.Hour)); len(ids) != 0 {
@@ -486,7 +487,7 @@ func TestTx_Reset(t *testing.T) {
 		if tx.LastToken() != token {
 			t.Errorf("after Reset LastToken = %d, want %d", tx.LastToken(), token)
 		}
-		if tx.TreeID() != treeID {
+		if tx.(*boltstore.Tx).TreeID() != treeID {
 			t.Errorf("after Reset tree id changed")
 		}
 		if d, err := tx.Defaults(); err != nil || d != defaults {
@@ -495,9 +496,9 @@ func TestTx_Reset(t *testing.T) {
 		return nil
 	})
 	// The buckets work again after a Reset.
-	update(t, db, func(tx *journal.Tx) error { return tx.PutTask(nil, available("z", 0, 9)) })
-	view(t, db, func(tx *journal.Tx) error {
-		if id, _ := tx.NextReady(); id != "z" {
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(nil, available("z", 0, 9)) })
+	view(t, db, func(tx journal.Tx) error {
+		if id, _ := tx.(*boltstore.Tx).NextReady(); id != "z" {
 			t.Errorf("NextReady after Reset and a new put = %q, want z", id)
 		}
 		if tx.Counts()[journal.Available] != 1 {
@@ -510,7 +511,7 @@ func TestTx_Reset(t *testing.T) {
 func TestTx_ManyTasksIndexes(t *testing.T) {
 	db, _ := newJournal(t)
 	const n = 500
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		for i := 0; i < n; i++ {
 			// Priorities cycle 0..4; seq descending with i so that insertion
 			// order differs from age order.
@@ -520,8 +521,8 @@ func TestTx_ManyTasksIndexes(t *testing.T) {
 		}
 		return nil
 	})
-	view(t, db, func(tx *journal.Tx) error {
-		id, _ := tx.NextReady()
+	view(t, db, func(tx journal.Tx) error {
+		id, _ := tx.(*boltstore.Tx).NextReady()
 		// Highest priority 4: i%5==4, oldest = smallest seq = largest i.
 		if want := fmt.Sprintf("t%03d", n-1); id != want {
 			t.Errorf("NextReady = %s, want %s", id, want)
@@ -539,13 +540,13 @@ func TestTx_ExpiryIndexFarFuture(t *testing.T) {
 	db, _ := newJournal(t)
 	far := t0.Add(time.Duration(math.MaxInt64)) // the longest time.Duration: ~292 years
 	near := t0.Add(time.Minute)
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		if err := tx.PutTask(nil, claimed(available("far", 0, 1), 1, far)); err != nil {
 			return err
 		}
 		return tx.PutTask(nil, claimed(available("near", 0, 2), 2, near))
 	})
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error {
 		if got := tx.Expired(t0); len(got) != 0 {
 			t.Errorf("Expired(now) = %v, want nothing (deadlines %v and %v)", got, near, far)
 		}

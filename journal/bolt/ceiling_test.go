@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"errors"
@@ -13,20 +13,21 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // newTreeJournal makes a journal in <tmp>/.fence, as a tree has it, so the
 // ceiling's root copy lands in <tmp> and nowhere shared.
-func newTreeJournal(t *testing.T) (db *journal.DB, dir string) {
+func newTreeJournal(t *testing.T) (db *boltstore.DB, dir string) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), ".fence")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := journal.Create(dir, defaults, t0); err != nil {
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
 		t.Fatal(err)
 	}
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +35,10 @@ func newTreeJournal(t *testing.T) (db *journal.DB, dir string) {
 	return db, dir
 }
 
-func nextToken(t *testing.T, db *journal.DB, now time.Time) uint64 {
+func nextToken(t *testing.T, db *boltstore.DB, now time.Time) uint64 {
 	t.Helper()
 	var tok uint64
-	update(t, db, func(tx *journal.Tx) (err error) {
+	update(t, db, func(tx journal.Tx) (err error) {
 		tok, err = tx.NextToken(now)
 		return err
 	})
@@ -132,7 +133,7 @@ func TestCeiling_CrashBetweenRaiseAndCommit(t *testing.T) {
 
 	// The clock jumps a day ahead; the raise happens, the commit does not.
 	errCrash := errors.New("crash before commit")
-	err := db.Update(func(tx *journal.Tx) error {
+	err := db.Update(func(tx journal.Tx) error {
 		if _, err := tx.NextToken(t0.Add(24 * time.Hour)); err != nil {
 			return err
 		}
@@ -209,7 +210,7 @@ func TestCeiling_SalvageSeesCeiling(t *testing.T) {
 	db, dir := newTreeJournal(t)
 	tok := nextToken(t, db, t0)
 	db.Close()
-	got, ok := journal.SalvageToken(journal.Path(dir))
+	got, ok := boltstore.SalvageToken(boltstore.Path(dir))
 	if !ok || got < tok+journal.CeilingStep {
 		t.Fatalf("SalvageToken = %d, %v; want at least the ceiling %d", got, ok, tok+journal.CeilingStep)
 	}
@@ -222,7 +223,7 @@ func TestCeiling_Version2MarkedOnFirstWrite(t *testing.T) {
 	db, dir := newTreeJournal(t)
 	db.Close()
 	setVersion := func(v string) {
-		b, err := bolt.Open(journal.Path(dir), 0o600, nil)
+		b, err := bolt.Open(boltstore.Path(dir), 0o600, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +233,7 @@ func TestCeiling_Version2MarkedOnFirstWrite(t *testing.T) {
 		}
 	}
 	version := func() (v string) {
-		b, err := bolt.Open(journal.Path(dir), 0o600, &bolt.Options{ReadOnly: true})
+		b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +242,7 @@ func TestCeiling_Version2MarkedOnFirstWrite(t *testing.T) {
 		return v
 	}
 	setVersion("2")
-	ro, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+	ro, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("Open of a version 2 journal: %v", err)
 	}
@@ -249,7 +250,7 @@ func TestCeiling_Version2MarkedOnFirstWrite(t *testing.T) {
 	if v := version(); v != "2" {
 		t.Fatalf("a read changed the version to %q", v)
 	}
-	db, err = journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err = boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestCeiling_Version2MarkedOnFirstWrite(t *testing.T) {
 func TestCeiling_JournalRestoredFromBackup(t *testing.T) {
 	db, dir := newTreeJournal(t)
 	nextToken(t, db, t0)
-	backup, err := os.ReadFile(journal.Path(dir))
+	backup, err := os.ReadFile(boltstore.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,10 +278,10 @@ func TestCeiling_JournalRestoredFromBackup(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(journal.Path(dir), backup, 0o600); err != nil {
+	if err := os.WriteFile(boltstore.Path(dir), backup, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	restored, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	restored, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

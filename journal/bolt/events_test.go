@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"errors"
@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // appendN appends one event per task id in one transaction and returns
 // them as stored.
-func appendN(t *testing.T, db *journal.DB, typ journal.EventType, ids ...string) []journal.Event {
+func appendN(t *testing.T, db *boltstore.DB, typ journal.EventType, ids ...string) []journal.Event {
 	t.Helper()
 	var out []journal.Event
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		for _, id := range ids {
 			ev, err := tx.Append(journal.Event{Time: t0, Type: typ, Task: id, To: journal.Available})
 			if err != nil {
@@ -37,9 +38,9 @@ func seqs(evs []journal.Event) []uint64 {
 
 func TestEvents_AppendAssignsSeq(t *testing.T) {
 	db, _ := newJournal(t)
-	update(t, db, func(tx *journal.Tx) error {
-		if tx.NextSeq() != 1 {
-			t.Errorf("NextSeq of an empty log = %d, want 1", tx.NextSeq())
+	update(t, db, func(tx journal.Tx) error {
+		if tx.(*boltstore.Tx).NextSeq() != 1 {
+			t.Errorf("NextSeq of an empty log = %d, want 1", tx.(*boltstore.Tx).NextSeq())
 		}
 		dl := t0.Add(time.Minute)
 		in := journal.Event{Seq: 777, Time: t0, Type: journal.EvClaim, Task: "t1", From: journal.Available, To: journal.Claimed,
@@ -51,8 +52,8 @@ func TestEvents_AppendAssignsSeq(t *testing.T) {
 		if ev.Seq != 1 {
 			t.Errorf("first Append got seq %d, want 1 (the caller's Seq is ignored)", ev.Seq)
 		}
-		if tx.NextSeq() != 2 {
-			t.Errorf("NextSeq after one Append = %d, want 2", tx.NextSeq())
+		if tx.(*boltstore.Tx).NextSeq() != 2 {
+			t.Errorf("NextSeq after one Append = %d, want 2", tx.(*boltstore.Tx).NextSeq())
 		}
 		var stored []journal.Event
 		if err := tx.Events(1, func(e journal.Event) (bool, error) { stored = append(stored, e); return true, nil }); err != nil {
@@ -74,7 +75,7 @@ func TestEvents_ForwardAndBackward(t *testing.T) {
 	db, _ := newJournal(t)
 	appendN(t, db, journal.EvAdd, "a", "b", "c")
 	appendN(t, db, journal.EvAdd, "d", "e")
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error {
 		var fw []string
 		if err := tx.Events(1, func(e journal.Event) (bool, error) { fw = append(fw, e.Task); return true, nil }); err != nil {
 			return err
@@ -133,7 +134,7 @@ func TestEvents_LastCommit(t *testing.T) {
 	last := func() []journal.Event {
 		t.Helper()
 		var evs []journal.Event
-		view(t, db, func(tx *journal.Tx) error {
+		view(t, db, func(tx journal.Tx) error {
 			var err error
 			evs, err = tx.LastCommit()
 			return err
@@ -148,13 +149,13 @@ func TestEvents_LastCommit(t *testing.T) {
 		t.Errorf("LastCommit = %v, want the three events just appended %v", seqs(got), seqs(first))
 	}
 	// A transaction that appends nothing leaves LastCommit alone.
-	update(t, db, func(tx *journal.Tx) error { return tx.PutTask(nil, available("x", 0, 99)) })
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(nil, available("x", 0, 99)) })
 	if got := last(); !reflect.DeepEqual(got, first) {
 		t.Errorf("after a transaction without events, LastCommit = %v, want %v", seqs(got), seqs(first))
 	}
 	// A rolled-back transaction leaves it alone too.
 	boom := errors.New("boom")
-	err := db.Update(func(tx *journal.Tx) error {
+	err := db.Update(func(tx journal.Tx) error {
 		if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: "rolled-back"}); err != nil {
 			return err
 		}
@@ -175,9 +176,9 @@ func TestEvents_LastCommit(t *testing.T) {
 		t.Errorf("LastCommit = %v, want %v", seqs(got), seqs(two))
 	}
 	// Seqs continue across commits: 3 + 1 + 2 events, the rolled-back one not counted.
-	view(t, db, func(tx *journal.Tx) error {
-		if tx.NextSeq() != 7 {
-			t.Errorf("NextSeq = %d, want 7", tx.NextSeq())
+	view(t, db, func(tx journal.Tx) error {
+		if tx.(*boltstore.Tx).NextSeq() != 7 {
+			t.Errorf("NextSeq = %d, want 7", tx.(*boltstore.Tx).NextSeq())
 		}
 		return nil
 	})
@@ -185,7 +186,7 @@ func TestEvents_LastCommit(t *testing.T) {
 
 func TestEvents_LastCommitAfterReopen(t *testing.T) {
 	dir := newJournalClosed(t)
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,12 +195,12 @@ func TestEvents_LastCommitAfterReopen(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err = journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+	db, err = boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error {
 		got, err := tx.LastCommit()
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("LastCommit after reopen = %v, want %v", seqs(got), seqs(want))

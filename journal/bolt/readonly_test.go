@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // A reader's shared lock is taken on a read-only descriptor, so readers
@@ -20,7 +21,7 @@ func TestLock_SharedOpensReadOnly(t *testing.T) {
 	p := lockPath(t)
 	mustLock(t, p, true, time.Second).Release() // the file exists
 	l := mustLock(t, p, false, time.Second)
-	flags, err := journal.LockFlags(l)
+	flags, err := boltstore.LockFlags(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,12 +29,12 @@ func TestLock_SharedOpensReadOnly(t *testing.T) {
 		t.Errorf("shared lock opened with access mode %#o, want O_RDONLY", flags&unix.O_ACCMODE)
 	}
 	w := mustLockAfter(t, l, p)
-	if flags, _ := journal.LockFlags(w); flags&unix.O_ACCMODE != unix.O_RDWR {
+	if flags, _ := boltstore.LockFlags(w); flags&unix.O_ACCMODE != unix.O_RDWR {
 		t.Errorf("exclusive lock opened with access mode %#o, want O_RDWR", flags&unix.O_ACCMODE)
 	}
 }
 
-func mustLockAfter(t *testing.T, shared *journal.Lock, p string) *journal.Lock {
+func mustLockAfter(t *testing.T, shared *boltstore.Lock, p string) *boltstore.Lock {
 	t.Helper()
 	shared.Release()
 	return mustLock(t, p, true, time.Second)
@@ -45,11 +46,11 @@ func mustLockAfter(t *testing.T, shared *journal.Lock, p string) *journal.Lock {
 func TestOpen_ReaderOnReadOnlyMount(t *testing.T) {
 	for _, withLock := range []bool{true, false} {
 		dir := t.TempDir()
-		if err := journal.Create(dir, defaults, t0); err != nil {
+		if err := boltstore.Create(dir, defaults, t0); err != nil {
 			t.Fatal(err)
 		}
 		if withLock {
-			mustLock(t, filepath.Join(dir, journal.LockName), true, time.Second).Release()
+			mustLock(t, filepath.Join(dir, boltstore.LockName), true, time.Second).Release()
 		}
 		ro := filepath.Join(t.TempDir(), "ro")
 		if err := os.Mkdir(ro, 0o755); err != nil {
@@ -65,15 +66,15 @@ func TestOpen_ReaderOnReadOnlyMount(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(ro, "probe"), nil, 0o644); !errors.Is(err, unix.EROFS) {
 			t.Fatalf("the mount is not read-only: %v", err)
 		}
-		db, err := journal.Open(ro, journal.OpenOptions{ReadOnly: true, Timeout: generous})
+		db, err := boltstore.Open(ro, journal.OpenOptions{ReadOnly: true, Timeout: generous})
 		if err != nil {
 			t.Fatalf("reader Open on a read-only mount (lock file there: %v): %v", withLock, err)
 		}
-		if err := db.View(func(tx *journal.Tx) error { _, err := tx.Defaults(); return err }); err != nil {
+		if err := db.View(func(tx journal.Tx) error { _, err := tx.Defaults(); return err }); err != nil {
 			t.Errorf("View on a read-only mount: %v", err)
 		}
 		db.Close()
-		if _, err := journal.Open(ro, journal.OpenOptions{Timeout: generous}); err == nil {
+		if _, err := boltstore.Open(ro, journal.OpenOptions{Timeout: generous}); err == nil {
 			t.Errorf("a writer opened a journal on a read-only mount")
 		}
 	}
@@ -86,20 +87,20 @@ func TestOpen_ReaderOnReadOnlyMount(t *testing.T) {
 // bbolt's fixed second (exit 1).
 func TestOpen_LockFileRemovedWhileHeld(t *testing.T) {
 	dir := t.TempDir()
-	if err := journal.Create(dir, defaults, t0); err != nil {
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
 		t.Fatal(err)
 	}
-	writer, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	writer, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, journal.LockName)); err != nil {
+	if err := os.Remove(filepath.Join(dir, boltstore.LockName)); err != nil {
 		t.Fatal(err)
 	}
 	for _, ro := range []bool{false, true} {
 		const timeout = 1500 * time.Millisecond // longer than bbolt's old fixed second
 		start := time.Now()
-		db, err := journal.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: timeout})
+		db, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: timeout})
 		if err == nil {
 			db.Close()
 			t.Fatalf("Open (read-only %v) while the writer holds the journal succeeded", ro)
@@ -115,7 +116,7 @@ func TestOpen_LockFileRemovedWhileHeld(t *testing.T) {
 	}
 	// Once the writer lets go, the next one gets in.
 	writer.Close()
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: generous})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: generous})
 	if err != nil {
 		t.Fatalf("Open after the writer closed: %v", err)
 	}

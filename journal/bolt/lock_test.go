@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // generous bounds a wait that must end long before it: the tests assert
@@ -19,12 +20,12 @@ const generous = 10 * time.Second
 
 func lockPath(t *testing.T) string {
 	t.Helper()
-	return filepath.Join(t.TempDir(), journal.LockName)
+	return filepath.Join(t.TempDir(), boltstore.LockName)
 }
 
-func mustLock(t *testing.T, path string, exclusive bool, timeout time.Duration) *journal.Lock {
+func mustLock(t *testing.T, path string, exclusive bool, timeout time.Duration) *boltstore.Lock {
 	t.Helper()
-	l, err := journal.AcquireLock(path, exclusive, timeout)
+	l, err := boltstore.AcquireLock(path, exclusive, timeout)
 	if err != nil {
 		t.Fatalf("AcquireLock(exclusive=%v): %v", exclusive, err)
 	}
@@ -36,7 +37,7 @@ func TestLock_ExclusiveBlocksExclusive(t *testing.T) {
 	p := lockPath(t)
 	mustLock(t, p, true, time.Second)
 	start := time.Now()
-	l, err := journal.AcquireLock(p, true, 100*time.Millisecond)
+	l, err := boltstore.AcquireLock(p, true, 100*time.Millisecond)
 	if !errors.Is(err, journal.ErrBusy) {
 		l.Release()
 		t.Fatalf("second exclusive lock: err = %v, want ErrBusy", err)
@@ -54,7 +55,7 @@ func TestLock_ZeroTimeoutFailsAtOnce(t *testing.T) {
 	mustLock(t, p, true, time.Second)
 	done := make(chan error, 1)
 	go func() {
-		_, err := journal.AcquireLock(p, true, 0)
+		_, err := boltstore.AcquireLock(p, true, 0)
 		done <- err
 	}()
 	select {
@@ -77,7 +78,7 @@ func TestLock_SharedCoexist(t *testing.T) {
 func TestLock_SharedBlocksExclusive(t *testing.T) {
 	p := lockPath(t)
 	mustLock(t, p, false, time.Second)
-	if _, err := journal.AcquireLock(p, true, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(p, true, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("exclusive lock while a shared one is held: err = %v, want ErrBusy", err)
 	}
 }
@@ -85,7 +86,7 @@ func TestLock_SharedBlocksExclusive(t *testing.T) {
 func TestLock_ExclusiveBlocksShared(t *testing.T) {
 	p := lockPath(t)
 	mustLock(t, p, true, time.Second)
-	if _, err := journal.AcquireLock(p, false, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(p, false, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("shared lock while an exclusive one is held: err = %v, want ErrBusy", err)
 	}
 }
@@ -94,16 +95,16 @@ func TestLock_WaiterAcquiresOnRelease(t *testing.T) {
 	for _, exclusive := range []bool{true, false} {
 		t.Run(fmt.Sprintf("waiter-exclusive=%v", exclusive), func(t *testing.T) {
 			p := lockPath(t)
-			holder, err := journal.AcquireLock(p, true, time.Second)
+			holder, err := boltstore.AcquireLock(p, true, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
 			started := make(chan struct{})
 			got := make(chan error, 1)
-			var waiter *journal.Lock
+			var waiter *boltstore.Lock
 			go func() {
 				close(started)
-				l, err := journal.AcquireLock(p, exclusive, generous)
+				l, err := boltstore.AcquireLock(p, exclusive, generous)
 				waiter = l
 				got <- err
 			}()
@@ -128,7 +129,7 @@ func TestLock_WaiterAcquiresOnRelease(t *testing.T) {
 				}
 				defer waiter.Release()
 				// And it really holds it now.
-				if _, err := journal.AcquireLock(p, true, 0); !errors.Is(err, journal.ErrBusy) {
+				if _, err := boltstore.AcquireLock(p, true, 0); !errors.Is(err, journal.ErrBusy) {
 					t.Errorf("lock free although the waiter got it: err = %v", err)
 				}
 			case <-time.After(generous):
@@ -140,13 +141,13 @@ func TestLock_WaiterAcquiresOnRelease(t *testing.T) {
 
 func TestLock_AbandonedWaiterDoesNotKeepLock(t *testing.T) {
 	p := lockPath(t)
-	holder, err := journal.AcquireLock(p, true, time.Second)
+	holder, err := boltstore.AcquireLock(p, true, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Several waiters give up while the holder keeps the lock.
 	for i := 0; i < 3; i++ {
-		if _, err := journal.AcquireLock(p, i%2 == 0, 20*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+		if _, err := boltstore.AcquireLock(p, i%2 == 0, 20*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 			t.Fatalf("waiter %d: err = %v, want ErrBusy", i, err)
 		}
 	}
@@ -155,13 +156,13 @@ func TestLock_AbandonedWaiterDoesNotKeepLock(t *testing.T) {
 	}
 	// A third party gets the lock: the abandoned waits may grab it in
 	// passing, but must let go at once.
-	l, err := journal.AcquireLock(p, true, generous)
+	l, err := boltstore.AcquireLock(p, true, generous)
 	if err != nil {
 		t.Fatalf("third party after the holder released: %v", err)
 	}
 	defer l.Release()
 	// And keeps it: no abandoned waiter still competes for it afterwards.
-	if _, err := journal.AcquireLock(p, true, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(p, true, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 		t.Errorf("lock not held by the third party: err = %v", err)
 	}
 }
@@ -174,7 +175,7 @@ func TestLock_RetriesAgainstStuckHolderKeepDescriptorsFlat(t *testing.T) {
 	holder := mustLock(t, p, true, time.Second)
 	busy := func() {
 		t.Helper()
-		if _, err := journal.AcquireLock(p, true, time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+		if _, err := boltstore.AcquireLock(p, true, time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 			t.Fatalf("err = %v, want ErrBusy", err)
 		}
 	}
@@ -190,7 +191,7 @@ func TestLock_RetriesAgainstStuckHolderKeepDescriptorsFlat(t *testing.T) {
 	if err := holder.Release(); err != nil {
 		t.Fatal(err)
 	}
-	l, err := journal.AcquireLock(p, true, generous)
+	l, err := boltstore.AcquireLock(p, true, generous)
 	if err != nil {
 		t.Fatalf("after the holder released: %v", err)
 	}
@@ -208,7 +209,7 @@ func openDescriptors(t *testing.T) int {
 
 func TestLock_ReleaseTwiceAndNil(t *testing.T) {
 	p := lockPath(t)
-	l, err := journal.AcquireLock(p, true, time.Second)
+	l, err := boltstore.AcquireLock(p, true, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,12 +219,12 @@ func TestLock_ReleaseTwiceAndNil(t *testing.T) {
 	if err := l.Release(); err != nil {
 		t.Errorf("second Release: %v", err)
 	}
-	var none *journal.Lock
+	var none *boltstore.Lock
 	if err := none.Release(); err != nil {
 		t.Errorf("Release on nil: %v", err)
 	}
 	// Released means free.
-	l2, err := journal.AcquireLock(p, true, 0)
+	l2, err := boltstore.AcquireLock(p, true, 0)
 	if err != nil {
 		t.Fatalf("lock not free after Release: %v", err)
 	}
@@ -236,11 +237,11 @@ func TestLock_RefusesSymlink(t *testing.T) {
 	if err := os.WriteFile(target, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, journal.LockName)
+	p := filepath.Join(dir, boltstore.LockName)
 	if err := os.Symlink(target, p); err != nil {
 		t.Fatal(err)
 	}
-	l, err := journal.AcquireLock(p, true, time.Second)
+	l, err := boltstore.AcquireLock(p, true, time.Second)
 	if err == nil {
 		l.Release()
 		t.Fatal("AcquireLock followed a symlink")
@@ -274,7 +275,7 @@ func TestMain(m *testing.M) {
 }
 
 func holdLock(p string) int {
-	l, err := journal.AcquireLock(p, os.Getenv(lockHelperEnv+"_SHARED") == "", generous)
+	l, err := boltstore.AcquireLock(p, os.Getenv(lockHelperEnv+"_SHARED") == "", generous)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -330,16 +331,16 @@ func startHolder(t *testing.T, p string, shared bool) (stop func()) {
 func TestLock_CrossProcess(t *testing.T) {
 	p := lockPath(t)
 	stop := startHolder(t, p, false)
-	if _, err := journal.AcquireLock(p, true, 100*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(p, true, 100*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("exclusive lock while another process holds it: err = %v, want ErrBusy", err)
 	}
-	if _, err := journal.AcquireLock(p, false, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(p, false, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("shared lock while another process holds it exclusively: err = %v, want ErrBusy", err)
 	}
 	// A waiter started now gets the lock once the other process lets go.
 	got := make(chan error, 1)
 	go func() {
-		l, err := journal.AcquireLock(p, true, generous)
+		l, err := boltstore.AcquireLock(p, true, generous)
 		if err == nil {
 			l.Release()
 		}
@@ -359,12 +360,12 @@ func TestLock_CrossProcess(t *testing.T) {
 func TestLock_CrossProcessShared(t *testing.T) {
 	p := lockPath(t)
 	startHolder(t, p, true)
-	l, err := journal.AcquireLock(p, false, 0)
+	l, err := boltstore.AcquireLock(p, false, 0)
 	if err != nil {
 		t.Fatalf("shared lock while another process holds it shared: %v", err)
 	}
 	l.Release()
-	if _, err := journal.AcquireLock(p, true, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(p, true, 50*time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("exclusive lock while another process holds it shared: err = %v, want ErrBusy", err)
 	}
 }

@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"errors"
@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // addTask commits one new available task.
-func addTask(t *testing.T, db *journal.DB, id string) {
+func addTask(t *testing.T, db *boltstore.DB, id string) {
 	t.Helper()
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: id, To: journal.Available}); err != nil {
 			return err
 		}
@@ -23,9 +24,9 @@ func addTask(t *testing.T, db *journal.DB, id string) {
 
 // openParked opens the journal in dir for writing, commits one task and
 // parks the handle; Close runs at cleanup.
-func openParked(t *testing.T, dir string) *journal.DB {
+func openParked(t *testing.T, dir string) *boltstore.DB {
 	t.Helper()
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func openParked(t *testing.T, dir string) *journal.DB {
 func TestPark_ReleasesLocks(t *testing.T) {
 	dir := newJournalClosed(t)
 	openParked(t, dir)
-	other, err := journal.Open(dir, journal.OpenOptions{Timeout: 0})
+	other, err := boltstore.Open(dir, journal.OpenOptions{Timeout: 0})
 	if err != nil {
 		t.Fatalf("Open while the other handle is parked: %v", err)
 	}
@@ -58,18 +59,18 @@ func TestPark_ResumeUnchanged(t *testing.T) {
 	}
 	addTask(t, db, "after-resume")
 	// While resumed, the lock is held again.
-	if _, err := journal.AcquireLock(filepath.Join(dir, journal.LockName), true, 0); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(filepath.Join(dir, boltstore.LockName), true, 0); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("lock while resumed: err = %v; want ErrBusy", err)
 	}
 	if err := db.Park(); err != nil {
 		t.Fatal(err)
 	}
-	check, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	check, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer check.Close()
-	view(t, check, func(tx *journal.Tx) error {
+	view(t, check, func(tx journal.Tx) error {
 		for _, id := range []string{"mine", "after-resume"} {
 			if _, ok, err := tx.Task(id); err != nil || !ok {
 				t.Errorf("task %s after park and resume: ok=%v err=%v", id, ok, err)
@@ -87,7 +88,7 @@ func TestPark_ResumeUnchanged(t *testing.T) {
 func TestPark_StaleAfterOtherCommit(t *testing.T) {
 	dir := newJournalClosed(t)
 	db := openParked(t, dir)
-	other, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	other, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestPark_StaleAfterOtherCommit(t *testing.T) {
 		t.Fatalf("Resume after another commit: err = %v; want ErrStale", err)
 	}
 	// A failed Resume leaves no lock behind.
-	again, err := journal.Open(dir, journal.OpenOptions{Timeout: 0})
+	again, err := boltstore.Open(dir, journal.OpenOptions{Timeout: 0})
 	if err != nil {
 		t.Fatalf("Open after a stale Resume: %v", err)
 	}
@@ -110,10 +111,10 @@ func TestPark_StaleAfterFileReplaced(t *testing.T) {
 	dir := newJournalClosed(t)
 	db := openParked(t, dir)
 	fresh := t.TempDir()
-	if err := journal.Create(fresh, defaults, t0); err != nil {
+	if err := boltstore.Create(fresh, defaults, t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(journal.Path(fresh), journal.Path(dir)); err != nil {
+	if err := os.Rename(boltstore.Path(fresh), boltstore.Path(dir)); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
@@ -125,7 +126,7 @@ func TestPark_StaleAfterFileReplaced(t *testing.T) {
 func TestPark_ResumeBusy(t *testing.T) {
 	dir := newJournalClosed(t)
 	db := openParked(t, dir)
-	holder := mustLock(t, filepath.Join(dir, journal.LockName), true, time.Second)
+	holder := mustLock(t, filepath.Join(dir, boltstore.LockName), true, time.Second)
 	if err := db.Resume(50 * time.Millisecond); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("Resume while another holds the lock: err = %v; want ErrBusy", err)
 	}
@@ -137,7 +138,7 @@ func TestPark_ResumeBusy(t *testing.T) {
 
 func TestPark_OnlyWriters(t *testing.T) {
 	dir := newJournalClosed(t)
-	ro, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	ro, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // t0 is the fixed "now" most tests pass to the journal: the rules take the
@@ -17,18 +18,18 @@ var defaults = journal.Defaults{TTL: 10 * time.Minute, MaxAttempts: 3}
 
 // newJournal creates a journal in a fresh t.TempDir() and opens it for
 // writing. At cleanup it runs bbolt's consistency check and closes it.
-func newJournal(t *testing.T) (*journal.DB, string) {
+func newJournal(t *testing.T) (*boltstore.DB, string) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := journal.Create(dir, defaults, t0); err != nil {
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
-		err := db.View(func(tx *journal.Tx) error {
+		err := db.View(func(tx journal.Tx) error {
 			for _, e := range tx.Check() {
 				t.Errorf("bbolt check: %v", e)
 			}
@@ -45,7 +46,7 @@ func newJournal(t *testing.T) (*journal.DB, string) {
 }
 
 // update runs fn in one write transaction and fails the test on error.
-func update(t *testing.T, db *journal.DB, fn func(tx *journal.Tx) error) {
+func update(t *testing.T, db *boltstore.DB, fn func(tx journal.Tx) error) {
 	t.Helper()
 	if err := db.Update(fn); err != nil {
 		t.Fatalf("Update: %v", err)
@@ -53,7 +54,7 @@ func update(t *testing.T, db *journal.DB, fn func(tx *journal.Tx) error) {
 }
 
 // view runs fn in one read transaction and fails the test on error.
-func view(t *testing.T, db *journal.DB, fn func(tx *journal.Tx) error) {
+func view(t *testing.T, db *boltstore.DB, fn func(tx journal.Tx) error) {
 	t.Helper()
 	if err := db.View(fn); err != nil {
 		t.Fatalf("View: %v", err)

@@ -1,18 +1,24 @@
-package journal
+package bolt
 
 import (
 	"bytes"
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/fencectl/fencectl/journal"
 )
 
 // Tx is one journal transaction. Methods that change state may only be
 // called inside DB.Update.
 type Tx struct {
-	tx  *bolt.Tx
-	dir string // the journal's directory: where the token ceiling is (ceiling.go)
+	tx *bbolt.Tx
+	// clock and now answer Now: read once, on first use, so that every
+	// call in one transaction sees the same time.
+	clock func() time.Time
+	now   time.Time
+	dir   string // the journal's directory: where the token ceiling is (ceiling.go)
 	// ceilingChecked points at its DB's flag: the ceiling files were
 	// compared with the journal's copy since the handle was opened.
 	ceilingChecked *bool
@@ -26,6 +32,20 @@ type Tx struct {
 	writes int
 }
 
+var (
+	_ journal.Tx    = (*Tx)(nil)
+	_ journal.Store = (*DB)(nil)
+)
+
+// Now returns the time lease expiry is judged by: bbolt has no clock, so
+// the local one (OpenOptions.Clock), read at the first call.
+func (t *Tx) Now() time.Time {
+	if t.now.IsZero() {
+		t.now = t.clock()
+	}
+	return t.now
+}
+
 // wrote counts one state change; every method that writes calls it first.
 func (t *Tx) wrote() { t.writes++ }
 
@@ -35,14 +55,14 @@ func (t *Tx) wrote() { t.writes++ }
 func (t *Tx) Writes() int { return t.writes }
 
 // Task returns the record of id; ok is false if the journal does not know it.
-func (t *Tx) Task(id string) (task Task, ok bool, err error) {
+func (t *Tx) Task(id string) (task journal.Task, ok bool, err error) {
 	v := t.tx.Bucket(bucketTasks).Get([]byte(id))
 	if v == nil {
-		return Task{}, false, nil
+		return journal.Task{}, false, nil
 	}
-	task, err = decodeTask(v)
+	task, err = journal.DecodeTask(v)
 	if err != nil {
-		return Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
+		return journal.Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
 	}
 	return task, true, nil
 }
@@ -50,7 +70,7 @@ func (t *Tx) Task(id string) (task Task, ok bool, err error) {
 // PutTask stores rec and keeps the ready and expiry indexes and the
 // per-state counts in step. old is the record it replaces (nil for a new
 // task); passing it saves a read and keeps index maintenance exact.
-func (t *Tx) PutTask(old *Task, rec Task) error {
+func (t *Tx) PutTask(old *journal.Task, rec journal.Task) error {
 	t.wrote()
 	if old != nil {
 		if err := t.unindex(*old); err != nil {
@@ -60,7 +80,7 @@ func (t *Tx) PutTask(old *Task, rec Task) error {
 			return err
 		}
 	}
-	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), encodeTask(rec)); err != nil {
+	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), journal.EncodeTask(rec)); err != nil {
 		return err
 	}
 	if err := t.index(rec); err != nil {
@@ -69,27 +89,27 @@ func (t *Tx) PutTask(old *Task, rec Task) error {
 	return t.addCount(rec.State, +1)
 }
 
-func (t *Tx) index(rec Task) error {
+func (t *Tx) index(rec journal.Task) error {
 	switch {
-	case rec.State == Available:
+	case rec.State == journal.Available:
 		return t.tx.Bucket(bucketReady).Put(readyKey(rec.Priority, rec.Seq), []byte(rec.ID))
-	case rec.State == Claimed && rec.Lease != nil:
+	case rec.State == journal.Claimed && rec.Lease != nil:
 		return t.tx.Bucket(bucketExpiry).Put(expiryKey(rec.Lease.Deadline, rec.Lease.Token), []byte(rec.ID))
 	}
 	return nil
 }
 
-func (t *Tx) unindex(rec Task) error {
+func (t *Tx) unindex(rec journal.Task) error {
 	switch {
-	case rec.State == Available:
+	case rec.State == journal.Available:
 		return t.tx.Bucket(bucketReady).Delete(readyKey(rec.Priority, rec.Seq))
-	case rec.State == Claimed && rec.Lease != nil:
+	case rec.State == journal.Claimed && rec.Lease != nil:
 		return t.tx.Bucket(bucketExpiry).Delete(expiryKey(rec.Lease.Deadline, rec.Lease.Token))
 	}
 	return nil
 }
 
-func (t *Tx) addCount(s State, d int64) error {
+func (t *Tx) addCount(s journal.State, d int64) error {
 	meta := t.tx.Bucket(bucketMeta)
 	k := []byte(keyCountPfx + string(s))
 	n := int64(getU64(meta.Get(k))) + d
@@ -97,10 +117,10 @@ func (t *Tx) addCount(s State, d int64) error {
 }
 
 // Counts returns how many tasks are in each state, in O(1).
-func (t *Tx) Counts() map[State]int {
+func (t *Tx) Counts() map[journal.State]int {
 	meta := t.tx.Bucket(bucketMeta)
-	c := make(map[State]int, len(States))
-	for _, s := range States {
+	c := make(map[journal.State]int, len(journal.States))
+	for _, s := range journal.States {
 		c[s] = int(int64(getU64(meta.Get([]byte(keyCountPfx + string(s))))))
 	}
 	return c
@@ -142,9 +162,9 @@ func (t *Tx) Leases(fn func(id string) error) error {
 }
 
 // ForEachTask calls fn for every record, in id order.
-func (t *Tx) ForEachTask(fn func(Task) error) error {
+func (t *Tx) ForEachTask(fn func(journal.Task) error) error {
 	return t.tx.Bucket(bucketTasks).ForEach(func(k, v []byte) error {
-		rec, err := decodeTask(v)
+		rec, err := journal.DecodeTask(v)
 		if err != nil {
 			return fmt.Errorf("decode task %q: %w", k, err)
 		}
@@ -175,22 +195,22 @@ func (t *Tx) LastToken() uint64 {
 }
 
 // Claim returns what the journal remembers of token.
-func (t *Tx) Claim(token uint64) (c Claim, ok bool, err error) {
+func (t *Tx) Claim(token uint64) (c journal.Claim, ok bool, err error) {
 	v := t.tx.Bucket(bucketClaims).Get(u64(token))
 	if v == nil {
-		return Claim{}, false, nil
+		return journal.Claim{}, false, nil
 	}
-	c, err = decodeClaim(v)
+	c, err = journal.DecodeClaim(v)
 	if err != nil {
-		return Claim{}, false, fmt.Errorf("decode claim %d: %w", token, err)
+		return journal.Claim{}, false, fmt.Errorf("decode claim %d: %w", token, err)
 	}
 	return c, true, nil
 }
 
 // PutClaim stores c under its token.
-func (t *Tx) PutClaim(c Claim) error {
+func (t *Tx) PutClaim(c journal.Claim) error {
 	t.wrote()
-	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), encodeClaim(c))
+	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), journal.EncodeClaim(c))
 }
 
 // Request returns the token of the current claim granted to request id
@@ -225,8 +245,8 @@ func (t *Tx) DeleteRequest(agent, id string) error {
 }
 
 // Defaults returns the tree-wide settings chosen at init.
-func (t *Tx) Defaults() (Defaults, error) {
-	d, err := decodeDefaults(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)))
+func (t *Tx) Defaults() (journal.Defaults, error) {
+	d, err := journal.DecodeDefaults(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)))
 	if err != nil {
 		return d, fmt.Errorf("decode defaults: %w", err)
 	}
@@ -258,7 +278,7 @@ func (t *Tx) Reset() error {
 		}
 	}
 	meta := t.tx.Bucket(bucketMeta)
-	for _, s := range States {
+	for _, s := range journal.States {
 		if err := meta.Delete([]byte(keyCountPfx + string(s))); err != nil {
 			return err
 		}
@@ -282,9 +302,9 @@ func (t *Tx) IndexSizes() (ready, expiry int) {
 }
 
 // ForEachClaim calls fn for every stored claim, in token order.
-func (t *Tx) ForEachClaim(fn func(Claim) error) error {
+func (t *Tx) ForEachClaim(fn func(journal.Claim) error) error {
 	return t.tx.Bucket(bucketClaims).ForEach(func(k, v []byte) error {
-		c, err := decodeClaim(v)
+		c, err := journal.DecodeClaim(v)
 		if err != nil {
 			return fmt.Errorf("decode claim %d: %w", getU64(k), err)
 		}

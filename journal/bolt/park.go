@@ -1,4 +1,4 @@
-package journal
+package bolt
 
 import (
 	"errors"
@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// ErrStale says a parked journal handle cannot be reused: another process
-// committed, or the file at the journal's path was replaced, since Park.
-// The caller closes it and opens the journal afresh.
-var ErrStale = errors.New("journal changed since the handle was parked")
+	"github.com/fencectl/fencectl/journal"
+)
 
 // Park drops the locks but keeps bbolt open: the file mapped, its meta and
 // freelist read. A process that writes again soon (the library, one group
@@ -70,20 +67,20 @@ func (db *DB) Resume(timeout time.Duration) (err error) {
 	// bbolt's own lock: free unless a process outside fencectl holds it,
 	// and then a fresh Open is the one to wait for it.
 	if unix.Flock(int(db.file.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return ErrStale
+		return journal.ErrStale
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(db.path, &st); err != nil {
 		if os.IsNotExist(err) {
-			return ErrStale
+			return journal.ErrStale
 		}
 		return fmt.Errorf("stat journal %s: %w", db.path, err)
 	}
 	if st.Dev != p.dev || st.Ino != p.ino {
-		return ErrStale // recover (or a hand) put another file there
+		return journal.ErrStale // recover (or a hand) put another file there
 	}
 	if head, err := db.Head(); err != nil || head != p.head {
-		return ErrStale
+		return journal.ErrStale
 	}
 	db.lock, db.parked = lock, nil
 	return nil

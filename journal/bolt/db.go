@@ -1,4 +1,4 @@
-package journal
+package bolt
 
 import (
 	"errors"
@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/journal"
 )
 
 // SchemaVersion is the layout this code writes. Version 2 stores records
@@ -40,7 +42,7 @@ const minFileSize = 4 * 4096
 
 // DB is an open journal together with the flock that guards it.
 type DB struct {
-	b        *bolt.DB
+	b        *bbolt.DB
 	file     *os.File // the file bbolt opened, and holds its own flock on
 	path     string
 	lock     *Lock
@@ -50,16 +52,7 @@ type DB struct {
 	// ceilingChecked: this handle has compared the ceiling files with the
 	// journal's copy (see Tx.reserve); a fresh handle checks again.
 	ceilingChecked bool
-}
-
-// OpenOptions say how to open a journal.
-type OpenOptions struct {
-	ReadOnly bool          // take the lock shared and open bbolt read-only
-	Timeout  time.Duration // how long to wait for the lock before ErrBusy
-	// BoltLockOnly skips .fence/lock and relies on bbolt's own file lock,
-	// which polls every 50 ms. Only for measuring what the blocking flock
-	// buys (make bench); every process on a tree must use the same mode.
-	BoltLockOnly bool
+	clock          func() time.Time // answers Tx.Now: bbolt has no clock of its own
 }
 
 // Path returns the journal file's path inside the meta directory dir.
@@ -79,13 +72,13 @@ func Exists(dir string) (bool, error) {
 // crash during init never leaves a half-made journal behind. The token
 // counter is seeded from now in microseconds. Create fails with fs.ErrExist
 // if a journal is already there.
-func Create(dir string, d Defaults, now time.Time) error {
+func Create(dir string, d journal.Defaults, now time.Time) error {
 	return CreateSeeded(dir, d, uint64(now.UnixMicro()))
 }
 
 // CreateSeeded is Create with the token counter starting at seed: recover
 // starts above every token the lost journal can have issued.
-func CreateSeeded(dir string, d Defaults, seed uint64) error {
+func CreateSeeded(dir string, d journal.Defaults, seed uint64) error {
 	final := Path(dir)
 	if ok, err := Exists(dir); err != nil {
 		return err
@@ -96,14 +89,14 @@ func CreateSeeded(dir string, d Defaults, seed uint64) error {
 	// remove each other's file; RENAME_NOREPLACE below picks one winner.
 	// (pid and clock, not crypto/rand: see writeCeilingFile.)
 	tmp := fmt.Sprintf("%s%s%d-%d", final, creatingSuffix, os.Getpid(), time.Now().UnixNano())
-	b, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType, OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+	b, err := bbolt.Open(tmp, 0o600, &bbolt.Options{Timeout: time.Second, FreelistType: bbolt.FreelistMapType, OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 		return os.OpenFile(name, flag|os.O_EXCL, mode)
 	}})
 	if err != nil {
 		_ = os.Remove(tmp) // a full disk, say: leave nothing half made
 		return fmt.Errorf("create journal %s: %w", tmp, err)
 	}
-	err = b.Update(func(btx *bolt.Tx) error {
+	err = b.Update(func(btx *bbolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := btx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -113,7 +106,7 @@ func CreateSeeded(dir string, d Defaults, seed uint64) error {
 		for k, v := range map[string][]byte{
 			keyVersion:  []byte(SchemaVersion),
 			keyTreeID:   []byte(ulid.Make().String()),
-			keyDefaults: encodeDefaults(d),
+			keyDefaults: journal.EncodeDefaults(d),
 			keyToken:    u64(seed),
 		} {
 			if err := meta.Put([]byte(k), v); err != nil {
@@ -164,12 +157,42 @@ func fsyncPath(p string) error {
 	return f.Sync()
 }
 
+// Backend is the bbolt store as a journal.Backend: the journal of a tree
+// is the file .fence/journal.db, guarded by the flock on .fence/lock.
+type Backend struct{}
+
+var _ journal.Backend = Backend{}
+
+// Exists reports whether dir holds a journal file.
+func (Backend) Exists(dir string) (bool, error) { return Exists(dir) }
+
+// Path returns the journal file's path.
+func (Backend) Path(dir string) string { return Path(dir) }
+
+// Open is Open as a journal.Store.
+func (Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error) {
+	db, err := Open(dir, o)
+	if err != nil {
+		return nil, err // never a typed nil in the interface
+	}
+	return db, nil
+}
+
+// Watch is Watch as a journal.Watcher.
+func (Backend) Watch(dir string) (journal.Watcher, error) {
+	w, err := Watch(dir)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
 // Open takes the lock on dir/lock and opens dir/journal.db. A missing
 // journal is ErrNoJournal (Open never creates one); an unreadable one is a
 // *CorruptError; a journal of another schema is a *VersionError.
-func Open(dir string, o OpenOptions) (db *DB, err error) {
+func Open(dir string, o journal.OpenOptions) (db *DB, err error) {
 	if _, err := os.Lstat(Path(dir)); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w at %s", ErrNoJournal, Path(dir))
+		return nil, fmt.Errorf("%w at %s", journal.ErrNoJournal, Path(dir))
 	}
 	var lock *Lock
 	start := time.Now()
@@ -209,10 +232,10 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		}
 	}()
 	defer guard(path, &err)()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{
+	b, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		Timeout:      boltTimeout,
 		ReadOnly:     o.ReadOnly,
-		FreelistType: bolt.FreelistMapType,
+		FreelistType: bbolt.FreelistMapType,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 			f, err := openPlain(name, flag, uint32(mode.Perm()))
 			file = f
@@ -226,9 +249,12 @@ func Open(dir string, o OpenOptions) (db *DB, err error) {
 		if errors.Is(err, fs.ErrPermission) {
 			return nil, fmt.Errorf("open journal %s: %w", path, err)
 		}
-		return nil, &CorruptError{Path: path, Detail: err.Error()}
+		return nil, &journal.CorruptError{Path: path, Detail: err.Error()}
 	}
-	db = &DB{b: b, file: file, path: path, lock: lock, readOnly: o.ReadOnly}
+	db = &DB{b: b, file: file, path: path, lock: lock, readOnly: o.ReadOnly, clock: o.Clock}
+	if db.clock == nil {
+		db.clock = time.Now
+	}
 	if err := db.checkVersion(); err != nil {
 		b.Close()
 		return nil, err
@@ -248,38 +274,38 @@ func readOnlyFS(err error) bool {
 func checkFile(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w at %s", ErrNoJournal, path)
+		return fmt.Errorf("%w at %s", journal.ErrNoJournal, path)
 	}
 	if err != nil {
 		return fmt.Errorf("open journal: %w", err)
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		return &CorruptError{Path: path, Detail: "it is a symlink, which fencectl never follows"}
+		return &journal.CorruptError{Path: path, Detail: "it is a symlink, which fencectl never follows"}
 	case !fi.Mode().IsRegular():
-		return &CorruptError{Path: path, Detail: "not a regular file (" + fi.Mode().Type().String() + ")"}
+		return &journal.CorruptError{Path: path, Detail: "not a regular file (" + fi.Mode().Type().String() + ")"}
 	case fi.Size() == 0:
-		return &CorruptError{Path: path, Detail: "empty file (0 bytes)"}
+		return &journal.CorruptError{Path: path, Detail: "empty file (0 bytes)"}
 	case fi.Size() < minFileSize:
-		return &CorruptError{Path: path, Detail: fmt.Sprintf("truncated: %d bytes, a journal has at least %d", fi.Size(), minFileSize)}
+		return &journal.CorruptError{Path: path, Detail: fmt.Sprintf("truncated: %d bytes, a journal has at least %d", fi.Size(), minFileSize)}
 	}
 	return nil
 }
 
 func (db *DB) checkVersion() error {
-	return db.View(func(tx *Tx) error {
+	return db.view(func(tx *Tx) error {
 		meta := tx.tx.Bucket(bucketMeta)
 		if meta == nil {
-			return &CorruptError{Path: db.path, Detail: "not a fencectl journal (no meta bucket)"}
+			return &journal.CorruptError{Path: db.path, Detail: "not a fencectl journal (no meta bucket)"}
 		}
 		v := string(meta.Get([]byte(keyVersion)))
 		if v != SchemaVersion && !slices.Contains(readVersions, v) {
-			return &VersionError{Path: db.path, Found: v, Supported: SchemaVersion}
+			return &journal.VersionError{Path: db.path, Found: v, Supported: SchemaVersion}
 		}
 		db.version = v
 		for _, name := range allBuckets {
 			if tx.tx.Bucket(name) == nil {
-				return &CorruptError{Path: db.path, Detail: "bucket " + string(name) + " is missing"}
+				return &journal.CorruptError{Path: db.path, Detail: "bucket " + string(name) + " is missing"}
 			}
 		}
 		return nil
@@ -291,25 +317,25 @@ func (db *DB) Path() string { return db.path }
 
 // Bolt exposes the underlying bbolt handle for consistency checks in tests
 // and in `replay`.
-func (db *DB) Bolt() *bolt.DB { return db.b }
+func (db *DB) Bolt() *bbolt.DB { return db.b }
 
 // Verify reads the whole journal: bbolt's own consistency check, then
 // every record, claim and event decoded. Any damage found is a
 // *CorruptError. recover uses it to decide whether a journal can be kept.
 func (db *DB) Verify() error {
-	return db.View(func(tx *Tx) error {
+	return db.view(func(tx *Tx) error {
 		if errs := tx.Check(); len(errs) > 0 {
-			return &CorruptError{Path: db.path, Detail: fmt.Sprintf("consistency check: %v", errs[0])}
+			return &journal.CorruptError{Path: db.path, Detail: fmt.Sprintf("consistency check: %v", errs[0])}
 		}
-		err := tx.ForEachTask(func(Task) error { return nil })
+		err := tx.ForEachTask(func(journal.Task) error { return nil })
 		if err == nil {
-			err = tx.ForEachClaim(func(Claim) error { return nil })
+			err = tx.ForEachClaim(func(journal.Claim) error { return nil })
 		}
 		if err == nil {
-			err = tx.Events(1, func(Event) (bool, error) { return true, nil })
+			err = tx.Events(1, func(journal.Event) (bool, error) { return true, nil })
 		}
 		if err != nil {
-			return &CorruptError{Path: db.path, Detail: err.Error()}
+			return &journal.CorruptError{Path: db.path, Detail: err.Error()}
 		}
 		return nil
 	})
@@ -320,7 +346,7 @@ func (db *DB) Verify() error {
 // recover rebuilds has a new tree id, so two commits on one tree never share
 // a head.
 func (db *DB) Head() (head string, err error) {
-	err = db.View(func(tx *Tx) error {
+	err = db.view(func(tx *Tx) error {
 		meta := tx.tx.Bucket(bucketMeta)
 		head = fmt.Sprintf("%s %d %x", meta.Get([]byte(keyTreeID)), tx.tx.ID(), meta.Get([]byte(keyLastCommit)))
 		return nil
@@ -347,11 +373,12 @@ func (db *DB) Close() error {
 }
 
 // Update runs fn in one write transaction. The events fn appends and the
-// records it puts commit together or not at all.
-func (db *DB) Update(fn func(*Tx) error) (err error) {
+// records it puts commit together or not at all. bbolt runs fn once: the
+// flock (or bbolt's own lock) makes this the only writer.
+func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 	defer guard(db.path, &err)()
-	err = db.b.Update(func(btx *bolt.Tx) error {
-		tx := &Tx{tx: btx, dir: filepath.Dir(db.path), ceilingChecked: &db.ceilingChecked}
+	err = db.b.Update(func(btx *bbolt.Tx) error {
+		tx := &Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), ceilingChecked: &db.ceilingChecked}
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -371,12 +398,20 @@ func (db *DB) Update(fn func(*Tx) error) (err error) {
 }
 
 // View runs fn in a read-only transaction.
-func (db *DB) View(fn func(*Tx) error) (err error) {
+func (db *DB) View(fn func(journal.Tx) error) error {
+	return db.view(func(tx *Tx) error { return fn(tx) })
+}
+
+func (db *DB) view(fn func(*Tx) error) (err error) {
 	defer guard(db.path, &err)()
-	return db.b.View(func(btx *bolt.Tx) error {
-		return fn(&Tx{tx: btx})
+	return db.b.View(func(btx *bbolt.Tx) error {
+		return fn(&Tx{tx: btx, clock: db.clock})
 	})
 }
+
+// Exclusive is true for a writer: the flock on .fence/lock (or bbolt's own
+// lock) keeps every other writer out until Park or Close.
+func (db *DB) Exclusive() bool { return !db.readOnly && db.parked == nil }
 
 // guard turns a panic or a memory fault raised while reading a damaged file
 // into a *CorruptError. Use as `defer guard(path, &err)()`: the call arms
@@ -386,7 +421,7 @@ func guard(path string, err *error) func() {
 	return func() {
 		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
-			*err = &CorruptError{Path: path, Detail: fmt.Sprint(r)}
+			*err = &journal.CorruptError{Path: path, Detail: fmt.Sprint(r)}
 		}
 	}
 }
@@ -401,7 +436,7 @@ func SalvageToken(path string) (token uint64, ok bool) {
 	}
 	var err error
 	defer guard(path, &err)()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
+	b, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		return 0, false
 	}
@@ -409,11 +444,11 @@ func SalvageToken(path string) (token uint64, ok bool) {
 	// Each source on its own: a damaged page under one must not hide the
 	// others. The counter, the ceiling (every issued token is at or below
 	// it) and the highest token the claims bucket records.
-	read := func(fn func(tx *bolt.Tx) uint64) {
+	read := func(fn func(tx *bbolt.Tx) uint64) {
 		var rerr error
 		func() {
 			defer guard(path, &rerr)()
-			rerr = b.View(func(tx *bolt.Tx) error {
+			rerr = b.View(func(tx *bbolt.Tx) error {
 				if v := fn(tx); v > token {
 					token, ok = v, true
 				}
@@ -421,14 +456,14 @@ func SalvageToken(path string) (token uint64, ok bool) {
 			})
 		}()
 	}
-	read(func(tx *bolt.Tx) uint64 {
+	read(func(tx *bbolt.Tx) uint64 {
 		if meta := tx.Bucket(bucketMeta); meta != nil {
 			ok = true
 			return max(getU64(meta.Get([]byte(keyToken))), getU64(meta.Get([]byte(keyCeiling))))
 		}
 		return 0
 	})
-	read(func(tx *bolt.Tx) uint64 {
+	read(func(tx *bbolt.Tx) uint64 {
 		if c := tx.Bucket(bucketClaims); c != nil {
 			if k, _ := c.Cursor().Last(); len(k) == 8 {
 				return getU64(k)
@@ -441,21 +476,21 @@ func SalvageToken(path string) (token uint64, ok bool) {
 
 // ReadDefaults reads the defaults of a journal file that may be damaged;
 // ok is false if they cannot be read.
-func ReadDefaults(path string) (d Defaults, ok bool) {
+func ReadDefaults(path string) (d journal.Defaults, ok bool) {
 	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
 		return d, false
 	}
 	var err error
 	defer guard(path, &err)()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
+	b, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		return d, false
 	}
 	defer b.Close()
-	err = b.View(func(tx *bolt.Tx) error {
+	err = b.View(func(tx *bbolt.Tx) error {
 		if meta := tx.Bucket(bucketMeta); meta != nil {
 			var err error
-			d, err = decodeDefaults(meta.Get([]byte(keyDefaults)))
+			d, err = journal.DecodeDefaults(meta.Get([]byte(keyDefaults)))
 			ok = err == nil
 		}
 		return nil

@@ -1,4 +1,4 @@
-package journal
+package bolt
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/journal"
 )
 
 // BusyError is ErrBusy with what an operator needs to act: the lock file
@@ -44,7 +46,7 @@ func (e *BusyError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrBusy) true.
-func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+func (e *BusyError) Is(target error) bool { return target == journal.ErrBusy }
 
 // lockHolders reads /proc/locks for the granted flocks on path.
 func lockHolders(path string) []LockHolder {

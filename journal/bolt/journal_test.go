@@ -1,6 +1,7 @@
-package journal_test
+package bolt_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,39 +14,40 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 func TestJournal_CreateThenOpen(t *testing.T) {
 	dir := t.TempDir()
-	if ok, err := journal.Exists(dir); err != nil || ok {
+	if ok, err := boltstore.Exists(dir); err != nil || ok {
 		t.Fatalf("Exists before Create = %v, %v; want false, nil", ok, err)
 	}
 	d := journal.Defaults{TTL: 90 * time.Second, MaxAttempts: 7}
-	if err := journal.Create(dir, d, t0); err != nil {
+	if err := boltstore.Create(dir, d, t0); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if ok, err := journal.Exists(dir); err != nil || !ok {
+	if ok, err := boltstore.Exists(dir); err != nil || !ok {
 		t.Fatalf("Exists after Create = %v, %v; want true, nil", ok, err)
 	}
-	fi, err := os.Stat(journal.Path(dir))
+	fi, err := os.Stat(boltstore.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if perm := fi.Mode().Perm(); perm&0o007 != 0 {
 		t.Errorf("journal mode %v is world-accessible", perm)
 	}
-	if _, err := os.Lstat(journal.Path(dir) + ".creating"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(boltstore.Path(dir) + ".creating"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("temporary file left behind after Create: %v", err)
 	}
 	for _, ro := range []bool{false, true} {
-		db, err := journal.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
+		db, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
 		if err != nil {
 			t.Fatalf("Open(ReadOnly=%v): %v", ro, err)
 		}
-		if db.Path() != journal.Path(dir) {
-			t.Errorf("Path() = %q, want %q", db.Path(), journal.Path(dir))
+		if db.Path() != boltstore.Path(dir) {
+			t.Errorf("Path() = %q, want %q", db.Path(), boltstore.Path(dir))
 		}
-		view(t, db, func(tx *journal.Tx) error {
+		view(t, db, func(tx journal.Tx) error {
 			got, err := tx.Defaults()
 			if err != nil {
 				return err
@@ -53,7 +55,7 @@ func TestJournal_CreateThenOpen(t *testing.T) {
 			if got != d {
 				t.Errorf("Defaults = %+v, want %+v", got, d)
 			}
-			if tx.TreeID() == "" {
+			if tx.(*boltstore.Tx).TreeID() == "" {
 				t.Errorf("TreeID is empty")
 			}
 			if got, want := tx.LastToken(), uint64(t0.UnixMicro()); got != want {
@@ -64,7 +66,7 @@ func TestJournal_CreateThenOpen(t *testing.T) {
 					t.Errorf("Counts[%s] = %d in a new journal", s, n)
 				}
 			}
-			if id, ok := tx.NextReady(); ok {
+			if id, ok := tx.(*boltstore.Tx).NextReady(); ok {
 				t.Errorf("NextReady in a new journal = %q", id)
 			}
 			if evs, err := tx.LastCommit(); err != nil || len(evs) != 0 {
@@ -82,8 +84,8 @@ func TestJournal_TreeIDsDiffer(t *testing.T) {
 	ids := map[string]bool{}
 	for i := 0; i < 2; i++ {
 		db, _ := newJournal(t)
-		view(t, db, func(tx *journal.Tx) error {
-			ids[tx.TreeID()] = true
+		view(t, db, func(tx journal.Tx) error {
+			ids[tx.(*boltstore.Tx).TreeID()] = true
 			return nil
 		})
 	}
@@ -94,14 +96,14 @@ func TestJournal_TreeIDsDiffer(t *testing.T) {
 
 func TestJournal_OpenMissing(t *testing.T) {
 	dir := t.TempDir()
-	_, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	_, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if !errors.Is(err, journal.ErrNoJournal) {
 		t.Fatalf("Open of a directory without a journal: err = %v, want ErrNoJournal", err)
 	}
-	if ok, _ := journal.Exists(dir); ok {
+	if ok, _ := boltstore.Exists(dir); ok {
 		t.Errorf("Open created a journal")
 	}
-	_, err = journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+	_, err = boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
 	if !errors.Is(err, journal.ErrNoJournal) {
 		t.Fatalf("read-only Open without a journal: err = %v, want ErrNoJournal", err)
 	}
@@ -111,7 +113,7 @@ func TestJournal_OpenMissing(t *testing.T) {
 // when the whole .fence directory is missing too.
 func TestJournal_OpenMissingDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nope", ".fence")
-	_, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	_, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if !errors.Is(err, journal.ErrNoJournal) {
 		t.Errorf("Open in a missing directory: err = %v, want ErrNoJournal", err)
 	}
@@ -122,18 +124,18 @@ func TestJournal_OpenMissingDirectory(t *testing.T) {
 
 func TestJournal_CreateTwice(t *testing.T) {
 	dir := t.TempDir()
-	if err := journal.Create(dir, defaults, t0); err != nil {
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
 		t.Fatal(err)
 	}
-	before, err := os.ReadFile(journal.Path(dir))
+	before, err := os.ReadFile(boltstore.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = journal.Create(dir, defaults, t0.Add(time.Hour))
+	err = boltstore.Create(dir, defaults, t0.Add(time.Hour))
 	if !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("second Create: err = %v, want fs.ErrExist", err)
 	}
-	after, err := os.ReadFile(journal.Path(dir))
+	after, err := os.ReadFile(boltstore.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +147,10 @@ func TestJournal_CreateTwice(t *testing.T) {
 func TestJournal_CreateOverSymlink(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(t.TempDir(), "elsewhere.db")
-	if err := os.Symlink(target, journal.Path(dir)); err != nil {
+	if err := os.Symlink(target, boltstore.Path(dir)); err != nil {
 		t.Fatal(err)
 	}
-	if err := journal.Create(dir, defaults, t0); !errors.Is(err, fs.ErrExist) {
+	if err := boltstore.Create(dir, defaults, t0); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("Create over a dangling symlink: err = %v, want fs.ErrExist", err)
 	}
 	if _, err := os.Lstat(target); !errors.Is(err, fs.ErrNotExist) {
@@ -161,11 +163,11 @@ func TestJournal_CreateOverSymlink(t *testing.T) {
 // many bytes of the file bbolt uses (its high-water mark).
 func populate(t *testing.T, dir string, n int) int64 {
 	t.Helper()
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	update(t, db, func(tx *journal.Tx) error {
+	update(t, db, func(tx journal.Tx) error {
 		for i := 0; i < n; i++ {
 			id := fmt.Sprintf("task-%04d", i)
 			ev, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: id, To: journal.Available, Reason: "padding so that the data spans many pages"})
@@ -197,7 +199,7 @@ type damage struct {
 
 func writeJournal(t *testing.T, dir string, b []byte) {
 	t.Helper()
-	if err := os.WriteFile(journal.Path(dir), b, 0o600); err != nil {
+	if err := os.WriteFile(boltstore.Path(dir), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -211,18 +213,18 @@ func garbage(n int) []byte {
 var damages = []damage{
 	{"zero-length", func(t *testing.T, dir string) { writeJournal(t, dir, nil) }},
 	{"100-bytes", func(t *testing.T, dir string) {
-		b, err := os.ReadFile(journal.Path(dir))
+		b, err := os.ReadFile(boltstore.Path(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
 		writeJournal(t, dir, b[:100])
 	}},
 	{"fresh-truncated-to-half", func(t *testing.T, dir string) {
-		fi, err := os.Stat(journal.Path(dir))
+		fi, err := os.Stat(boltstore.Path(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Truncate(journal.Path(dir), fi.Size()/2); err != nil {
+		if err := os.Truncate(boltstore.Path(dir), fi.Size()/2); err != nil {
 			t.Fatal(err)
 		}
 	}},
@@ -233,14 +235,14 @@ var damages = []damage{
 		if used/2 < 64<<10 {
 			t.Fatalf("journal uses only %d bytes: too small to test a truncation past the size check", used)
 		}
-		if err := os.Truncate(journal.Path(dir), used/2); err != nil {
+		if err := os.Truncate(boltstore.Path(dir), used/2); err != nil {
 			t.Fatal(err)
 		}
 	}},
 	{"garbage-64k", func(t *testing.T, dir string) { writeJournal(t, dir, garbage(64<<10)) }},
 	{"zeros-64k", func(t *testing.T, dir string) { writeJournal(t, dir, make([]byte, 64<<10)) }},
 	{"garbage-after-meta-pages", func(t *testing.T, dir string) {
-		b, err := os.ReadFile(journal.Path(dir))
+		b, err := os.ReadFile(boltstore.Path(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,29 +251,29 @@ var damages = []damage{
 	}},
 	{"symlink-to-valid-journal", func(t *testing.T, dir string) {
 		other := t.TempDir()
-		if err := journal.Create(other, defaults, t0); err != nil {
+		if err := boltstore.Create(other, defaults, t0); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Remove(journal.Path(dir)); err != nil {
+		if err := os.Remove(boltstore.Path(dir)); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(journal.Path(other), journal.Path(dir)); err != nil {
+		if err := os.Symlink(boltstore.Path(other), boltstore.Path(dir)); err != nil {
 			t.Fatal(err)
 		}
 	}},
 	{"directory", func(t *testing.T, dir string) {
-		if err := os.Remove(journal.Path(dir)); err != nil {
+		if err := os.Remove(boltstore.Path(dir)); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Mkdir(journal.Path(dir), 0o700); err != nil {
+		if err := os.Mkdir(boltstore.Path(dir), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}},
 	{"bbolt-file-without-meta-bucket", func(t *testing.T, dir string) {
-		if err := os.Remove(journal.Path(dir)); err != nil {
+		if err := os.Remove(boltstore.Path(dir)); err != nil {
 			t.Fatal(err)
 		}
-		b, err := bolt.Open(journal.Path(dir), 0o600, nil)
+		b, err := bolt.Open(boltstore.Path(dir), 0o600, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +289,7 @@ var damages = []damage{
 		}
 	}},
 	{"meta-without-other-buckets", func(t *testing.T, dir string) {
-		b, err := bolt.Open(journal.Path(dir), 0o600, nil)
+		b, err := bolt.Open(boltstore.Path(dir), 0o600, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,8 +304,8 @@ var damages = []damage{
 }
 
 // readAll touches every record and event, as replay does.
-func readAll(db *journal.DB) error {
-	return db.View(func(tx *journal.Tx) error {
+func readAll(db *boltstore.DB) error {
+	return db.View(func(tx journal.Tx) error {
 		if err := tx.Events(1, func(journal.Event) (bool, error) { return true, nil }); err != nil {
 			return err
 		}
@@ -322,19 +324,19 @@ func TestJournal_OpenDamaged(t *testing.T) {
 		for _, ro := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/readonly=%v", dm.name, ro), func(t *testing.T) {
 				dir := t.TempDir()
-				if err := journal.Create(dir, defaults, t0); err != nil {
+				if err := boltstore.Create(dir, defaults, t0); err != nil {
 					t.Fatal(err)
 				}
 				dm.do(t, dir)
 				err := noPanic(t, "Open", func() error {
-					db, err := journal.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
+					db, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
 					if err == nil {
 						db.Close()
 						return errors.New("Open succeeded")
 					}
 					return err
 				})
-				asCorrupt(t, err, journal.Path(dir))
+				asCorrupt(t, err, boltstore.Path(dir))
 				if errors.Is(err, journal.ErrNoJournal) {
 					t.Errorf("a damaged journal reported as missing: %v", err)
 				}
@@ -350,13 +352,13 @@ func TestJournal_OpenDamagedTwiceInOneProcess(t *testing.T) {
 	for _, dm := range damages {
 		t.Run(dm.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := journal.Create(dir, defaults, t0); err != nil {
+			if err := boltstore.Create(dir, defaults, t0); err != nil {
 				t.Fatal(err)
 			}
 			dm.do(t, dir)
 			for i, ro := range []bool{false, false, true, false} {
 				err := noPanic(t, "Open", func() error {
-					db, err := journal.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
+					db, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
 					if err == nil {
 						db.Close()
 						return errors.New("Open succeeded")
@@ -376,11 +378,11 @@ func TestJournal_OpenThenReadDamagedData(t *testing.T) {
 	// The meta pages and bucket roots intact, the data pages overwritten:
 	// Open may succeed, but reading must give a *CorruptError, not a panic.
 	dir := t.TempDir()
-	if err := journal.Create(dir, defaults, t0); err != nil {
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
 		t.Fatal(err)
 	}
 	used := int(populate(t, dir, 300))
-	b, err := os.ReadFile(journal.Path(dir))
+	b, err := os.ReadFile(boltstore.Path(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +390,7 @@ func TestJournal_OpenThenReadDamagedData(t *testing.T) {
 	copy(b[half:used], garbage(used-half))
 	writeJournal(t, dir, b)
 	err = noPanic(t, "Open and read", func() error {
-		db, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+		db, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
 		if err != nil {
 			return err
 		}
@@ -398,7 +400,7 @@ func TestJournal_OpenThenReadDamagedData(t *testing.T) {
 		}
 		return errors.New("read every page of a damaged journal without an error")
 	})
-	asCorrupt(t, err, journal.Path(dir))
+	asCorrupt(t, err, boltstore.Path(dir))
 }
 
 func TestJournal_VersionMismatch(t *testing.T) {
@@ -413,10 +415,10 @@ func TestJournal_VersionMismatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := journal.Create(dir, defaults, t0); err != nil {
+			if err := boltstore.Create(dir, defaults, t0); err != nil {
 				t.Fatal(err)
 			}
-			b, err := bolt.Open(journal.Path(dir), 0o600, nil)
+			b, err := bolt.Open(boltstore.Path(dir), 0o600, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -425,7 +427,7 @@ func TestJournal_VersionMismatch(t *testing.T) {
 				if meta == nil {
 					return errors.New("no meta bucket: the test's idea of the layout is out of date")
 				}
-				if string(meta.Get([]byte("version"))) != journal.SchemaVersion {
+				if string(meta.Get([]byte("version"))) != boltstore.SchemaVersion {
 					return errors.New("meta/version is not the schema version: the test's idea of the layout is out of date")
 				}
 				if tc.set == nil {
@@ -440,18 +442,18 @@ func TestJournal_VersionMismatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, ro := range []bool{false, true} {
-				_, err := journal.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
+				_, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: ro, Timeout: time.Second})
 				var ve *journal.VersionError
 				if !errors.As(err, &ve) {
 					t.Fatalf("Open(readonly=%v): err = %v (%T), want *journal.VersionError", ro, err, err)
 				}
-				want := journal.VersionError{Path: journal.Path(dir), Found: tc.found, Supported: journal.SchemaVersion}
+				want := journal.VersionError{Path: boltstore.Path(dir), Found: tc.found, Supported: boltstore.SchemaVersion}
 				if *ve != want {
 					t.Errorf("VersionError = %+v, want %+v", *ve, want)
 				}
 			}
 			// A refused Open holds nothing: the lock is free again.
-			l, err := journal.AcquireLock(filepath.Join(dir, journal.LockName), true, 0)
+			l, err := boltstore.AcquireLock(filepath.Join(dir, boltstore.LockName), true, 0)
 			if err != nil {
 				t.Fatalf("lock still held after a refused Open: %v", err)
 			}
@@ -462,22 +464,22 @@ func TestJournal_VersionMismatch(t *testing.T) {
 
 func TestJournal_OpenReleasesLockOnClose(t *testing.T) {
 	dir := newJournalClosed(t)
-	db, err := journal.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockPath := filepath.Join(dir, journal.LockName)
-	if _, err := journal.AcquireLock(lockPath, true, 0); !errors.Is(err, journal.ErrBusy) {
+	lockPath := filepath.Join(dir, boltstore.LockName)
+	if _, err := boltstore.AcquireLock(lockPath, true, 0); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("lock free while the journal is open for writing: err = %v", err)
 	}
-	if _, err := journal.AcquireLock(lockPath, false, 0); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.AcquireLock(lockPath, false, 0); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("shared lock granted while the journal is open for writing: err = %v", err)
 	}
 	// A second writer waits, then gives up with ErrBusy.
-	if _, err := journal.Open(dir, journal.OpenOptions{Timeout: 50 * time.Millisecond}); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.Open(dir, journal.OpenOptions{Timeout: 50 * time.Millisecond}); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("second writer Open: err = %v, want ErrBusy", err)
 	}
-	if _, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: 50 * time.Millisecond}); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: 50 * time.Millisecond}); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("reader Open while a writer holds the journal: err = %v, want ErrBusy", err)
 	}
 	if err := db.Close(); err != nil {
@@ -485,7 +487,7 @@ func TestJournal_OpenReleasesLockOnClose(t *testing.T) {
 	}
 	// The two waits above gave up; they may take the lock in passing when
 	// it is freed, but must let go at once: a bounded wait gets it.
-	l, err := journal.AcquireLock(lockPath, true, generous)
+	l, err := boltstore.AcquireLock(lockPath, true, generous)
 	if err != nil {
 		t.Fatalf("lock still held after Close: %v", err)
 	}
@@ -494,17 +496,17 @@ func TestJournal_OpenReleasesLockOnClose(t *testing.T) {
 
 func TestJournal_ReadersShare(t *testing.T) {
 	dir := newJournalClosed(t)
-	r1, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+	r1, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r1.Close()
-	r2, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: 50 * time.Millisecond})
+	r2, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("second reader: %v", err)
 	}
 	defer r2.Close()
-	if _, err := journal.Open(dir, journal.OpenOptions{Timeout: 50 * time.Millisecond}); !errors.Is(err, journal.ErrBusy) {
+	if _, err := boltstore.Open(dir, journal.OpenOptions{Timeout: 50 * time.Millisecond}); !errors.Is(err, journal.ErrBusy) {
 		t.Fatalf("writer Open while readers hold the journal: err = %v, want ErrBusy", err)
 	}
 }
@@ -513,7 +515,7 @@ func TestJournal_ReadersShare(t *testing.T) {
 func newJournalClosed(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := journal.Create(dir, defaults, t0); err != nil {
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -522,7 +524,7 @@ func newJournalClosed(t *testing.T) string {
 func TestJournal_UpdateRollsBackOnError(t *testing.T) {
 	db, _ := newJournal(t)
 	boom := errors.New("boom")
-	err := db.Update(func(tx *journal.Tx) error {
+	err := db.Update(func(tx journal.Tx) error {
 		if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available}); err != nil {
 			return err
 		}
@@ -537,7 +539,7 @@ func TestJournal_UpdateRollsBackOnError(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Update: err = %v, want the fn's error", err)
 	}
-	view(t, db, func(tx *journal.Tx) error {
+	view(t, db, func(tx journal.Tx) error {
 		if _, ok, _ := tx.Task("t1"); ok {
 			t.Errorf("task of a rolled-back transaction is stored")
 		}
@@ -548,14 +550,86 @@ func TestJournal_UpdateRollsBackOnError(t *testing.T) {
 		if n != 0 {
 			t.Errorf("%d events of a rolled-back transaction are stored", n)
 		}
-		if tx.NextSeq() != 1 {
-			t.Errorf("NextSeq after rollback = %d, want 1", tx.NextSeq())
+		if tx.(*boltstore.Tx).NextSeq() != 1 {
+			t.Errorf("NextSeq after rollback = %d, want 1", tx.(*boltstore.Tx).NextSeq())
 		}
 		if tx.LastToken() != uint64(t0.UnixMicro()) {
 			t.Errorf("token counter moved in a rolled-back transaction")
 		}
 		if c := tx.Counts()[journal.Available]; c != 0 {
 			t.Errorf("Counts[available] = %d after rollback", c)
+		}
+		return nil
+	})
+}
+
+// A version 1 journal (JSON records) is read as it is, and its first write
+// marks it version 2, so that an older fencectl refuses it cleanly instead
+// of failing on the binary records that write adds.
+func TestCodec_UpgradesVersion1Journal(t *testing.T) {
+	dir := newJournalClosed(t)
+	old := claimed(available("build-42", -7, 1<<40), 1795313309003512, t0.Add(90*time.Second))
+	oldJSON, _ := json.Marshal(old)
+	b, err := bolt.Open(boltstore.Path(dir), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte("meta")).Put([]byte("version"), []byte("1")); err != nil {
+			return err
+		}
+		return tx.Bucket([]byte("tasks")).Put([]byte(old.ID), oldJSON)
+	})
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := func() string {
+		t.Helper()
+		b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		var v string
+		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
+		return v
+	}
+
+	ro, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("Open of a version 1 journal: %v", err)
+	}
+	view(t, ro, func(tx journal.Tx) error {
+		if got, ok, err := tx.Task(old.ID); err != nil || !ok || got.Lease == nil || got.Lease.Token != old.Lease.Token {
+			t.Errorf("JSON record in a version 1 journal: %+v, %v, %v", got, ok, err)
+		}
+		return nil
+	})
+	ro.Close()
+	if v := version(); v != "1" {
+		t.Fatalf("reading changed the version to %q", v)
+	}
+
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, db, "new")
+	db.Close()
+	if v := version(); v != boltstore.SchemaVersion {
+		t.Errorf("version after the first write = %q; want %q", v, boltstore.SchemaVersion)
+	}
+	db, err = boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	view(t, db, func(tx journal.Tx) error {
+		for _, id := range []string{old.ID, "new"} {
+			if _, ok, err := tx.Task(id); err != nil || !ok {
+				t.Errorf("task %s after the upgrade: ok=%v err=%v", id, ok, err)
+			}
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package journal_test
+package bolt_test
 
 import (
 	"encoding/binary"
@@ -11,13 +11,14 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // Fuzz targets of the torture suite (part 4): arbitrary bytes stored as a
 // task record or an event in a real bbolt journal, written with bbolt
 // directly under the bucket and key the journal uses, then read back
 // through the journal's Tx methods. Every read must end in a value or an
-// error, never a panic. journal.DB's guard turns a panic inside a
+// error, never a panic. boltstore.DB's guard turns a panic inside a
 // transaction into a *CorruptError, so a CorruptError here (the file itself
 // is sound) means a panic was masked, and fails the target too.
 
@@ -36,18 +37,18 @@ func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 // fuzzJournal creates a journal in a fresh directory for one fuzz worker.
 func fuzzJournal(f *testing.F) string {
 	dir := f.TempDir()
-	if err := journal.Create(dir, defaults, t0); err != nil {
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
 		f.Fatal(err)
 	}
 	return dir
 }
 
-// rawUpdate opens the journal file with bbolt alone (no journal.Open, so
+// rawUpdate opens the journal file with bbolt alone (no boltstore.Open, so
 // nothing validates) and runs fn in one write transaction. NoSync: the
 // bytes only need to reach the page cache for the next open to see them.
 func rawUpdate(t *testing.T, dir string, fn func(tx *bolt.Tx) error) {
 	t.Helper()
-	b, err := bolt.Open(journal.Path(dir), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
+	b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{Timeout: time.Second, NoSync: true})
 	if err != nil {
 		t.Fatalf("raw open: %v", err)
 	}
@@ -67,11 +68,11 @@ func emptyBucket(tx *bolt.Tx, name []byte) error {
 }
 
 // openRead opens the journal read-only through the journal package.
-func openRead(t *testing.T, dir string) *journal.DB {
+func openRead(t *testing.T, dir string) *boltstore.DB {
 	t.Helper()
-	db, err := journal.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: 5 * time.Second})
+	db, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: 5 * time.Second})
 	if err != nil {
-		t.Fatalf("journal.Open: %v", err)
+		t.Fatalf("boltstore.Open: %v", err)
 	}
 	return db
 }
@@ -142,7 +143,7 @@ func FuzzDecodeRecord(f *testing.F) {
 
 		db := openRead(t, dir)
 		defer db.Close()
-		err := db.View(func(tx *journal.Tx) error {
+		err := db.View(func(tx journal.Tx) error {
 			rec, ok, err := tx.Task(key)
 			switch {
 			case err != nil && ok:
@@ -231,7 +232,7 @@ func FuzzDecodeEvent(f *testing.F) {
 
 		db := openRead(t, dir)
 		defer db.Close()
-		err := db.View(func(tx *journal.Tx) error {
+		err := db.View(func(tx journal.Tx) error {
 			var fwd, back []journal.Event
 			ferr := tx.Events(0, func(ev journal.Event) (bool, error) { fwd = append(fwd, ev); return true, nil })
 			berr := tx.EventsBackward(func(ev journal.Event) (bool, error) { back = append(back, ev); return true, nil })

@@ -1,0 +1,180 @@
+package journal
+
+import (
+	"errors"
+	"time"
+)
+
+// The storage port: what package fence asks of a journal, whatever holds
+// it. The bbolt store (package journal/bolt) is one implementation; a store
+// that keeps the journal in etcd is meant to be another. The seams are cut
+// for both:
+//
+//   - Update may run its function more than once (an optimistic store
+//     retries it when a compare fails), each time in a fresh transaction,
+//     so the function must set everything it reports on every run and
+//     must not count on effects of an earlier, aborted run.
+//   - fence assumes no process-wide lock: a store that serialises writers
+//     says so (Store.Exclusive), and fence relies on "only the last commit
+//     can be unfinished" only then.
+//   - lease expiry is judged by the store's clock (Tx.Now).
+//
+// The contract every implementation meets is the test suite in package
+// journal/journaltest.
+
+// Backend makes handles on the journals of one kind of store. dir is the
+// tree's meta directory (.fence).
+type Backend interface {
+	// Exists reports whether dir holds a journal (of any content).
+	Exists(dir string) (bool, error)
+	// Path names the journal of dir in messages (a file, a URL).
+	Path(dir string) string
+	// Open opens the journal of dir. A missing journal is ErrNoJournal; an
+	// unreadable one a *CorruptError; one of another schema a
+	// *VersionError. A writer (o.ReadOnly false) holds the writer's turn
+	// until Park or Close if the store serialises writers (Exclusive).
+	Open(dir string, o OpenOptions) (Store, error)
+	// Watch reports changes to the journal of dir, so that a lease holder
+	// learns of a revoke without polling.
+	Watch(dir string) (Watcher, error)
+}
+
+// OpenOptions say how to open a journal.
+type OpenOptions struct {
+	ReadOnly bool          // a reader: the shared lock, no writes
+	Timeout  time.Duration // how long to wait for the writer's turn before ErrBusy
+	// BoltLockOnly skips .fence/lock and relies on bbolt's own file lock,
+	// which polls every 50 ms. Only for measuring what the blocking flock
+	// buys (make bench); every process on a tree must use the same mode.
+	BoltLockOnly bool
+	// Clock is the local clock a store that has no clock of its own (bbolt)
+	// answers Tx.Now with; nil is time.Now.
+	Clock func() time.Time
+}
+
+// Store is one open journal.
+type Store interface {
+	// View runs fn in a read-only transaction that sees one committed state.
+	View(fn func(Tx) error) error
+	// Update runs fn in a write transaction: what fn writes commits
+	// together, or nothing does when fn returns an error. Update may run fn
+	// more than once, each time in a fresh transaction (see the port's
+	// rules above).
+	Update(fn func(Tx) error) error
+	// Head identifies the last commit, by any process: two commits on one
+	// tree never share a head. fence records the head whose file moves it
+	// finished, to skip settling when nobody committed since.
+	Head() (string, error)
+	// Exclusive reports whether this handle holds the writer's turn alone:
+	// every other writer of the journal waits until Park or Close. Then
+	// only the last commit can have moves a crash left undone.
+	Exclusive() bool
+	// Park gives the writer's turn up but keeps the handle for Resume, so
+	// a process that writes again soon skips opening the store afresh.
+	// A parked handle is used only after Resume succeeds.
+	Park() error
+	// Resume takes the writer's turn back, waiting up to timeout. It
+	// returns ErrStale (with nothing held) if the handle cannot be reused:
+	// the caller closes it and opens the journal again.
+	Resume(timeout time.Duration) error
+	// Verify reads the whole journal and returns a *CorruptError for any
+	// damage found.
+	Verify() error
+	// Close gives everything up. Safe on a parked handle.
+	Close() error
+}
+
+// Tx is one journal transaction. Methods that change state may only be
+// called inside Store.Update.
+type Tx interface {
+	// Now is the time as the store judges lease expiry: for this
+	// transaction, the same on every call.
+	Now() time.Time
+	// Writes counts the calls that changed state, made or attempted. An
+	// operation that fails with Writes unchanged left the transaction as
+	// it found it (fence's group commit keeps the others' changes then).
+	Writes() int
+
+	// Task returns the record of id; ok is false if the journal does not
+	// know it.
+	Task(id string) (task Task, ok bool, err error)
+	// PutTask stores rec and keeps the ready and expiry indexes and the
+	// per-state counts in step. old is the record it replaces (nil for a
+	// new task).
+	PutTask(old *Task, rec Task) error
+	// ForEachTask calls fn for every record, in id order.
+	ForEachTask(fn func(Task) error) error
+	// Counts returns how many tasks are in each state.
+	Counts() map[State]int
+	// Ready calls fn with the ids of available tasks in claim order
+	// (highest priority, then oldest by Seq) until fn returns false.
+	Ready(fn func(id string) (more bool))
+	// Expired returns the ids of claimed tasks whose deadline is at or
+	// before now, oldest deadline first.
+	Expired(now time.Time) []string
+	// Leases calls fn for every claimed task's id in deadline order.
+	Leases(fn func(id string) error) error
+	// IndexSizes returns how many entries the ready and expiry indexes hold.
+	IndexSizes() (ready, expiry int)
+
+	// Claim returns what the journal remembers of token.
+	Claim(token uint64) (c Claim, ok bool, err error)
+	// PutClaim stores c under its token.
+	PutClaim(c Claim) error
+	// ForEachClaim calls fn for every stored claim, in token order.
+	ForEachClaim(fn func(Claim) error) error
+	// Request returns the token of the current claim granted to request
+	// id of agent, if any.
+	Request(agent, id string) (uint64, bool)
+	// PutRequest records that request id of agent was granted token.
+	PutRequest(agent, id string, token uint64) error
+	// DeleteRequest forgets request id of agent.
+	DeleteRequest(agent, id string) error
+
+	// NextToken issues a fencing token: above every token issued before,
+	// at least now in microseconds, below the token ceiling.
+	NextToken(now time.Time) (uint64, error)
+	// LastToken returns the highest token ever issued (or the seed).
+	LastToken() uint64
+	// Ceiling returns the journal's copy of the token ceiling (0 if no
+	// token was issued under one yet).
+	Ceiling() uint64
+	// RaiseCounter sets the token counter to at least v.
+	RaiseCounter(v uint64) error
+
+	// Append adds ev to the log with the next sequence number and returns
+	// it as stored.
+	Append(ev Event) (Event, error)
+	// LastCommit returns the events of the most recent write transaction
+	// that appended any.
+	LastCommit() ([]Event, error)
+	// Events calls fn for each event from seq from on, in order, while fn
+	// returns true.
+	Events(from uint64, fn func(Event) (more bool, err error)) error
+	// EventsBackward calls fn for each event from the newest back.
+	EventsBackward(fn func(Event) (more bool, err error)) error
+	// TaskEventsBackward calls fn for each event of task id from the
+	// newest back, reading only that task's events.
+	TaskEventsBackward(id string, fn func(Event) (more bool, err error)) error
+
+	// Defaults returns the tree-wide settings chosen at init.
+	Defaults() (Defaults, error)
+	// Reset empties everything derived from the log (tasks, indexes,
+	// claims, requests, counts) for replay to write afresh. Events and the
+	// token counter are kept.
+	Reset() error
+	// Check runs the store's own consistency check.
+	Check() []error
+}
+
+// Watcher is signalled (coalesced) after the journal changed; the receiver
+// then re-reads what it cares about.
+type Watcher interface {
+	C() <-chan struct{}
+	Close() error // safe to call twice
+}
+
+// ErrStale says a parked journal handle cannot be reused: another process
+// committed, or the journal was replaced, since Park. The caller closes it
+// and opens the journal afresh.
+var ErrStale = errors.New("journal changed since the handle was parked")
