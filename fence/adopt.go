@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // adoptInbox turns the valid files in inbox/ into available tasks, in one
@@ -38,7 +39,7 @@ func (t *Tree) adoptInbox(db journal.Store) {
 		return
 	}
 	b := t.mirror.NewBatch()
-	var evs []journal.Event
+	var evs []record.Event
 	staged := map[string]string{} // task id → staged name
 	err = db.Update(func(tx journal.Tx) error {
 		evs = nil // a store may run this more than once: each run afresh
@@ -70,7 +71,7 @@ func (t *Tree) adoptInbox(db journal.Store) {
 				}
 				staged[id] = name
 			}
-			ev := adoptEvent(id, fsmirror.Inbox, Available, d.MaxAttempts, now)
+			ev := adoptEvent(id, fsmirror.Inbox, record.Available, d.MaxAttempts, now)
 			ev.Staged = name
 			if _, ev, err = commit(tx, nil, ev); err != nil {
 				return err
@@ -118,7 +119,7 @@ func (t *Tree) restoreAdoptions(db journal.Store, names []string) {
 		if fsmirror.ValidateID(id) != nil {
 			continue
 		}
-		var rec journal.Task
+		var rec record.Task
 		var known bool
 		if err := db.View(func(tx journal.Tx) (err error) {
 			rec, known, err = tx.Task(id)
@@ -152,6 +153,6 @@ func (t *Tree) restoreAdoptions(db journal.Store, names []string) {
 	}
 }
 
-func adoptEvent(id string, from fsmirror.Dir, to State, maxAttempts int, now time.Time) journal.Event {
-	return journal.Event{Time: now, Type: journal.EvAdopt, Task: id, To: to, MaxAttempts: maxAttempts, Source: string(from)}
+func adoptEvent(id string, from fsmirror.Dir, to record.State, maxAttempts int, now time.Time) record.Event {
+	return record.Event{Time: now, Type: record.EvAdopt, Task: id, To: to, MaxAttempts: maxAttempts, Source: string(from)}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Group commit.
@@ -27,8 +28,8 @@ import (
 // transaction: it must set everything it reports on every run.
 type pendingOp struct {
 	op        string
-	fn        func(tx journal.Tx, now time.Time) ([]journal.Event, error)
-	evs       []journal.Event
+	fn        func(tx journal.Tx, now time.Time) ([]record.Event, error)
+	evs       []record.Event
 	committed bool
 	err       error
 	done      chan struct{} // closed when the operation is finished
@@ -318,7 +319,7 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		}
 		return nil, err
 	}
-	var evs []journal.Event
+	var evs []record.Event
 	for _, p := range ops {
 		if p.committed {
 			crashAt(p.op + ":after-commit")

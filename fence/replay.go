@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Finding is one disagreement between the event log, the stored records
@@ -47,8 +48,8 @@ func (r ReplayReport) Unfixed() int {
 
 // replayState is the log folded into records, plus what the tree holds.
 type replayState struct {
-	tasks   map[string]journal.Task
-	claims  map[uint64]journal.Claim
+	tasks   map[string]record.Task
+	claims  map[uint64]record.Claim
 	staged  map[string]string // task → staging name of its add event
 	outputs []string          // staging names of fenced outputs (put, complete --result)
 	rebuild bool              // stored records, claims or indexes differ from the log
@@ -68,7 +69,7 @@ type extraCopy struct {
 type adoption struct {
 	id   string
 	from fsmirror.Dir
-	to   State
+	to   record.State
 }
 
 // Replay rebuilds the derived state from the event log, compares it with
@@ -97,7 +98,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		}
 	}
 	var rep ReplayReport
-	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
+	st := &replayState{tasks: map[string]record.Task{}, claims: map[uint64]record.Claim{}, staged: map[string]string{}}
 	err = db.View(func(tx journal.Tx) error {
 		if err := st.compareJournal(tx, &rep); err != nil {
 			return err
@@ -133,9 +134,9 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 // stored.
 func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
-	err := tx.Events(1, func(ev journal.Event) (bool, error) {
+	err := tx.Events(1, func(ev record.Event) (bool, error) {
 		rep.Events++
-		var prev *journal.Task
+		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
 			prev = &p
 		}
@@ -146,13 +147,13 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		}
 		st.tasks[ev.Task] = rec
 		switch {
-		case ev.Type == journal.EvAdd || ev.Type == journal.EvAdopt && ev.Staged != "":
+		case ev.Type == record.EvAdd || ev.Type == record.EvAdopt && ev.Staged != "":
 			st.staged[ev.Task] = ev.Staged
 		case ev.Staged != "":
 			st.outputs = append(st.outputs, ev.Staged)
 		}
 		if ev.Token != 0 {
-			var pc *journal.Claim
+			var pc *record.Claim
 			if c, ok := st.claims[ev.Token]; ok {
 				pc = &c
 			}
@@ -166,7 +167,7 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		return err
 	}
 	seen := map[string]bool{}
-	err = tx.ForEachTask(func(rec journal.Task) error {
+	err = tx.ForEachTask(func(rec record.Task) error {
 		seen[rec.ID] = true
 		want, ok := st.tasks[rec.ID]
 		switch {
@@ -186,7 +187,7 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		}
 	}
 	nclaims := 0
-	err = tx.ForEachClaim(func(c journal.Claim) error {
+	err = tx.ForEachClaim(func(c record.Claim) error {
 		nclaims++
 		if want, ok := st.claims[c.Token]; !ok || !sameJSON(c, want) {
 			add(Finding{Kind: "claim_mismatch", Task: c.Task, Detail: fmt.Sprintf("stored record of token %d differs from the event log", c.Token)})
@@ -199,19 +200,19 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	if nclaims != len(st.claims) {
 		add(Finding{Kind: "claim_mismatch", Detail: fmt.Sprintf("%d token records stored, the event log has %d", nclaims, len(st.claims))})
 	}
-	counts := map[State]int{}
+	counts := map[record.State]int{}
 	for _, rec := range st.tasks {
 		counts[rec.State]++
 	}
 	stored := tx.Counts()
-	for _, s := range journal.States {
+	for _, s := range record.States {
 		if stored[s] != counts[s] {
 			add(Finding{Kind: "index_mismatch", Detail: fmt.Sprintf("count of %s is %d, the event log has %d", s, stored[s], counts[s])})
 		}
 	}
 	ready, expiry := tx.IndexSizes()
-	if ready != counts[Available] || expiry != counts[Claimed] {
-		add(Finding{Kind: "index_mismatch", Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d available and %d claimed", ready, expiry, counts[Available], counts[Claimed])})
+	if ready != counts[record.Available] || expiry != counts[record.Claimed] {
+		add(Finding{Kind: "index_mismatch", Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d available and %d claimed", ready, expiry, counts[record.Available], counts[record.Claimed])})
 	}
 	for _, f := range rep.Findings {
 		if f.Kind != "log_error" {
@@ -315,8 +316,8 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			continue
 		}
 		to, _ := stateOfDir(dirs[0])
-		if to == Claimed {
-			to = Available
+		if to == record.Claimed {
+			to = record.Available
 		}
 		add(Finding{Kind: "unknown_file", Task: id, Dir: string(dirs[0]), Detail: "a file the journal does not know; replay adopts it as " + string(to)})
 		st.adopt = append(st.adopt, adoption{id: id, from: dirs[0], to: to})
@@ -342,8 +343,8 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 				add(Finding{Kind: "misplaced", Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Staging, staged: s, to: want})
 			} else if !settledMissing(st.tasks[id]) {
-				what := "replay fails it (reason \"" + ReasonFileMissing + "\"); to run it again, put its content at " + string(Failed) + "/" + id + " and requeue it"
-				if st.tasks[id].State == Done {
+				what := "replay fails it (reason \"" + ReasonFileMissing + "\"); to run it again, put its content at " + string(record.Failed) + "/" + id + " and requeue it"
+				if st.tasks[id].State == record.Done {
 					what = "replay records that its file is gone; the task stays done"
 				}
 				add(Finding{Kind: "missing_file", Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; " + what})

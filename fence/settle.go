@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // move is where one task's file goes after a commit.
@@ -20,12 +21,12 @@ type move struct {
 // the file was before the first event to where the last event leaves it
 // (a reap and a re-claim of the same task in one commit move nothing). A
 // task settled as missing has no file to move.
-func movesOf(evs []journal.Event) []move {
+func movesOf(evs []record.Event) []move {
 	var out []move
 	at := map[string]int{}
 	missing := map[string]bool{}
 	for _, ev := range evs {
-		if ev.Type == journal.EvMissing {
+		if ev.Type == record.EvMissing {
 			missing[ev.Task] = true
 		}
 	}
@@ -37,9 +38,9 @@ func movesOf(evs []journal.Event) []move {
 		if !seen {
 			m := move{id: ev.Task, from: DirOf(ev.From)}
 			switch ev.Type {
-			case journal.EvAdd:
+			case record.EvAdd:
 				m.from, m.staged = fsmirror.Staging, ev.Staged
-			case journal.EvAdopt:
+			case record.EvAdopt:
 				m.from = fsmirror.Dir(ev.Source)
 				if ev.Staged != "" { // staged out of inbox/ before the commit
 					m.from, m.staged = fsmirror.Staging, ev.Staged
@@ -59,7 +60,7 @@ func movesOf(evs []journal.Event) []move {
 // task's file (EPERM, EXDEV, an occupied destination) is that task's
 // failure, named in failed: the other tasks' moves go on. err is a
 // failure of them all (a directory fsync).
-func (t *Tree) mirrorEvents(evs []journal.Event) (failed map[string]error, err error) {
+func (t *Tree) mirrorEvents(evs []record.Event) (failed map[string]error, err error) {
 	fail := func(id string, err error) {
 		if failed == nil {
 			failed = map[string]error{}
@@ -87,7 +88,7 @@ func (t *Tree) mirrorEvents(evs []journal.Event) (failed map[string]error, err e
 
 // publishPending publishes the outputs of the last commit that a crash
 // left in staging. A staged file that is gone was published already.
-func (t *Tree) publishPending(evs []journal.Event) error {
+func (t *Tree) publishPending(evs []record.Event) error {
 	for _, ev := range evs {
 		if ev.Output == "" {
 			continue
@@ -169,7 +170,7 @@ func (t *Tree) settle(db journal.Store) error {
 		return nil
 	}
 	var todo []move
-	var last []journal.Event
+	var last []record.Event
 	err = db.View(func(tx journal.Tx) error {
 		evs, err := tx.LastCommit()
 		if err != nil {
