@@ -136,7 +136,10 @@ func (t *Tree) restoreAdoptions(db journal.Store, names []string) {
 				t.notify("settled", id, "put back into inbox/ a file that an interrupted adoption left in "+string(fsmirror.Staging))
 			}
 		default:
-			to := DirOf(rec.State)
+			var to fsmirror.Dir
+			if to, err = DirOf(rec.State); err != nil {
+				break // reported below; the staged file stays
+			}
 			if ok, _ := t.mirror.Exists(to, id); ok {
 				// Adopted and in place: the staged file is a second copy.
 				_, err = t.mirror.Quarantine(fsmirror.Staging, name)

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +143,9 @@ func FuzzApplyEvent(f *testing.F) {
 				}
 				_, _ = fence.ApplyClaim(nil, e)
 				_, _ = fence.ApplyClaim(&record.Claim{Token: 7, Task: "t1", Agent: "a", At: t0}, e)
-				_ = fence.DirOf(e.To)
+				if _, err := fence.DirOf(e.To); err == nil && !slices.Contains(record.States, e.To) {
+					t.Errorf("DirOf(%q) has a directory, but %q is no state", e.To, e.To)
+				}
 			}
 			return nil
 		})

@@ -294,7 +294,11 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
 	}
 	if req.ID != "" {
-		if err := t.checkFile(rec.ID, fileDir(rec, inClaimed), true); err != nil {
+		dir, err := fileDir(rec, inClaimed)
+		if err == nil {
+			err = t.checkFile(rec.ID, dir, true)
+		}
+		if err != nil {
 			return record.Event{}, rec, err
 		}
 	}
@@ -392,9 +396,9 @@ func (t *Tree) checkFile(id string, dir fsmirror.Dir, mustExist bool) error {
 
 // fileDir is where rec's file is right now: its state's directory, or
 // claimed/ for a task reaped earlier in the same transaction.
-func fileDir(rec record.Task, inClaimed map[string]bool) fsmirror.Dir {
+func fileDir(rec record.Task, inClaimed map[string]bool) (fsmirror.Dir, error) {
 	if inClaimed[rec.ID] {
-		return fsmirror.Claimed
+		return fsmirror.Claimed, nil
 	}
 	return DirOf(rec.State)
 }
@@ -568,7 +572,11 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		if err := Authorize(rec, req.Token, claim, now); err != nil {
 			return nil, err
 		}
-		if err := t.checkFile(rec.ID, DirOf(rec.State), false); err != nil {
+		dir, err := DirOf(rec.State)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.checkFile(rec.ID, dir, false); err != nil {
 			return nil, err
 		}
 		if out != nil {
@@ -708,8 +716,12 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 		}
 		// Without its file the task would be handed out empty-handed, or
 		// settled as missing again at the next claim.
-		if ok, err := t.mirror.Exists(DirOf(rec.State), id); err == nil && !ok {
-			return record.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, DirOf(rec.State), t.Path(id, rec.State))}
+		dir, err := DirOf(rec.State)
+		if err != nil {
+			return record.Event{}, err
+		}
+		if ok, err := t.mirror.Exists(dir, id); err == nil && !ok {
+			return record.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, dir, t.Path(id, rec.State))}
 		}
 		return record.Event{Time: now, Type: record.EvRequeue, Task: id, From: rec.State, To: record.Available, Agent: agent, Reason: reason}, nil
 	})
@@ -734,7 +746,11 @@ func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, bu
 		if err != nil {
 			return nil, err
 		}
-		if err := t.checkFile(rec.ID, DirOf(rec.State), false); err != nil {
+		dir, err := DirOf(rec.State)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.checkFile(rec.ID, dir, false); err != nil {
 			return nil, err
 		}
 		after, ev, err := commit(tx, &rec, ev)

@@ -117,8 +117,14 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 
 	// What the directories hold.
 	where := map[string][]record.State{}
+	dirs := map[record.State]fsmirror.Dir{} // the four states' directories
 	for _, s := range record.States {
-		entries, err := m.List(DirOf(s))
+		dir, err := DirOf(s)
+		if err != nil {
+			return rep, err
+		}
+		dirs[s] = dir
+		entries, err := m.List(dir)
 		if err != nil {
 			return rep, err
 		}
@@ -128,7 +134,7 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 				if err != nil {
 					why = err.Error() + "; left in place"
 				}
-				rep.Findings = append(rep.Findings, Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(DirOf(s)), Detail: why})
+				rep.Findings = append(rep.Findings, Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(dir), Detail: why})
 				continue
 			}
 			where[e.Name] = append(where[e.Name], s)
@@ -165,16 +171,16 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 				to = record.Available
 				rep.Freed = append(rep.Freed, id)
 			}
-			ev := adoptEvent(id, DirOf(keep), to, d.MaxAttempts, now)
+			ev := adoptEvent(id, dirs[keep], to, d.MaxAttempts, now)
 			ev.Reason = "recover"
 			if _, _, err := commit(tx, nil, ev); err != nil {
 				return err
 			}
 			rep.Counts[to]++
-			moves = append(moves, move{id: id, from: DirOf(keep), to: DirOf(to)})
+			moves = append(moves, move{id: id, from: dirs[keep], to: dirs[to]})
 			for _, s := range found {
 				if s != keep {
-					extra = append(extra, extraCopy{id: id, dir: DirOf(s)})
+					extra = append(extra, extraCopy{id: id, dir: dirs[s]})
 				}
 			}
 		}

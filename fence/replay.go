@@ -332,7 +332,11 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		want := DirOf(st.tasks[id].State)
+		want, err := DirOf(st.tasks[id].State)
+		if err != nil { // the log put it in no state fencectl knows
+			add(Finding{Kind: "log_error", Task: id, Detail: err.Error() + "; replay leaves its file where it is"})
+			continue
+		}
 		dirs := where[id]
 		switch {
 		case len(dirs) == 0:
@@ -431,7 +435,11 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 			return fmt.Errorf("adopt unknown files: %w", err)
 		}
 		for _, a := range st.adopt {
-			st.moves = append(st.moves, move{id: a.id, from: a.from, to: DirOf(a.to)})
+			to, err := DirOf(a.to)
+			if err != nil {
+				return err
+			}
+			st.moves = append(st.moves, move{id: a.id, from: a.from, to: to})
 		}
 	}
 	if len(st.missing) > 0 {

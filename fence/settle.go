@@ -15,12 +15,14 @@ type move struct {
 	from   fsmirror.Dir // where the file was before the commit
 	staged string       // for add: the staging file name in .fence/tmp
 	to     fsmirror.Dir
+	err    error // a state with no directory (DirOf): nothing moves
 }
 
 // movesOf collapses a commit's events into one move per task, from where
 // the file was before the first event to where the last event leaves it
 // (a reap and a re-claim of the same task in one commit move nothing). A
-// task settled as missing has no file to move.
+// task settled as missing has no file to move; a task whose state has no
+// directory (a damaged event) gets a move that carries the error.
 func movesOf(evs []record.Event) []move {
 	var out []move
 	at := map[string]int{}
@@ -36,7 +38,7 @@ func movesOf(evs []record.Event) []move {
 		}
 		i, seen := at[ev.Task]
 		if !seen {
-			m := move{id: ev.Task, from: DirOf(ev.From)}
+			m := move{id: ev.Task}
 			switch ev.Type {
 			case record.EvAdd:
 				m.from, m.staged = fsmirror.Staging, ev.Staged
@@ -45,12 +47,17 @@ func movesOf(evs []record.Event) []move {
 				if ev.Staged != "" { // staged out of inbox/ before the commit
 					m.from, m.staged = fsmirror.Staging, ev.Staged
 				}
+			default:
+				m.from, m.err = DirOf(ev.From)
 			}
 			at[ev.Task] = len(out)
 			out = append(out, m)
 			i = len(out) - 1
 		}
-		out[i].to = DirOf(ev.To)
+		to, err := DirOf(ev.To)
+		if out[i].err == nil {
+			out[i].to, out[i].err = to, err
+		}
 	}
 	return out
 }
@@ -115,6 +122,8 @@ func (t *Tree) publishPending(evs []record.Event) error {
 func (t *Tree) place(b *fsmirror.Batch, m move) error {
 	var err error
 	switch {
+	case m.err != nil:
+		return m.err
 	case m.staged != "":
 		err = b.MoveFrom(fsmirror.Staging, m.staged, m.to, m.id)
 	case m.from == m.to:
@@ -138,6 +147,9 @@ func (t *Tree) place(b *fsmirror.Batch, m move) error {
 
 // ensure makes sure m.id's file is in m.to, finding it wherever it is.
 func (t *Tree) ensure(m move) error {
+	if m.err != nil {
+		return m.err
+	}
 	if ok, err := t.mirror.Exists(m.to, m.id); err != nil || ok {
 		return err
 	}
@@ -182,7 +194,10 @@ func (t *Tree) settle(db journal.Store) error {
 			if err != nil || !ok {
 				return err
 			}
-			m.to = DirOf(rec.State)
+			if m.to, m.err = DirOf(rec.State); m.err != nil {
+				todo = append(todo, m) // ensure reports it
+				continue
+			}
 			if ok, err := t.mirror.Exists(m.to, m.id); err != nil {
 				// A symlink or other odd file in its place: leave it for
 				// replay to report rather than block every writer.

@@ -1,28 +1,33 @@
 package fence
 
 import (
+	"fmt"
+
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal/record"
 )
 
-// DirOf returns the directory that holds tasks in state s.
-func DirOf(s record.State) fsmirror.Dir {
+// DirOf returns the directory that holds tasks in state s. A state that is
+// none of the four (a damaged or hostile record) has no directory: that is
+// an error, never available/, so such a record cannot move a file.
+func DirOf(s record.State) (fsmirror.Dir, error) {
 	switch s {
+	case record.Available:
+		return fsmirror.Available, nil
 	case record.Claimed:
-		return fsmirror.Claimed
+		return fsmirror.Claimed, nil
 	case record.Done:
-		return fsmirror.Done
+		return fsmirror.Done, nil
 	case record.Failed:
-		return fsmirror.Failed
-	default:
-		return fsmirror.Available
+		return fsmirror.Failed, nil
 	}
+	return "", fmt.Errorf("task state %q is not one of available, claimed, done, failed: no directory holds it", string(s))
 }
 
 // stateOfDir is the inverse of DirOf for the four state directories.
 func stateOfDir(d fsmirror.Dir) (record.State, bool) {
 	for _, s := range record.States {
-		if DirOf(s) == d {
+		if sd, _ := DirOf(s); sd == d {
 			return s, true
 		}
 	}

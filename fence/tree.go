@@ -223,8 +223,15 @@ func (t *Tree) Close() error {
 // Root returns the tree's absolute root.
 func (t *Tree) Root() string { return t.root }
 
-// Path returns where task id's file is while in state s.
-func (t *Tree) Path(id string, s record.State) string { return t.mirror.Path(DirOf(s), id) }
+// Path returns where task id's file is while in state s, or "" for a state
+// with no directory (see DirOf): a damaged record names no file.
+func (t *Tree) Path(id string, s record.State) string {
+	dir, err := DirOf(s)
+	if err != nil {
+		return ""
+	}
+	return t.mirror.Path(dir, id)
+}
 
 func (t *Tree) notify(kind, name, detail string) {
 	if t.opts.Notify != nil {
