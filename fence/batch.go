@@ -170,10 +170,10 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 func (t *Tree) sweepStaging(db journal.Store) {
 	moved, adopting, err := t.mirror.Sweep(false)
 	for _, name := range moved {
-		t.notify("quarantined", name, "staged by a process that died before its commit; moved to .fence/quarantine")
+		t.notify(NoticeQuarantined, name, "staged by a process that died before its commit; moved to .fence/quarantine")
 	}
 	if err != nil {
-		t.notify("warning", string(fsmirror.Staging), err.Error())
+		t.notify(NoticeWarning, string(fsmirror.Staging), err.Error())
 	}
 	t.restoreAdoptions(db, adopting)
 }
@@ -200,7 +200,7 @@ func (t *Tree) beginWrite(db journal.Store) error {
 		return err
 	}
 	for _, d := range replaced {
-		t.notify("reopened", string(d), string(d)+"/ was replaced since this process opened it; using the new one")
+		t.notify(NoticeReopened, string(d), string(d)+"/ was replaced since this process opened it; using the new one")
 	}
 	if !db.Exclusive() {
 		// settle finishes only the last commit, which is all that a crash

@@ -35,13 +35,13 @@ func (n *notices) add(x fence.Notice) {
 }
 
 // has reports whether a notice of kind about name was given.
-func (n *notices) has(kind, name string) bool {
+func (n *notices) has(kind fence.NoticeKind, name string) bool {
 	_, ok := n.of(kind)[name]
 	return ok
 }
 
 // of returns the notices of one kind, by name.
-func (n *notices) of(kind string) map[string]fence.Notice {
+func (n *notices) of(kind fence.NoticeKind) map[string]fence.Notice {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	out := map[string]fence.Notice{}

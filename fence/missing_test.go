@@ -38,14 +38,14 @@ func TestTree_ClaimSettlesMissingFilesOnce(t *testing.T) {
 	if c := claim(t, tree, "", "a"); c.Task.ID != "ok1" {
 		t.Fatalf("first claim got %s, want ok1", c.Task.ID)
 	}
-	if got := len(n.of("missing_file")); got != gone {
+	if got := len(n.of(fence.NoticeMissingFile)); got != gone {
 		t.Fatalf("first claim settled %d tasks without a file, want %d", got, gone)
 	}
 	n.reset()
 	if c := claim(t, tree, "", "a"); c.Task.ID != "ok2" {
 		t.Fatalf("second claim got %s, want ok2", c.Task.ID)
 	}
-	if got := len(n.of("missing_file")) + len(n.of("skipped")); got != 0 {
+	if got := len(n.of(fence.NoticeMissingFile)) + len(n.of(fence.NoticeSkipped)); got != 0 {
 		t.Fatalf("second claim looked at %d tasks without a file again, want 0", got)
 	}
 	for _, id := range []string{"g00000", fmt.Sprintf("g%05d", gone-1)} {
@@ -62,7 +62,7 @@ func TestTree_ClaimSettlesMissingFilesOnce(t *testing.T) {
 	if _, err := tree.Claim(bg, fence.ClaimRequest{Agent: "a"}); err != fence.ErrNothingToClaim {
 		t.Fatalf("third claim: %v, want ErrNothingToClaim", err)
 	}
-	if got := len(n.of("missing_file")) + len(n.of("skipped")); got != 0 {
+	if got := len(n.of(fence.NoticeMissingFile)) + len(n.of(fence.NoticeSkipped)); got != 0 {
 		t.Fatalf("an empty claim looked at %d tasks without a file, want 0", got)
 	}
 }
@@ -79,7 +79,7 @@ func TestTree_ClaimSkipsHandMovedFile(t *testing.T) {
 	if c := claim(t, tree, "", "a"); c.Task.ID != "ok" {
 		t.Fatalf("claim got %s, want ok", c.Task.ID)
 	}
-	if !n.has("skipped", "moved") || n.has("missing_file", "moved") {
+	if !n.has(fence.NoticeSkipped, "moved") || n.has(fence.NoticeMissingFile, "moved") {
 		t.Fatalf("notices %+v: want moved skipped, not settled", n.list)
 	}
 	if v, _ := tree.Show(bg, "moved"); v.Task.State != record.Available {

@@ -348,15 +348,15 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 			id = cand
 			return false
 		case err != nil:
-			t.notify("skipped", cand, err.Error()+"; not claimed (run `fencectl replay --check`)")
+			t.notify(NoticeSkipped, cand, err.Error()+"; not claimed (run `fencectl replay --check`)")
 		default:
 			switch where, _, lerr := t.mirror.Locate(cand); {
 			case lerr == nil:
-				t.notify("skipped", cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed (run `fencectl replay` to put it back)")
+				t.notify(NoticeSkipped, cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed (run `fencectl replay` to put it back)")
 			case errors.Is(lerr, fs.ErrNotExist):
 				gone = append(gone, cand)
 			default:
-				t.notify("skipped", cand, lerr.Error()+"; not claimed (run `fencectl replay --check`)")
+				t.notify(NoticeSkipped, cand, lerr.Error()+"; not claimed (run `fencectl replay --check`)")
 			}
 		}
 		return true
@@ -374,7 +374,7 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 			return "", settled, err
 		}
 		settled = append(settled, ev)
-		t.notify("missing_file", cand, "its file is in no directory: failed it (reason \""+ReasonFileMissing+"\"); to run it again, put its content at "+t.Path(cand, record.Failed)+" and requeue it")
+		t.notify(NoticeMissingFile, cand, "its file is in no directory: failed it (reason \""+ReasonFileMissing+"\"); to run it again, put its content at "+t.Path(cand, record.Failed)+" and requeue it")
 	}
 	return id, settled, nil
 }

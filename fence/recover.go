@@ -134,7 +134,7 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 				if err != nil {
 					why = err.Error() + "; left in place"
 				}
-				rep.Findings = append(rep.Findings, Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(dir), Detail: why})
+				rep.Findings = append(rep.Findings, Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: why})
 				continue
 			}
 			where[e.Name] = append(where[e.Name], s)
@@ -205,7 +205,7 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return rep, err
 		}
-		rep.Findings = append(rep.Findings, Finding{Kind: "duplicate", Task: x.id, Dir: string(x.dir), Detail: "a second copy; moved to .fence/quarantine/" + name, Fixed: true})
+		rep.Findings = append(rep.Findings, Finding{Kind: FindingDuplicate, Task: x.id, Dir: string(x.dir), Detail: "a second copy; moved to .fence/quarantine/" + name, Fixed: true})
 	}
 	return rep, nil
 }

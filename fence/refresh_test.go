@@ -49,7 +49,7 @@ func TestTree_ReplacedStateDirectory(t *testing.T) {
 		t.Errorf("t2 completed into done.old/, the directory moved away")
 	}
 	fileAt(t, tree, "t3", record.Available) // adopted from the new inbox/
-	if !n.has("reopened", "done") || !n.has("reopened", "inbox") {
+	if !n.has(fence.NoticeReopened, "done") || !n.has(fence.NoticeReopened, "inbox") {
 		t.Errorf("no reopened notices for done and inbox: %+v", n.list)
 	}
 	for _, d := range []string{"done.old", "inbox.old"} {

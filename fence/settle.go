@@ -106,10 +106,10 @@ func (t *Tree) publishPending(evs []record.Event) error {
 		if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
 			// An odd entry in out/ must not wedge every writer: report it;
 			// the staged content stays in .fence/tmp.
-			t.notify("not_published", ev.Task, err.Error())
+			t.notify(NoticeNotPublished, ev.Task, err.Error())
 			continue
 		}
-		t.notify("settled", ev.Task, "published out/"+ev.Task+"/"+ev.Output+" that an interrupted command left staged")
+		t.notify(NoticeSettled, ev.Task, "published out/"+ev.Task+"/"+ev.Output+" that an interrupted command left staged")
 	}
 	return nil
 }
@@ -137,7 +137,7 @@ func (t *Tree) place(b *fsmirror.Batch, m move) error {
 		return nil
 	case errors.As(err, &odd):
 		// The journal has moved on; the odd entry stays for replay to report.
-		t.notify("not_moved", m.id, err.Error())
+		t.notify(NoticeNotMoved, m.id, err.Error())
 		return nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
@@ -165,7 +165,7 @@ func (t *Tree) ensure(m move) error {
 			return err
 		}
 	}
-	t.notify("missing_file", m.id, "the journal has this task in "+string(m.to)+"/ but its file is in no directory; run `fencectl replay --check`")
+	t.notify(NoticeMissingFile, m.id, "the journal has this task in "+string(m.to)+"/ but its file is in no directory; run `fencectl replay --check`")
 	return nil
 }
 
@@ -201,7 +201,7 @@ func (t *Tree) settle(db journal.Store) error {
 			if ok, err := t.mirror.Exists(m.to, m.id); err != nil {
 				// A symlink or other odd file in its place: leave it for
 				// replay to report rather than block every writer.
-				t.notify("settled", m.id, err.Error())
+				t.notify(NoticeSettled, m.id, err.Error())
 			} else if !ok {
 				todo = append(todo, m)
 			}
@@ -215,10 +215,10 @@ func (t *Tree) settle(db journal.Store) error {
 		if err := t.ensure(m); err != nil {
 			// One task's file (EPERM, EXDEV, an occupied destination) must
 			// not stop every writer: report it and leave it for replay.
-			t.notify("not_settled", m.id, err.Error()+"; left for `fencectl replay` (run `fencectl replay --check` to see it)")
+			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for `fencectl replay` (run `fencectl replay --check` to see it)")
 			continue
 		}
-		t.notify("settled", m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
+		t.notify(NoticeSettled, m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
 	}
 	if err := t.publishPending(last); err != nil {
 		return err

@@ -77,7 +77,7 @@ func TestTree_UnknownStateMovesNoFile(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root, "available", "t1")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("available/t1: %v, want no file", err)
 	}
-	if !n.has("not_settled", "t1") {
+	if !n.has(fence.NoticeNotSettled, "t1") {
 		t.Errorf("notices %+v, want not_settled for t1", n)
 	}
 }

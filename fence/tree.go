@@ -45,9 +45,9 @@ type Options struct {
 
 // Notice is a side report: something found and handled, or left alone.
 type Notice struct {
-	Kind   string `json:"notice"` // adopted, inbox_rejected, inbox_duplicate, settled, missing_file
-	Name   string `json:"name"`
-	Detail string `json:"detail"`
+	Kind   NoticeKind `json:"notice"`
+	Name   string     `json:"name"`
+	Detail string     `json:"detail"`
 }
 
 // Tree is a task tree and its journal. It holds no lock while idle: every
@@ -195,7 +195,7 @@ func Open(root string, o Options) (*Tree, error) {
 	}
 	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, batch: &batcher{writerSlot: &writerSlot{}}}
 	if warning := m.CheckPerms(); warning != "" {
-		t.notify("warning", abs, warning)
+		t.notify(NoticeWarning, abs, warning)
 	}
 	return t, nil
 }
@@ -233,7 +233,7 @@ func (t *Tree) Path(id string, s record.State) string {
 	return t.mirror.Path(dir, id)
 }
 
-func (t *Tree) notify(kind, name, detail string) {
+func (t *Tree) notify(kind NoticeKind, name, detail string) {
 	if t.opts.Notify != nil {
 		t.opts.Notify(Notice{Kind: kind, Name: name, Detail: detail})
 	}

@@ -1213,7 +1213,7 @@ func TestTree_AdoptFromInbox(t *testing.T) {
 	if _, err := tree.Reap(bg, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := n.of("adopted")["dropped"]; !ok {
+	if _, ok := n.of(fence.NoticeAdopted)["dropped"]; !ok {
 		t.Errorf("no adopted notice: %+v", n.list)
 	}
 	fileAt(t, tree, "dropped", record.Available)
@@ -1281,7 +1281,7 @@ func TestTree_AdoptRejectsAndLeavesInPlace(t *testing.T) {
 			t.Errorf("Add with odd entries in inbox/: %v", err)
 		}
 	})
-	rejected := n.of("inbox_rejected")
+	rejected := n.of(fence.NoticeInboxRejected)
 	for name := range mk {
 		if x, ok := rejected[name]; !ok || x.Detail == "" {
 			t.Errorf("%q not reported as rejected: %+v", name, n.list)
@@ -1299,8 +1299,8 @@ func TestTree_AdoptRejectsAndLeavesInPlace(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(inbox, ".partial")); err != nil {
 		t.Errorf(".partial removed: %v", err)
 	}
-	if len(n.of("adopted")) != 0 {
-		t.Errorf("adopted: %+v", n.of("adopted"))
+	if len(n.of(fence.NoticeAdopted)) != 0 {
+		t.Errorf("adopted: %+v", n.of(fence.NoticeAdopted))
 	}
 	if b, err := os.ReadFile(outside); err != nil || string(b) != "x" {
 		t.Errorf("the symlink's target was touched: %q, %v", b, err)
@@ -1322,7 +1322,7 @@ func TestTree_AdoptDuplicateLeftInInbox(t *testing.T) {
 	if _, err := tree.Reap(bg, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := n.of("inbox_duplicate")["t1"]; !ok {
+	if _, ok := n.of(fence.NoticeInboxDuplicate)["t1"]; !ok {
 		t.Errorf("no inbox_duplicate notice: %+v", n.list)
 	}
 	if b, err := os.ReadFile(dup); err != nil || string(b) != "another t1" {
@@ -1376,7 +1376,7 @@ func TestTree_SettleIgnoresMarkOfOlderCommit(t *testing.T) {
 	if err := os.WriteFile(markPath, older, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if notes := nextWriter(t, tree); !notes.has("settled", "t1") {
+	if notes := nextWriter(t, tree); !notes.has(fence.NoticeSettled, "t1") {
 		t.Errorf("no settled notice: %+v", notes.list)
 	}
 	fileAt(t, tree, "t1", record.Claimed)
@@ -1390,7 +1390,7 @@ func TestTree_SettleTrustsMarkOfLastCommit(t *testing.T) {
 	add(t, tree, "t1", 0)
 	claim(t, tree, "t1", "a")
 	moveBack(t, tree, "t1", record.Claimed, record.Available)
-	if notes := nextWriter(t, tree); notes.has("settled", "t1") {
+	if notes := nextWriter(t, tree); notes.has(fence.NoticeSettled, "t1") {
 		t.Errorf("settled t1 although the mark vouched for the last commit: %+v", notes.list)
 	}
 	// Put it back so the helpers' invariant check at cleanup holds.
@@ -1409,7 +1409,7 @@ func TestTree_SettleFinishesInterruptedMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Any writer finishes the last commit first.
-	if notes := nextWriter(t, tree); !notes.has("settled", "t1") {
+	if notes := nextWriter(t, tree); !notes.has(fence.NoticeSettled, "t1") {
 		t.Errorf("no settled notice: %+v", notes.list)
 	}
 	fileAt(t, tree, "t1", record.Claimed)
@@ -1444,14 +1444,14 @@ func TestTree_ReplayRepairsMisplacedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]string{}
+	kinds := map[string]fence.FindingKind{}
 	for _, f := range check.Findings {
 		kinds[f.Task] = f.Kind
 		if f.Fixed {
 			t.Errorf("replay --check fixed %+v", f)
 		}
 	}
-	if want := map[string]string{"t1": "misplaced", "t2": "misplaced", "t3": "duplicate", "stray": "unknown_file"}; !reflect.DeepEqual(kinds, want) {
+	if want := map[string]fence.FindingKind{"t1": fence.FindingMisplaced, "t2": fence.FindingMisplaced, "t3": fence.FindingDuplicate, "stray": fence.FindingUnknownFile}; !reflect.DeepEqual(kinds, want) {
 		t.Errorf("replay --check findings = %v, want %v", kinds, want)
 	}
 	if _, err := os.Stat(tree.Path("t1", record.Done)); err != nil {
@@ -1495,7 +1495,7 @@ func TestTree_ReplayReportsInvalidEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Findings) != 1 || rep.Findings[0].Kind != "invalid_entry" || rep.Findings[0].Fixed || rep.Unfixed() != 1 {
+	if len(rep.Findings) != 1 || rep.Findings[0].Kind != fence.FindingInvalidEntry || rep.Findings[0].Fixed || rep.Unfixed() != 1 {
 		t.Errorf("replay with a symlink in done/: %+v", rep.Findings)
 	}
 	if _, err := os.Lstat(link); err != nil {
@@ -1530,7 +1530,7 @@ func TestTree_ReplayRebuildsRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(check.Findings) == 0 || check.Findings[0].Kind != "record_mismatch" {
+	if len(check.Findings) == 0 || check.Findings[0].Kind != fence.FindingRecordMismatch {
 		t.Fatalf("replay --check: %+v", check.Findings)
 	}
 	if _, err := tree.Replay(bg, false); err != nil {

@@ -80,7 +80,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 					RequestID: c.String("request-id"),
 				})
 				for _, r := range res.Reaped {
-					out.notice(fence.Notice{Kind: "reaped", Name: r.Task, Detail: describeReap(r)})
+					out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})
 				}
 				if err != nil {
 					return err
