@@ -44,7 +44,7 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		return Result{}, invalidf(InputID, RuleFormat, req.ID, "%v", err)
 	}
 	if req.MaxAttempts < 0 {
-		return Result{}, invalidValue(InputMaxAttempts, RuleRange, req.MaxAttempts, "must be at least 1 (0 takes the tree's default)")
+		return Result{}, invalidValue(InputMaxAttempts, RuleRange, req.MaxAttempts, "must be at least 1")
 	}
 	if req.Content == nil {
 		req.Content = eofReader{}

@@ -68,9 +68,6 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			if out.json {
 				format = "json"
 			}
-			if c.Duration("ttl") < 0 || c.Duration("wait") < 0 {
-				return usagef("--ttl and --wait must not be negative")
-			}
 			if c.IsSet("token") && (c.IsSet("request-id") || c.IsSet("wait")) {
 				return usagef("--token restores a claim you hold; --request-id and --wait are for a new claim: give one or the other")
 			}

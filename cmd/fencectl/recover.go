@@ -46,9 +46,6 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 				return usagef("recover takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
 			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
-			if d.TTL <= 0 || d.MaxAttempts < 1 {
-				return usagef("--ttl must be positive and --max-attempts at least 1")
-			}
 			rep, err := fence.Recover(c.String("dir"), d, c.Duration("timeout"))
 			if err != nil {
 				return err
