@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // scaleSizes are the journal sizes of the scale benchmarks. BENCH_MAX_TASKS
@@ -86,7 +87,7 @@ func (st *scaleTree) ensureReady(b *testing.B, want int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	missing := want - s.Counts[fence.Available]
+	missing := want - s.Counts[record.Available]
 	if missing <= 0 {
 		return
 	}
@@ -109,7 +110,7 @@ func (st *scaleTree) ensureReady(b *testing.B, want int) {
 	}
 	if s, err = tree.Status(ctx); err != nil {
 		b.Fatal(err)
-	} else if got := s.Counts[fence.Available]; got < want {
+	} else if got := s.Counts[record.Available]; got < want {
 		b.Fatalf("topped the tree up to %d ready tasks, want %d", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // taskID names the i-th task of a benchmark tree.
@@ -24,7 +25,7 @@ func taskID(i int) string { return fmt.Sprintf("t%07d", i) }
 // timed writer pays for checking that the big adoption was mirrored, and
 // everything is synced to disk.
 func buildTree(dir string, n int) error {
-	if _, err := fence.Init(dir, fence.Defaults{TTL: fence.DefaultTTL, MaxAttempts: fence.DefaultMaxAttempts}); err != nil {
+	if _, err := fence.Init(dir, record.Defaults{TTL: fence.DefaultTTL, MaxAttempts: fence.DefaultMaxAttempts}); err != nil {
 		return err
 	}
 	if err := createEmpty(filepath.Join(dir, "available"), n+1); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // adoptInbox turns the valid files in inbox/ into available tasks, in one
@@ -28,17 +29,17 @@ import (
 func (t *Tree) adoptInbox(db journal.Store) {
 	valid, rejected, err := t.mirror.ScanInbox()
 	if err != nil {
-		t.notify("warning", string(fsmirror.Inbox), err.Error()+"; nothing adopted")
+		t.notify(NoticeWarning, string(fsmirror.Inbox), err.Error()+"; nothing adopted")
 		return
 	}
 	for _, r := range rejected {
-		t.notify("inbox_rejected", r.Name, r.Why)
+		t.notify(NoticeInboxRejected, r.Name, r.Why)
 	}
 	if len(valid) == 0 {
 		return
 	}
 	b := t.mirror.NewBatch()
-	var evs []journal.Event
+	var evs []record.Event
 	staged := map[string]string{} // task id → staged name
 	err = db.Update(func(tx journal.Tx) error {
 		evs = nil // a store may run this more than once: each run afresh
@@ -51,11 +52,11 @@ func (t *Tree) adoptInbox(db journal.Store) {
 			if _, known, err := tx.Task(id); err != nil {
 				return err
 			} else if known {
-				t.notify("inbox_duplicate", id, "a task with this id already exists; left in inbox/ (rename it to adopt it)")
+				t.notify(NoticeInboxDuplicate, id, "a task with this id already exists; left in inbox/ (rename it to adopt it)")
 				continue
 			}
 			if dir, _, err := t.mirror.Locate(id); err == nil && dir != fsmirror.Inbox {
-				t.notify("inbox_duplicate", id, "a file "+string(dir)+"/"+id+" that the journal does not know has this id; left in inbox/ (run `fencectl replay`, or rename it)")
+				t.notify(NoticeInboxDuplicate, id, "a file "+string(dir)+"/"+id+" that the journal does not know has this id; left in inbox/ (run `fencectl replay`, or rename it)")
 				continue
 			}
 			name, ok := staged[id] // staged by an earlier run of this function
@@ -65,12 +66,12 @@ func (t *Tree) adoptInbox(db journal.Store) {
 					continue // taken away meanwhile
 				}
 				if err != nil {
-					t.notify("inbox_unmovable", id, err.Error()+"; left in inbox/, not adopted (inbox/ must be a plain directory on the tree's file system that fencectl may move files out of)")
+					t.notify(NoticeInboxUnmovable, id, err.Error()+"; left in inbox/, not adopted (inbox/ must be a plain directory on the tree's file system that fencectl may move files out of)")
 					continue
 				}
 				staged[id] = name
 			}
-			ev := adoptEvent(id, fsmirror.Inbox, Available, d.MaxAttempts, now)
+			ev := adoptEvent(id, fsmirror.Inbox, record.Available, d.MaxAttempts, now)
 			ev.Staged = name
 			if _, ev, err = commit(tx, nil, ev); err != nil {
 				return err
@@ -85,10 +86,10 @@ func (t *Tree) adoptInbox(db journal.Store) {
 	if err != nil {
 		for id, name := range staged {
 			if perr := t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id); perr != nil {
-				t.notify("warning", id, perr.Error())
+				t.notify(NoticeWarning, id, perr.Error())
 			}
 		}
-		t.notify("warning", string(fsmirror.Inbox), "adoption not committed: "+err.Error()+"; the files are back in inbox/")
+		t.notify(NoticeWarning, string(fsmirror.Inbox), "adoption not committed: "+err.Error()+"; the files are back in inbox/")
 		return
 	}
 	crashAt("adopt:after-commit")
@@ -97,13 +98,13 @@ func (t *Tree) adoptInbox(db journal.Store) {
 			crashAt("adopt:mid")
 		}
 		if err := t.place(b, m); err != nil {
-			t.notify("not_moved", m.id, err.Error()+"; the task is available, its file stays in "+string(fsmirror.Staging)+" until a writer moves it")
+			t.notify(NoticeNotMoved, m.id, err.Error()+"; the task is available, its file stays in "+string(fsmirror.Staging)+" until a writer moves it")
 			continue
 		}
-		t.notify("adopted", m.id, "inbox/"+m.id+" is now an available task")
+		t.notify(NoticeAdopted, m.id, "inbox/"+m.id+" is now an available task")
 	}
 	if err := b.Sync(); err != nil {
-		t.notify("warning", string(fsmirror.Inbox), err.Error())
+		t.notify(NoticeWarning, string(fsmirror.Inbox), err.Error())
 	}
 }
 
@@ -118,13 +119,13 @@ func (t *Tree) restoreAdoptions(db journal.Store, names []string) {
 		if fsmirror.ValidateID(id) != nil {
 			continue
 		}
-		var rec journal.Task
+		var rec record.Task
 		var known bool
 		if err := db.View(func(tx journal.Tx) (err error) {
 			rec, known, err = tx.Task(id)
 			return err
 		}); err != nil {
-			t.notify("warning", name, err.Error())
+			t.notify(NoticeWarning, name, err.Error())
 			continue
 		}
 		var err error
@@ -132,10 +133,13 @@ func (t *Tree) restoreAdoptions(db journal.Store, names []string) {
 		case !known:
 			err = t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id)
 			if err == nil {
-				t.notify("settled", id, "put back into inbox/ a file that an interrupted adoption left in "+string(fsmirror.Staging))
+				t.notify(NoticeSettled, id, "put back into inbox/ a file that an interrupted adoption left in "+string(fsmirror.Staging))
 			}
 		default:
-			to := DirOf(rec.State)
+			var to fsmirror.Dir
+			if to, err = DirOf(rec.State); err != nil {
+				break // reported below; the staged file stays
+			}
 			if ok, _ := t.mirror.Exists(to, id); ok {
 				// Adopted and in place: the staged file is a second copy.
 				_, err = t.mirror.Quarantine(fsmirror.Staging, name)
@@ -143,15 +147,15 @@ func (t *Tree) restoreAdoptions(db journal.Store, names []string) {
 			}
 			err = t.mirror.MoveFrom(fsmirror.Staging, name, to, id)
 			if err == nil {
-				t.notify("settled", id, "finished the move to "+string(to)+"/ that an interrupted adoption left undone")
+				t.notify(NoticeSettled, id, "finished the move to "+string(to)+"/ that an interrupted adoption left undone")
 			}
 		}
 		if err != nil {
-			t.notify("not_moved", id, err.Error())
+			t.notify(NoticeNotMoved, id, err.Error())
 		}
 	}
 }
 
-func adoptEvent(id string, from fsmirror.Dir, to State, maxAttempts int, now time.Time) journal.Event {
-	return journal.Event{Time: now, Type: journal.EvAdopt, Task: id, To: to, MaxAttempts: maxAttempts, Source: string(from)}
+func adoptEvent(id string, from fsmirror.Dir, to record.State, maxAttempts int, now time.Time) record.Event {
+	return record.Event{Time: now, Type: record.EvAdopt, Task: id, To: to, MaxAttempts: maxAttempts, Source: string(from)}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Group commit.
@@ -27,8 +28,8 @@ import (
 // transaction: it must set everything it reports on every run.
 type pendingOp struct {
 	op        string
-	fn        func(tx journal.Tx, now time.Time) ([]journal.Event, error)
-	evs       []journal.Event
+	fn        func(tx journal.Tx, now time.Time) ([]record.Event, error)
+	evs       []record.Event
 	committed bool
 	err       error
 	done      chan struct{} // closed when the operation is finished
@@ -169,10 +170,10 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 func (t *Tree) sweepStaging(db journal.Store) {
 	moved, adopting, err := t.mirror.Sweep(false)
 	for _, name := range moved {
-		t.notify("quarantined", name, "staged by a process that died before its commit; moved to .fence/quarantine")
+		t.notify(NoticeQuarantined, name, "staged by a process that died before its commit; moved to .fence/quarantine")
 	}
 	if err != nil {
-		t.notify("warning", string(fsmirror.Staging), err.Error())
+		t.notify(NoticeWarning, string(fsmirror.Staging), err.Error())
 	}
 	t.restoreAdoptions(db, adopting)
 }
@@ -199,7 +200,7 @@ func (t *Tree) beginWrite(db journal.Store) error {
 		return err
 	}
 	for _, d := range replaced {
-		t.notify("reopened", string(d), string(d)+"/ was replaced since this process opened it; using the new one")
+		t.notify(NoticeReopened, string(d), string(d)+"/ was replaced since this process opened it; using the new one")
 	}
 	if !db.Exclusive() {
 		// settle finishes only the last commit, which is all that a crash
@@ -318,7 +319,7 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		}
 		return nil, err
 	}
-	var evs []journal.Event
+	var evs []record.Event
 	for _, p := range ops {
 		if p.committed {
 			crashAt(p.op + ":after-commit")

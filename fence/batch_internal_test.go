@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // groupTree makes a tree with tasks a, b and c claimed, and returns their
@@ -16,7 +17,7 @@ import (
 func groupTree(t *testing.T) (*Tree, map[string]uint64) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tree")
-	if _, err := Init(dir, journal.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	tree, err := Open(dir, Options{Timeout: 5 * time.Second})
@@ -42,29 +43,29 @@ func groupTree(t *testing.T) (*Tree, map[string]uint64) {
 // beatOp is a group member that heartbeats task id to an hour from now,
 // counting its runs; with refuse set it then returns refuse, having written.
 func beatOp(id string, token uint64, refuse error, runs *int) *pendingOp {
-	fn := func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
+	fn := func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		*runs++
 		rec, ok, err := tx.Task(id)
 		if err != nil || !ok {
 			return nil, errors.Join(err, errors.New("no task "+id))
 		}
 		deadline := now.Add(time.Hour)
-		_, ev, err := commit(tx, &rec, journal.Event{Time: now, Type: journal.EvHeartbeat, Task: id,
-			From: Claimed, To: Claimed, Agent: rec.Lease.Agent, Token: token, Deadline: &deadline})
+		_, ev, err := commit(tx, &rec, record.Event{Time: now, Type: record.EvHeartbeat, Task: id,
+			From: record.Claimed, To: record.Claimed, Agent: rec.Lease.Agent, Token: token, Deadline: &deadline})
 		if err != nil {
 			return nil, err
 		}
 		if refuse != nil {
 			return nil, refuse
 		}
-		return []journal.Event{ev}, nil
+		return []record.Event{ev}, nil
 	}
 	return &pendingOp{op: "heartbeat", fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 }
 
 // taskState is what a refused operation must leave as it was: the record
 // and the task's events.
-func taskState(t *testing.T, tree *Tree, id string) (journal.Task, []journal.Event) {
+func taskState(t *testing.T, tree *Tree, id string) (record.Task, []record.Event) {
 	t.Helper()
 	v, err := tree.Show(context.Background(), id)
 	if err != nil {
@@ -136,7 +137,7 @@ func TestGroup_RefuseBeforeWritingFailsAlone(t *testing.T) {
 	var runsA, runsC int
 	a := beatOp("a", tok["a"], nil, &runsA)
 	refused := &pendingOp{op: "x", done: make(chan struct{}), lead: make(chan struct{}, 1),
-		fn: func(journal.Tx, time.Time) ([]journal.Event, error) { return nil, ErrNothingToClaim }}
+		fn: func(journal.Tx, time.Time) ([]record.Event, error) { return nil, ErrNothingToClaim }}
 	c := beatOp("c", tok["c"], nil, &runsC)
 	tree.runGroup([]*pendingOp{a, refused, c})
 	if !errors.Is(refused.err, ErrNothingToClaim) || refused.committed {

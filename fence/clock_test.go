@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/fence"
-	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // setNow sets fence.Now() for the rest of the test.
@@ -58,7 +58,7 @@ func TestTree_LeaseExpiresAtDeadline(t *testing.T) {
 	}
 	setNow(t, c.Deadline) // exactly at the deadline the lease is gone
 	want := fence.StaleTokenError{Reason: fence.ReasonLeaseExpired, Task: "t1", Yours: c.Token, Current: c.Token,
-		Holder: "a", HeldSince: c.Task.Lease.ClaimedAt, State: fence.Claimed, LostAt: c.Deadline, LostBy: "expired"}
+		Holder: "a", HeldSince: c.Task.Lease.ClaimedAt, State: record.Claimed, LostAt: c.Deadline, LostBy: "expired"}
 	for _, op := range fencedOps {
 		if op.name == "claim-token" {
 			continue // reaps first: below
@@ -82,11 +82,11 @@ func TestTree_LeaseExpiresAtDeadline(t *testing.T) {
 	// stale (reaped), and the reap is committed.
 	_, err := tree.Claim(bg, fence.ClaimRequest{Token: c.Token, Agent: "a"})
 	se := staleErr(t, err)
-	if se.Reason != fence.ReasonStaleToken || se.LostBy != "reaped" || !se.LostAt.Equal(c.Deadline) || se.Current != 0 || se.State != fence.Available {
+	if se.Reason != fence.ReasonStaleToken || se.LostBy != "reaped" || !se.LostAt.Equal(c.Deadline) || se.Current != 0 || se.State != record.Available {
 		t.Errorf("restore of an expired token: %+v", *se)
 	}
 	v, _ := tree.Show(bg, "t1")
-	if v.Task.State != fence.Available || v.Task.Attempts != 1 {
+	if v.Task.State != record.Available || v.Task.Attempts != 1 {
 		t.Errorf("after the reap: %s with %d attempts", v.Task.State, v.Task.Attempts)
 	}
 }
@@ -148,7 +148,7 @@ func TestTree_ReapCountsAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fence.Reaped{Task: "t1", Holder: "a", Token: c1.Token, ExpiredFor: 30 * time.Second, Attempts: 1, MaxAttempts: 2, To: fence.Available}
+	want := fence.Reaped{Task: "t1", Holder: "a", Token: c1.Token, ExpiredFor: 30 * time.Second, Attempts: 1, MaxAttempts: 2, To: record.Available}
 	if len(dry) != 1 || dry[0] != want {
 		t.Errorf("reap --dry-run = %+v, want [%+v]", dry, want)
 	}
@@ -160,7 +160,7 @@ func TestTree_ReapCountsAttempts(t *testing.T) {
 	if len(reaped) != 1 || reaped[0] != want {
 		t.Errorf("reap = %+v, want [%+v]", reaped, want)
 	}
-	fileAt(t, tree, "t1", fence.Available)
+	fileAt(t, tree, "t1", record.Available)
 	if again, err := tree.Reap(bg, false); err != nil || len(again) != 0 {
 		t.Errorf("second reap = %+v, %v; want nothing", again, err)
 	}
@@ -169,7 +169,7 @@ func TestTree_ReapCountsAttempts(t *testing.T) {
 		_, err := tree.Heartbeat(bg, fence.FencedRequest{ID: "t1", Token: c1.Token})
 		return err
 	}())
-	if se.Reason != fence.ReasonStaleToken || se.LostBy != "reaped" || !se.LostAt.Equal(base.Add(90*time.Second)) || se.State != fence.Available {
+	if se.Reason != fence.ReasonStaleToken || se.LostBy != "reaped" || !se.LostAt.Equal(base.Add(90*time.Second)) || se.State != record.Available {
 		t.Errorf("heartbeat with the reaped token: %+v", *se)
 	}
 
@@ -183,21 +183,21 @@ func TestTree_ReapCountsAttempts(t *testing.T) {
 	if !errors.Is(err, fence.ErrNothingToClaim) {
 		t.Fatalf("claim after the last attempt expired: %+v, %v; want ErrNothingToClaim", res, err)
 	}
-	if len(res.Reaped) != 1 || res.Reaped[0].Task != "t1" || res.Reaped[0].To != fence.Failed || res.Reaped[0].Attempts != 2 {
+	if len(res.Reaped) != 1 || res.Reaped[0].Task != "t1" || res.Reaped[0].To != record.Failed || res.Reaped[0].Attempts != 2 {
 		t.Errorf("claim's reaps = %+v, want t1 to failed at 2 attempts", res.Reaped)
 	}
 	v, _ := tree.Show(bg, "t1")
-	if v.Task.State != fence.Failed || v.Task.Attempts != 2 {
+	if v.Task.State != record.Failed || v.Task.Attempts != 2 {
 		t.Errorf("t1 = %s with %d attempts, want failed with 2", v.Task.State, v.Task.Attempts)
 	}
-	fileAt(t, tree, "t1", fence.Failed)
+	fileAt(t, tree, "t1", record.Failed)
 	// Requeue resets attempts: one more expiry does not fail it.
 	if _, err := tree.Requeue(bg, "t1", "op", ""); err != nil {
 		t.Fatal(err)
 	}
 	c3 := claimTTL(t, tree, "t1", "d", time.Minute)
 	setNow(t, c3.Deadline.Add(time.Second))
-	if r, err := tree.Reap(bg, false); err != nil || len(r) != 1 || r[0].To != fence.Available || r[0].Attempts != 1 {
+	if r, err := tree.Reap(bg, false); err != nil || len(r) != 1 || r[0].To != record.Available || r[0].Attempts != 1 {
 		t.Errorf("reap after requeue = %+v, %v; want t1 back to available at 1 attempt", r, err)
 	}
 }
@@ -214,13 +214,13 @@ func TestTree_ClaimReapsFirstAndReclaims(t *testing.T) {
 	if len(b.Reaped) != 1 || b.Reaped[0].Token != a.Token || b.Reaped[0].Holder != "a" {
 		t.Errorf("Reaped = %+v", b.Reaped)
 	}
-	fileAt(t, tree, "t1", fence.Claimed)
+	fileAt(t, tree, "t1", record.Claimed)
 	evs, _ := tree.Log(bg, fence.LogFilter{Task: "t1"})
-	var types []fence.EventType
+	var types []record.EventType
 	for _, ev := range evs {
 		types = append(types, ev.Type)
 	}
-	if want := []fence.EventType{journal.EvAdd, journal.EvClaim, journal.EvReap, journal.EvClaim}; len(types) != 4 || types[2] != want[2] || types[3] != want[3] {
+	if want := []record.EventType{record.EvAdd, record.EvClaim, record.EvReap, record.EvClaim}; len(types) != 4 || types[2] != want[2] || types[3] != want[3] {
 		t.Errorf("events = %v, want %v", types, want)
 	}
 	before := snap(t, tree)
@@ -229,7 +229,7 @@ func TestTree_ClaimReapsFirstAndReclaims(t *testing.T) {
 		return err
 	}())
 	want := fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: a.Token, Current: b.Token, Holder: "b",
-		HeldSince: b.Task.Lease.ClaimedAt, State: fence.Claimed, LostAt: a.Deadline, LostBy: "reaped"}
+		HeldSince: b.Task.Lease.ClaimedAt, State: record.Claimed, LostAt: a.Deadline, LostBy: "reaped"}
 	if !se.LostAt.Equal(want.LostAt) {
 		t.Errorf("LostAt = %v, want %v", se.LostAt, want.LostAt)
 	}
@@ -253,7 +253,7 @@ func TestTree_ReapedTokenRefusedEverywhere(t *testing.T) {
 			}
 			before := snap(t, tree)
 			se := staleErr(t, op.call(tree, fence.FencedRequest{ID: "t1", Token: a.Token, Agent: "a"}))
-			want := fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: a.Token, State: fence.Available, LostBy: "reaped"}
+			want := fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: a.Token, State: record.Available, LostBy: "reaped"}
 			if !se.LostAt.Equal(a.Deadline.Add(time.Second)) {
 				t.Errorf("LostAt = %v, want the reap's time", se.LostAt)
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Reasons are the stable, machine-readable names of every refusal and
@@ -34,15 +36,15 @@ const (
 // since an agent told "stale, current token N" may retry with N. The
 // refusal names the holder and since when instead.
 type StaleTokenError struct {
-	Reason    string    // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
-	Task      string    // the task the caller named
-	Yours     uint64    // the token the caller showed
-	Current   uint64    // the task's current token, 0 if no lease; never shown
-	Holder    string    // the current lease's agent, "" if none
-	HeldSince time.Time // when the current lease was claimed (zero if none)
-	State     State     // the task's state now
-	LostAt    time.Time // when Yours stopped authorising (zero if never did)
-	LostBy    string    // how: reaped, revoked, completed, released, failed, expired
+	Reason    string       // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
+	Task      string       // the task the caller named
+	Yours     uint64       // the token the caller showed
+	Current   uint64       // the task's current token, 0 if no lease; never shown
+	Holder    string       // the current lease's agent, "" if none
+	HeldSince time.Time    // when the current lease was claimed (zero if none)
+	State     record.State // the task's state now
+	LostAt    time.Time    // when Yours stopped authorising (zero if never did)
+	LostBy    string       // how: reaped, revoked, completed, released, failed, expired
 }
 
 func (e *StaleTokenError) Error() string {
@@ -75,7 +77,7 @@ func (e *StaleTokenError) Error() string {
 // one, revoke of an unclaimed one).
 type NotAvailableError struct {
 	Task  string
-	State State
+	State record.State
 	Op    string
 }
 

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/fencectl/fencectl/fence"
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // FuzzApplyEvent (torture suite, part 4) stores arbitrary bytes as the
@@ -40,20 +42,20 @@ import (
 //     paths the event names ("../../x", "/abs", "..").
 func FuzzApplyEvent(f *testing.F) {
 	dl := time.Date(2030, 1, 1, 0, 10, 0, 0, time.UTC)
-	ev := func(e journal.Event) []byte { b, _ := json.Marshal(e); return b }
+	ev := func(e record.Event) []byte { b, _ := json.Marshal(e); return b }
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	rec := func(r journal.Task) []byte { b, _ := json.Marshal(r); return b }
-	goodRec := rec(journal.Task{ID: "t1", State: fence.Available, MaxAttempts: 3, Seq: 1, Created: t0, Updated: t0})
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvClaim, Task: "t1", From: fence.Available, To: fence.Claimed, Agent: "x", Token: 1, Deadline: &dl}))
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvAdd, Task: "t9", To: fence.Available, Staged: "../../../outside/secret.txt"}))
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvAdopt, Task: "t9", To: fence.Done, Source: "../outside"}))
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvAdopt, Task: "../outside/secret.txt", To: fence.Done, Source: "/"}))
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvPut, Task: "t2", To: fence.Claimed, From: fence.Claimed, Staged: "..", Output: "../../../outside/x"}))
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvComplete, Task: "t2", From: fence.Claimed, To: "../../outside"}))
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvHeartbeat, Task: "t2", To: fence.Claimed}))
-	f.Add(byte(0), goodRec, ev(journal.Event{Seq: 5, Type: "bogus", Task: "t2"}))
-	f.Add(byte(1), []byte(`{"id":"t1","state":"claimed","lease":null}`), ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvRelease, Task: "t1", From: fence.Claimed, To: fence.Available}))
-	f.Add(byte(1), []byte(`{"id":"t1","state":"claimed","lease":{"token":18446744073709551615,"deadline":"0001-01-01T00:00:00Z"}}`), ev(journal.Event{Seq: 5, Time: t0, Type: journal.EvReap, Task: "t1", From: fence.Claimed, To: fence.Failed}))
+	rec := func(r record.Task) []byte { b, _ := json.Marshal(r); return b }
+	goodRec := rec(record.Task{ID: "t1", State: record.Available, MaxAttempts: 3, Seq: 1, Created: t0, Updated: t0})
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Time: t0, Type: record.EvClaim, Task: "t1", From: record.Available, To: record.Claimed, Agent: "x", Token: 1, Deadline: &dl}))
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Time: t0, Type: record.EvAdd, Task: "t9", To: record.Available, Staged: "../../../outside/secret.txt"}))
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Time: t0, Type: record.EvAdopt, Task: "t9", To: record.Done, Source: "../outside"}))
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Time: t0, Type: record.EvAdopt, Task: "../outside/secret.txt", To: record.Done, Source: "/"}))
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Time: t0, Type: record.EvPut, Task: "t2", To: record.Claimed, From: record.Claimed, Staged: "..", Output: "../../../outside/x"}))
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Time: t0, Type: record.EvComplete, Task: "t2", From: record.Claimed, To: "../../outside"}))
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Time: t0, Type: record.EvHeartbeat, Task: "t2", To: record.Claimed}))
+	f.Add(byte(0), goodRec, ev(record.Event{Seq: 5, Type: "bogus", Task: "t2"}))
+	f.Add(byte(1), []byte(`{"id":"t1","state":"claimed","lease":null}`), ev(record.Event{Seq: 5, Time: t0, Type: record.EvRelease, Task: "t1", From: record.Claimed, To: record.Available}))
+	f.Add(byte(1), []byte(`{"id":"t1","state":"claimed","lease":{"token":18446744073709551615,"deadline":"0001-01-01T00:00:00Z"}}`), ev(record.Event{Seq: 5, Time: t0, Type: record.EvReap, Task: "t1", From: record.Claimed, To: record.Failed}))
 	f.Add(byte(1), []byte(`{"id":"t1","state":"available","priority":-9223372036854775808,"seq":0}`), []byte(`{"seq":5,"type":"requeue","task":"t1","to":"available"}`))
 	f.Add(byte(1), []byte("garbage"), []byte("garbage"))
 	f.Add(byte(0), goodRec, []byte(`{"seq":5,"type":"claim","task":"t1","time":"0001-01-01T00:00:00Z","deadline":"9999-12-31T23:59:59.999999999Z","token":0}`))
@@ -75,7 +77,7 @@ func FuzzApplyEvent(f *testing.F) {
 	work := filepath.Join(base, "tree")
 	ctx := context.Background()
 
-	f.Fuzz(func(t *testing.T, mode byte, record, value []byte) {
+	f.Fuzz(func(t *testing.T, mode byte, raw, value []byte) {
 		if err := os.RemoveAll(work); err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +106,7 @@ func FuzzApplyEvent(f *testing.F) {
 				return err
 			}
 			if mode&1 != 0 {
-				return tx.Bucket([]byte("tasks")).Put([]byte("t1"), record)
+				return tx.Bucket([]byte("tasks")).Put([]byte("t1"), raw)
 			}
 			return nil
 		})
@@ -126,7 +128,7 @@ func FuzzApplyEvent(f *testing.F) {
 				return nil // undecodable: the error is the answer
 			}
 			stored, ok, rerr := tx.Task("t1")
-			prevs := []*journal.Task{nil, claimedRecord(t0, dl)}
+			prevs := []*record.Task{nil, claimedRecord(t0, dl)}
 			if ok && rerr == nil {
 				prevs = append(prevs, &stored)
 			}
@@ -140,8 +142,10 @@ func FuzzApplyEvent(f *testing.F) {
 					}
 				}
 				_, _ = fence.ApplyClaim(nil, e)
-				_, _ = fence.ApplyClaim(&journal.Claim{Token: 7, Task: "t1", Agent: "a", At: t0}, e)
-				_ = fence.DirOf(e.To)
+				_, _ = fence.ApplyClaim(&record.Claim{Token: 7, Task: "t1", Agent: "a", At: t0}, e)
+				if _, err := fence.DirOf(e.To); err == nil && !slices.Contains(record.States, e.To) {
+					t.Errorf("DirOf(%q) has a directory, but %q is no state", e.To, e.To)
+				}
 			}
 			return nil
 		})
@@ -178,15 +182,15 @@ func FuzzApplyEvent(f *testing.F) {
 	})
 }
 
-func claimedRecord(t0, dl time.Time) *journal.Task {
-	return &journal.Task{ID: "t1", State: fence.Claimed, MaxAttempts: 3, Seq: 1, Created: t0, Updated: t0,
-		Lease: &journal.Lease{Token: 7, Agent: "a", ClaimedAt: t0, Deadline: dl, TTL: time.Minute}}
+func claimedRecord(t0, dl time.Time) *record.Task {
+	return &record.Task{ID: "t1", State: record.Claimed, MaxAttempts: 3, Seq: 1, Created: t0, Updated: t0,
+		Lease: &record.Lease{Token: 7, Agent: "a", ClaimedAt: t0, Deadline: dl, TTL: time.Minute}}
 }
 
 // buildPristine makes the tree every fuzz input starts from: t1 available
 // (with content), t2 claimed, an output of t2 written.
 func buildPristine(f *testing.F, root string) {
-	if _, err := fence.Init(root, fence.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+	if _, err := fence.Init(root, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
 		f.Fatal(err)
 	}
 	tree, err := fence.Open(root, fence.Options{Timeout: 5 * time.Second})

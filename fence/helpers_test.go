@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/fence"
-	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // bg is the context of calls that must not be cut short (cleanup checks).
 var bg = context.Background()
 
 // testDefaults are the tree settings of newTree.
-var testDefaults = fence.Defaults{TTL: 10 * time.Minute, MaxAttempts: 3}
+var testDefaults = record.Defaults{TTL: 10 * time.Minute, MaxAttempts: 3}
 
 // notices collects what a tree reports through Options.Notify.
 type notices struct {
@@ -35,13 +35,13 @@ func (n *notices) add(x fence.Notice) {
 }
 
 // has reports whether a notice of kind about name was given.
-func (n *notices) has(kind, name string) bool {
+func (n *notices) has(kind fence.NoticeKind, name string) bool {
 	_, ok := n.of(kind)[name]
 	return ok
 }
 
 // of returns the notices of one kind, by name.
-func (n *notices) of(kind string) map[string]fence.Notice {
+func (n *notices) of(kind fence.NoticeKind) map[string]fence.Notice {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	out := map[string]fence.Notice{}
@@ -77,7 +77,7 @@ func newTree(t *testing.T) *fence.Tree {
 //   - nothing is left in .fence/tmp;
 //   - the tokens of claim events strictly increase in log order, and each
 //     is above every token issued before.
-func newTreeWith(t *testing.T, d fence.Defaults, o fence.Options) (*fence.Tree, *notices) {
+func newTreeWith(t *testing.T, d record.Defaults, o fence.Options) (*fence.Tree, *notices) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "tree")
 	created, err := fence.Init(root, d)
@@ -126,7 +126,7 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 		if i > 0 && ev.Seq <= evs[i-1].Seq {
 			t.Errorf("invariant: log seqs not increasing at %d: %d after %d", i, ev.Seq, evs[i-1].Seq)
 		}
-		if ev.Type == journal.EvClaim {
+		if ev.Type == record.EvClaim {
 			if ev.Token <= last {
 				t.Errorf("invariant: claim token %d (seq %d, task %s) not above the previous claim's %d", ev.Token, ev.Seq, ev.Task, last)
 			}
@@ -143,8 +143,8 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 	}
 
 	// Where every file is, by directory.
-	found := map[string][]fence.State{}
-	for _, s := range fence.States {
+	found := map[string][]record.State{}
+	for _, s := range record.States {
 		entries, err := os.ReadDir(filepath.Join(tree.Root(), string(s)))
 		if err != nil {
 			t.Errorf("invariant: read %s/: %v", s, err)
@@ -154,7 +154,7 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 			found[e.Name()] = append(found[e.Name()], s)
 		}
 	}
-	counts := map[fence.State]int{}
+	counts := map[record.State]int{}
 	for id := range ids {
 		v, err := tree.Show(bg, id)
 		if err != nil {
@@ -162,18 +162,18 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 			continue
 		}
 		counts[v.Task.State]++
-		if l := v.Task.Last; l != nil && l.By == journal.EvMissing && v.Task.State != fence.Available && v.Task.State != fence.Claimed {
+		if l := v.Task.Last; l != nil && l.By == record.EvMissing && v.Task.State != record.Available && v.Task.State != record.Claimed {
 			// Settled as having no file (replay, claim-next): none expected.
 			if got := found[id]; len(got) != 0 {
 				t.Errorf("invariant: task %s was settled as missing but has files in %v", id, got)
 			}
-		} else if got := found[id]; !reflect.DeepEqual(got, []fence.State{v.Task.State}) {
+		} else if got := found[id]; !reflect.DeepEqual(got, []record.State{v.Task.State}) {
 			t.Errorf("invariant: task %s is %s but its file is in %v", id, v.Task.State, got)
 		}
 		if v.Path != tree.Path(id, v.Task.State) {
 			t.Errorf("invariant: show %s: path %s, want %s", id, v.Path, tree.Path(id, v.Task.State))
 		}
-		if (v.Task.State == fence.Claimed) != (v.Task.Lease != nil) {
+		if (v.Task.State == record.Claimed) != (v.Task.Lease != nil) {
 			t.Errorf("invariant: task %s is %s with lease %+v", id, v.Task.State, v.Task.Lease)
 		}
 		delete(found, id)
@@ -181,13 +181,13 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 	for name, dirs := range found {
 		t.Errorf("invariant: %v hold %s, which the journal does not know", dirs, name)
 	}
-	for _, s := range fence.States {
+	for _, s := range record.States {
 		if st.Counts[s] != counts[s] {
 			t.Errorf("invariant: status counts %d %s, the records %d", st.Counts[s], s, counts[s])
 		}
 	}
-	if len(st.Leases) != counts[fence.Claimed] {
-		t.Errorf("invariant: status shows %d leases for %d claimed tasks", len(st.Leases), counts[fence.Claimed])
+	if len(st.Leases) != counts[record.Claimed] {
+		t.Errorf("invariant: status shows %d leases for %d claimed tasks", len(st.Leases), counts[record.Claimed])
 	}
 	if left, err := os.ReadDir(filepath.Join(tree.Root(), ".fence", "tmp")); err == nil && len(left) != 0 {
 		t.Errorf("invariant: .fence/tmp not empty: %v", names(left))
@@ -243,10 +243,10 @@ var fencedOps = []fencedOp{
 // snapshot is everything a refused call must leave unchanged.
 type snapshot struct {
 	events int
-	last   fence.Event
+	last   record.Event
 	status fence.Status
 	files  map[string][]string
-	tasks  map[string]fence.Task
+	tasks  map[string]record.Task
 }
 
 func snap(t *testing.T, tree *fence.Tree) snapshot {
@@ -262,7 +262,7 @@ func snap(t *testing.T, tree *fence.Tree) snapshot {
 	for i := range st.Leases {
 		st.Leases[i].Left = 0 // depends on when Status ran
 	}
-	s := snapshot{events: len(evs), status: st, files: map[string][]string{}, tasks: map[string]fence.Task{}}
+	s := snapshot{events: len(evs), status: st, files: map[string][]string{}, tasks: map[string]record.Task{}}
 	if len(evs) > 0 {
 		s.last = evs[len(evs)-1]
 	}
@@ -316,7 +316,7 @@ func staleErr(t *testing.T, err error) *fence.StaleTokenError {
 }
 
 // eventOf returns the last event of type typ for task id.
-func eventOf(t *testing.T, tree *fence.Tree, id string, typ fence.EventType) fence.Event {
+func eventOf(t *testing.T, tree *fence.Tree, id string, typ record.EventType) record.Event {
 	t.Helper()
 	evs, err := tree.Log(bg, fence.LogFilter{Task: id, Heartbeats: true})
 	if err != nil {
@@ -328,11 +328,11 @@ func eventOf(t *testing.T, tree *fence.Tree, id string, typ fence.EventType) fen
 		}
 	}
 	t.Fatalf("no %s event for %s", typ, id)
-	return fence.Event{}
+	return record.Event{}
 }
 
 // fileAt asserts that id's file is in dir with the content add gave it.
-func fileAt(t *testing.T, tree *fence.Tree, id string, s fence.State) {
+func fileAt(t *testing.T, tree *fence.Tree, id string, s record.State) {
 	t.Helper()
 	b, err := os.ReadFile(tree.Path(id, s))
 	if err != nil {

@@ -41,7 +41,7 @@ func TestTree_InboxOnOtherFileSystem(t *testing.T) {
 	if _, err := tree2.Heartbeat(bg, fence.FencedRequest{ID: "t1", Token: c.Token}); err != nil {
 		t.Fatalf("heartbeat with an unmovable inbox file: %v", err)
 	}
-	if !n.has("inbox_unmovable", "dropped") {
+	if !n.has(fence.NoticeInboxUnmovable, "dropped") {
 		t.Errorf("no inbox_unmovable notice for dropped; notices: %+v", n.list)
 	}
 	if _, err := os.Stat(filepath.Join(inbox, "dropped")); err != nil {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Keeper defaults.
@@ -252,7 +253,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 	step := StepIdle
 	var err error
 	if checkDue && !beatDue {
-		var rec journal.Task
+		var rec record.Task
 		rec, err = k.tree.withTimeout(k.lockWait(deadline, now)).Verify(ctx, req)
 		k.mu.Lock()
 		k.nextCheck = now.Add(k.cfg.CheckInterval)

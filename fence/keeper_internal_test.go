@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // keeperTree makes a tree with one claimed task and a keeper for it.
 func keeperTree(t *testing.T, cfg KeeperConfig) (*Tree, *LeaseKeeper, ClaimResult) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tree")
-	if _, err := Init(dir, journal.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	tree, err := Open(dir, Options{Timeout: time.Second})

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencectl/fencectl/fence"
-	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Files removed by hand cost claim-next once, not on every claim: the
@@ -38,14 +38,14 @@ func TestTree_ClaimSettlesMissingFilesOnce(t *testing.T) {
 	if c := claim(t, tree, "", "a"); c.Task.ID != "ok1" {
 		t.Fatalf("first claim got %s, want ok1", c.Task.ID)
 	}
-	if got := len(n.of("missing_file")); got != gone {
+	if got := len(n.of(fence.NoticeMissingFile)); got != gone {
 		t.Fatalf("first claim settled %d tasks without a file, want %d", got, gone)
 	}
 	n.reset()
 	if c := claim(t, tree, "", "a"); c.Task.ID != "ok2" {
 		t.Fatalf("second claim got %s, want ok2", c.Task.ID)
 	}
-	if got := len(n.of("missing_file")) + len(n.of("skipped")); got != 0 {
+	if got := len(n.of(fence.NoticeMissingFile)) + len(n.of(fence.NoticeSkipped)); got != 0 {
 		t.Fatalf("second claim looked at %d tasks without a file again, want 0", got)
 	}
 	for _, id := range []string{"g00000", fmt.Sprintf("g%05d", gone-1)} {
@@ -53,7 +53,7 @@ func TestTree_ClaimSettlesMissingFilesOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Task.State != fence.Failed || v.Task.Last == nil || v.Task.Last.Reason != fence.ReasonFileMissing || v.Task.Attempts != 0 {
+		if v.Task.State != record.Failed || v.Task.Last == nil || v.Task.Last.Reason != fence.ReasonFileMissing || v.Task.Attempts != 0 {
 			t.Fatalf("%s after the claim: %+v (last %+v), want failed, reason %q, no attempt", id, v.Task, v.Task.Last, fence.ReasonFileMissing)
 		}
 	}
@@ -62,7 +62,7 @@ func TestTree_ClaimSettlesMissingFilesOnce(t *testing.T) {
 	if _, err := tree.Claim(bg, fence.ClaimRequest{Agent: "a"}); err != fence.ErrNothingToClaim {
 		t.Fatalf("third claim: %v, want ErrNothingToClaim", err)
 	}
-	if got := len(n.of("missing_file")) + len(n.of("skipped")); got != 0 {
+	if got := len(n.of(fence.NoticeMissingFile)) + len(n.of(fence.NoticeSkipped)); got != 0 {
 		t.Fatalf("an empty claim looked at %d tasks without a file, want 0", got)
 	}
 }
@@ -73,16 +73,16 @@ func TestTree_ClaimSkipsHandMovedFile(t *testing.T) {
 	tree, n := newTreeWith(t, testDefaults, fence.Options{})
 	add(t, tree, "moved", 0)
 	add(t, tree, "ok", 0)
-	if err := os.Rename(tree.Path("moved", fence.Available), tree.Path("moved", fence.Done)); err != nil {
+	if err := os.Rename(tree.Path("moved", record.Available), tree.Path("moved", record.Done)); err != nil {
 		t.Fatal(err)
 	}
 	if c := claim(t, tree, "", "a"); c.Task.ID != "ok" {
 		t.Fatalf("claim got %s, want ok", c.Task.ID)
 	}
-	if !n.has("skipped", "moved") || n.has("missing_file", "moved") {
+	if !n.has(fence.NoticeSkipped, "moved") || n.has(fence.NoticeMissingFile, "moved") {
 		t.Fatalf("notices %+v: want moved skipped, not settled", n.list)
 	}
-	if v, _ := tree.Show(bg, "moved"); v.Task.State != fence.Available {
+	if v, _ := tree.Show(bg, "moved"); v.Task.State != record.Available {
 		t.Fatalf("moved is %s, want still available", v.Task.State)
 	}
 	if _, err := tree.Replay(bg, false); err != nil {
@@ -95,7 +95,7 @@ func TestTree_ClaimSkipsHandMovedFile(t *testing.T) {
 // is refused), failed ones stay failed, done ones stay done. A second
 // replay finds nothing.
 func TestTree_ReplaySettlesMissingFiles(t *testing.T) {
-	tree, _ := newTreeWith(t, fence.Defaults{TTL: testDefaults.TTL, MaxAttempts: 1}, fence.Options{})
+	tree, _ := newTreeWith(t, record.Defaults{TTL: testDefaults.TTL, MaxAttempts: 1}, fence.Options{})
 	for _, id := range []string{"a", "c", "d", "f"} {
 		add(t, tree, id, 0)
 	}
@@ -108,7 +108,7 @@ func TestTree_ReplaySettlesMissingFiles(t *testing.T) {
 	if _, err := tree.Fail(bg, fence.FencedRequest{ID: "f", Token: failed.Token}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]fence.State{"a": fence.Failed, "c": fence.Failed, "d": fence.Done, "f": fence.Failed}
+	want := map[string]record.State{"a": record.Failed, "c": record.Failed, "d": record.Done, "f": record.Failed}
 	for id := range want {
 		v, _ := tree.Show(bg, id)
 		if err := os.Remove(tree.Path(id, v.Task.State)); err != nil {
@@ -124,7 +124,7 @@ func TestTree_ReplaySettlesMissingFiles(t *testing.T) {
 	}
 	for id, s := range want {
 		v, _ := tree.Show(bg, id)
-		if v.Task.State != s || v.Task.Last == nil || v.Task.Last.By != journal.EvMissing {
+		if v.Task.State != s || v.Task.Last == nil || v.Task.Last.By != record.EvMissing {
 			t.Errorf("%s: %s (last %+v), want %s settled as missing", id, v.Task.State, v.Task.Last, s)
 		}
 	}

@@ -12,14 +12,15 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Result is what a mutation did: the task's record afterwards and the event
 // that recorded it. Retry is true when the call repeated one that had
 // already succeeded with the same token: success, and nothing changed.
 type Result struct {
-	Task  journal.Task
-	Event *journal.Event
+	Task  record.Task
+	Event *record.Event
 	Retry bool
 	Path  string // where the task's file is now
 }
@@ -43,7 +44,7 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		return Result{}, invalidf(InputID, RuleFormat, req.ID, "%v", err)
 	}
 	if req.MaxAttempts < 0 {
-		return Result{}, invalidValue(InputMaxAttempts, RuleRange, req.MaxAttempts, "must be at least 1 (0 takes the tree's default)")
+		return Result{}, invalidValue(InputMaxAttempts, RuleRange, req.MaxAttempts, "must be at least 1")
 	}
 	if req.Content == nil {
 		req.Content = eofReader{}
@@ -53,7 +54,7 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		return Result{}, err
 	}
 	var res Result
-	_, committed, err := t.write(ctx, "add", func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, committed, err := t.write(ctx, "add", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res = Result{} // a group may run this more than once
 		if _, known, err := tx.Task(req.ID); err != nil {
 			return nil, err
@@ -73,17 +74,17 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 			}
 			max = d.MaxAttempts
 		}
-		rec, ev, err := commit(tx, nil, journal.Event{
-			Time: now, Type: journal.EvAdd, Task: req.ID, To: Available,
+		rec, ev, err := commit(tx, nil, record.Event{
+			Time: now, Type: record.EvAdd, Task: req.ID, To: record.Available,
 			Priority: req.Priority, MaxAttempts: max, Staged: staged,
 		})
 		res = Result{Task: rec, Event: &ev}
-		return []journal.Event{ev}, err
+		return []record.Event{ev}, err
 	})
 	if !committed {
 		_ = t.mirror.Unstage(staged)
 	}
-	res.Path = t.Path(req.ID, Available)
+	res.Path = t.Path(req.ID, record.Available)
 	return res, err
 }
 
@@ -109,7 +110,7 @@ type ClaimRequest struct {
 
 // ClaimResult is a granted (or renewed) claim.
 type ClaimResult struct {
-	Task     journal.Task
+	Task     record.Task
 	Token    uint64
 	Agent    string
 	Deadline time.Time
@@ -126,7 +127,7 @@ type Reaped struct {
 	ExpiredFor  time.Duration
 	Attempts    int // after counting this expiry
 	MaxAttempts int
-	To          State
+	To          record.State
 }
 
 // pollInterval is how often claim --wait looks again.
@@ -181,7 +182,7 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	var res ClaimResult
 	var claimErr error
-	_, _, err := t.write(ctx, "claim", func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, _, err := t.write(ctx, "claim", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res, claimErr = ClaimResult{}, nil // a group may run this more than once
 		// Given up while waiting for the lock (run got a signal): claim
 		// nothing rather than a task the caller would only hand back.
@@ -219,7 +220,7 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 			return evs, nil
 		}
 		res.Task, res.Token, res.Agent = rec, rec.Lease.Token, rec.Lease.Agent
-		res.Deadline, res.Renewed = rec.Lease.Deadline, ev.Type == journal.EvHeartbeat
+		res.Deadline, res.Renewed = rec.Lease.Deadline, ev.Type == record.EvHeartbeat
 		return append(evs, ev), nil
 	})
 	if err == nil {
@@ -228,7 +229,7 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	if err != nil {
 		return ClaimResult{Reaped: res.Reaped}, err
 	}
-	res.Path = t.Path(res.Task.ID, Claimed)
+	res.Path = t.Path(res.Task.ID, record.Claimed)
 	return res, nil
 }
 
@@ -238,18 +239,18 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 // is refused, like the reaps before it; a write after them followed by a
 // refusal fails the whole operation instead (see pendingOp).
 type settledOnTheWay struct {
-	events []journal.Event
+	events []record.Event
 	writes int
 }
 
 // claimStep is the claim proper, after reaping: restore, named or next.
-func (t *Tree) claimStep(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (journal.Event, journal.Task, settledOnTheWay, error) {
+func (t *Tree) claimStep(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (record.Event, record.Task, settledOnTheWay, error) {
 	settled := settledOnTheWay{writes: tx.Writes()}
 	ev, rec, err := t.claimStepOnly(tx, req, now, defaultTTL, inClaimed, &settled)
 	return ev, rec, settled, err
 }
 
-func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool, settled *settledOnTheWay) (journal.Event, journal.Task, error) {
+func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool, settled *settledOnTheWay) (record.Event, record.Task, error) {
 	if req.Token != 0 {
 		return restore(tx, req, now, defaultTTL)
 	}
@@ -261,9 +262,9 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 			// Refuse a request id used for another task before restore
 			// writes its heartbeat.
 			if c, known, err := tx.Claim(tok); err != nil {
-				return journal.Event{}, journal.Task{}, err
+				return record.Event{}, record.Task{}, err
 			} else if known && req.ID != "" && c.Task != req.ID {
-				return journal.Event{}, journal.Task{}, invalidf(InputRequestID, RuleConflict, req.RequestID, "request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, c.Task, req.ID)
+				return record.Event{}, record.Task{}, invalidf(InputRequestID, RuleConflict, req.RequestID, "request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, c.Task, req.ID)
 			}
 			again := req
 			again.Token, again.ID = tok, ""
@@ -276,34 +277,38 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 		id, settled.events, err = t.nextClaimable(tx, inClaimed, now)
 		settled.writes = tx.Writes()
 		if err != nil {
-			return journal.Event{}, journal.Task{}, err
+			return record.Event{}, record.Task{}, err
 		}
 		if id == "" {
-			return journal.Event{}, journal.Task{}, ErrNothingToClaim
+			return record.Event{}, record.Task{}, ErrNothingToClaim
 		}
 	}
 	rec, ok, err := tx.Task(id)
 	if err != nil {
-		return journal.Event{}, rec, err
+		return record.Event{}, rec, err
 	}
 	if !ok {
-		return journal.Event{}, rec, &NoSuchTaskError{Task: id}
+		return record.Event{}, rec, &NoSuchTaskError{Task: id}
 	}
-	if rec.State != Available {
-		return journal.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
+	if rec.State != record.Available {
+		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
 	}
 	if req.ID != "" {
-		if err := t.checkFile(rec.ID, fileDir(rec, inClaimed), true); err != nil {
-			return journal.Event{}, rec, err
+		dir, err := fileDir(rec, inClaimed)
+		if err == nil {
+			err = t.checkFile(rec.ID, dir, true)
+		}
+		if err != nil {
+			return record.Event{}, rec, err
 		}
 	}
 	token, err := tx.NextToken(now)
 	if err != nil {
-		return journal.Event{}, rec, err
+		return record.Event{}, rec, err
 	}
 	deadline := now.Add(leaseLength(req.TTL, nil, defaultTTL))
-	after, ev, err := commit(tx, &rec, journal.Event{
-		Time: now, Type: journal.EvClaim, Task: id, From: Available, To: Claimed,
+	after, ev, err := commit(tx, &rec, record.Event{
+		Time: now, Type: record.EvClaim, Task: id, From: record.Available, To: record.Claimed,
 		Agent: req.Agent, Token: token, Deadline: &deadline, RequestID: req.RequestID,
 	})
 	return ev, after, err
@@ -330,7 +335,7 @@ func checkRequestID(id string) error {
 // directory at all is failed on the spot (missingEvent; settled holds the
 // events): otherwise every later claim would look at it again, and 100k
 // such tasks would make every claim stat 100k files.
-func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []journal.Event, err error) {
+func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []record.Event, err error) {
 	var gone []string
 	tx.Ready(func(cand string) bool {
 		dir := fsmirror.Available
@@ -343,15 +348,15 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 			id = cand
 			return false
 		case err != nil:
-			t.notify("skipped", cand, err.Error()+"; not claimed (run `fencectl replay --check`)")
+			t.notify(NoticeSkipped, cand, err.Error()+"; not claimed (run `fencectl replay --check`)")
 		default:
 			switch where, _, lerr := t.mirror.Locate(cand); {
 			case lerr == nil:
-				t.notify("skipped", cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed (run `fencectl replay` to put it back)")
+				t.notify(NoticeSkipped, cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed (run `fencectl replay` to put it back)")
 			case errors.Is(lerr, fs.ErrNotExist):
 				gone = append(gone, cand)
 			default:
-				t.notify("skipped", cand, lerr.Error()+"; not claimed (run `fencectl replay --check`)")
+				t.notify(NoticeSkipped, cand, lerr.Error()+"; not claimed (run `fencectl replay --check`)")
 			}
 		}
 		return true
@@ -369,7 +374,7 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 			return "", settled, err
 		}
 		settled = append(settled, ev)
-		t.notify("missing_file", cand, "its file is in no directory: failed it (reason \""+ReasonFileMissing+"\"); to run it again, put its content at "+t.Path(cand, Failed)+" and requeue it")
+		t.notify(NoticeMissingFile, cand, "its file is in no directory: failed it (reason \""+ReasonFileMissing+"\"); to run it again, put its content at "+t.Path(cand, record.Failed)+" and requeue it")
 	}
 	return id, settled, nil
 }
@@ -391,9 +396,9 @@ func (t *Tree) checkFile(id string, dir fsmirror.Dir, mustExist bool) error {
 
 // fileDir is where rec's file is right now: its state's directory, or
 // claimed/ for a task reaped earlier in the same transaction.
-func fileDir(rec journal.Task, inClaimed map[string]bool) fsmirror.Dir {
+func fileDir(rec record.Task, inClaimed map[string]bool) (fsmirror.Dir, error) {
 	if inClaimed[rec.ID] {
-		return fsmirror.Claimed
+		return fsmirror.Claimed, nil
 	}
 	return DirOf(rec.State)
 }
@@ -401,39 +406,39 @@ func fileDir(rec journal.Task, inClaimed map[string]bool) fsmirror.Dir {
 // restore is claim --token: the same claim back with its lease renewed, if
 // the token is still the task's current one; otherwise the stale-token
 // refusal. Without an id it finds the task the token was issued for.
-func restore(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration) (journal.Event, journal.Task, error) {
+func restore(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration) (record.Event, record.Task, error) {
 	c, known, err := tx.Claim(req.Token)
 	if err != nil {
-		return journal.Event{}, journal.Task{}, err
+		return record.Event{}, record.Task{}, err
 	}
 	id := req.ID
 	if id == "" {
 		if !known {
-			return journal.Event{}, journal.Task{}, &StaleTokenError{Reason: ReasonNotHeld, Yours: req.Token}
+			return record.Event{}, record.Task{}, &StaleTokenError{Reason: ReasonNotHeld, Yours: req.Token}
 		}
 		id = c.Task
 	}
 	rec, ok, err := tx.Task(id)
 	if err != nil {
-		return journal.Event{}, rec, err
+		return record.Event{}, rec, err
 	}
 	if !ok {
-		return journal.Event{}, rec, &NoSuchTaskError{Task: id}
+		return record.Event{}, rec, &NoSuchTaskError{Task: id}
 	}
-	var claim *journal.Claim
+	var claim *record.Claim
 	if known {
 		claim = &c
 	}
 	if err := Authorize(rec, req.Token, claim, now); err != nil {
-		return journal.Event{}, rec, err
+		return record.Event{}, rec, err
 	}
 	deadline := now.Add(leaseLength(req.TTL, rec.Lease, defaultTTL))
 	reason := "claim --token"
 	if req.RequestID != "" {
 		reason = "claim --request-id " + req.RequestID
 	}
-	after, ev, err := commit(tx, &rec, journal.Event{
-		Time: now, Type: journal.EvHeartbeat, Task: id, From: Claimed, To: Claimed,
+	after, ev, err := commit(tx, &rec, record.Event{
+		Time: now, Type: record.EvHeartbeat, Task: id, From: record.Claimed, To: record.Claimed,
 		Agent: req.Agent, Token: req.Token, Deadline: &deadline, Reason: reason,
 	})
 	return ev, after, err
@@ -441,9 +446,9 @@ func restore(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Dur
 
 // reapExpired frees every lease whose deadline has passed, counting one
 // attempt each. It reads only the expired part of the expiry index.
-func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []journal.Event, error) {
+func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []record.Event, error) {
 	var reaped []Reaped
-	var evs []journal.Event
+	var evs []record.Event
 	for _, id := range tx.Expired(now) {
 		rec, ok, err := tx.Task(id)
 		if err != nil {
@@ -453,7 +458,7 @@ func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []journal.Event, error
 			continue // the index and the record disagree: trust the record
 		}
 		r := reapOf(rec, now)
-		after, ev, err := commit(tx, &rec, endEvent(journal.EvReap, rec, r.To, "", "lease expired", now))
+		after, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, r.To, "", "lease expired", now))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -465,7 +470,7 @@ func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []journal.Event, error
 }
 
 // reapOf explains what reaping rec's expired lease does.
-func reapOf(rec journal.Task, now time.Time) Reaped {
+func reapOf(rec record.Task, now time.Time) Reaped {
 	return Reaped{
 		Task: rec.ID, Holder: rec.Lease.Agent, Token: rec.Lease.Token,
 		ExpiredFor: now.Sub(rec.Lease.Deadline), Attempts: rec.Attempts + 1,
@@ -493,7 +498,7 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 		return out, err
 	}
 	var out []Reaped
-	_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		reaped, evs, err := reapExpired(tx, now)
 		out = reaped
 		if err == nil && len(evs) == 0 {
@@ -538,7 +543,7 @@ func (r FencedRequest) validate() error {
 // same write transaction that changes the task, so no other process can act
 // between the check and the change. A repeat of the call that ended the
 // token's lease answers success and changes nothing.
-func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequest, out *output, build func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event) (Result, error) {
+func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedRequest, out *output, build func(rec record.Task, now time.Time, d record.Defaults) record.Event) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
@@ -553,7 +558,7 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 		}
 	}
 	var res Result
-	_, committed, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, committed, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res = Result{} // a group may run this more than once
 		rec, claim, err := lookup(tx, req.ID, req.Token)
 		if err != nil {
@@ -567,7 +572,11 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 		if err := Authorize(rec, req.Token, claim, now); err != nil {
 			return nil, err
 		}
-		if err := t.checkFile(rec.ID, DirOf(rec.State), false); err != nil {
+		dir, err := DirOf(rec.State)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.checkFile(rec.ID, dir, false); err != nil {
 			return nil, err
 		}
 		if out != nil {
@@ -585,7 +594,7 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 		}
 		after, ev, err := commit(tx, &rec, ev)
 		res.Task, res.Event = after, &ev
-		return []journal.Event{ev}, err
+		return []record.Event{ev}, err
 	})
 	if staged != "" && !committed {
 		_ = t.mirror.Unstage(staged) // refused or failed: nothing is written
@@ -595,7 +604,7 @@ func (t *Tree) fenced(ctx context.Context, typ journal.EventType, req FencedRequ
 }
 
 // lookup reads a task and what the journal knows of token.
-func lookup(tx journal.Tx, id string, token uint64) (journal.Task, *journal.Claim, error) {
+func lookup(tx journal.Tx, id string, token uint64) (record.Task, *record.Claim, error) {
 	rec, ok, err := tx.Task(id)
 	if err != nil {
 		return rec, nil, err
@@ -613,9 +622,9 @@ func lookup(tx journal.Tx, id string, token uint64) (journal.Task, *journal.Clai
 // Heartbeat extends the lease of a task held by req.Token to now + TTL,
 // or now + the claim's own lease length when TTL is 0.
 func (t *Tree) Heartbeat(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, journal.EvHeartbeat, req, nil, func(rec journal.Task, now time.Time, d journal.Defaults) journal.Event {
+	return t.fenced(ctx, record.EvHeartbeat, req, nil, func(rec record.Task, now time.Time, d record.Defaults) record.Event {
 		deadline := now.Add(leaseLength(req.TTL, rec.Lease, d.TTL))
-		return journal.Event{Time: now, Type: journal.EvHeartbeat, Task: rec.ID, From: Claimed, To: Claimed,
+		return record.Event{Time: now, Type: record.EvHeartbeat, Task: rec.ID, From: record.Claimed, To: record.Claimed,
 			Agent: agentOr(req.Agent, rec), Token: req.Token, Deadline: &deadline}
 	})
 }
@@ -627,24 +636,24 @@ func (t *Tree) Complete(ctx context.Context, req FencedRequest) (Result, error) 
 	if req.Result != nil {
 		out = &output{name: "result", content: req.Result}
 	}
-	return t.fenced(ctx, journal.EvComplete, req, out, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
-		return endEvent(journal.EvComplete, rec, Done, agentOr(req.Agent, rec), req.Reason, now)
+	return t.fenced(ctx, record.EvComplete, req, out, func(rec record.Task, now time.Time, _ record.Defaults) record.Event {
+		return endEvent(record.EvComplete, rec, record.Done, agentOr(req.Agent, rec), req.Reason, now)
 	})
 }
 
 // Release gives a task held by req.Token back to available/ without
 // counting an attempt.
 func (t *Tree) Release(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, journal.EvRelease, req, nil, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
-		return endEvent(journal.EvRelease, rec, Available, agentOr(req.Agent, rec), req.Reason, now)
+	return t.fenced(ctx, record.EvRelease, req, nil, func(rec record.Task, now time.Time, _ record.Defaults) record.Event {
+		return endEvent(record.EvRelease, rec, record.Available, agentOr(req.Agent, rec), req.Reason, now)
 	})
 }
 
 // Fail ends the lease of req.Token counting one attempt: back to
 // available/, or to failed/ at max attempts.
 func (t *Tree) Fail(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, journal.EvFail, req, nil, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
-		return endEvent(journal.EvFail, rec, afterAttempt(rec), agentOr(req.Agent, rec), req.Reason, now)
+	return t.fenced(ctx, record.EvFail, req, nil, func(rec record.Task, now time.Time, _ record.Defaults) record.Event {
+		return endEvent(record.EvFail, rec, afterAttempt(rec), agentOr(req.Agent, rec), req.Reason, now)
 	})
 }
 
@@ -656,13 +665,13 @@ func (t *Tree) Put(ctx context.Context, req FencedRequest, name string, content 
 	if content == nil {
 		content = eofReader{}
 	}
-	return t.fenced(ctx, journal.EvPut, req, &output{name: name, content: content}, func(rec journal.Task, now time.Time, _ journal.Defaults) journal.Event {
-		return journal.Event{Time: now, Type: journal.EvPut, Task: rec.ID, From: Claimed, To: Claimed,
+	return t.fenced(ctx, record.EvPut, req, &output{name: name, content: content}, func(rec record.Task, now time.Time, _ record.Defaults) record.Event {
+		return record.Event{Time: now, Type: record.EvPut, Task: rec.ID, From: record.Claimed, To: record.Claimed,
 			Agent: agentOr(req.Agent, rec), Token: req.Token}
 	})
 }
 
-func agentOr(agent string, rec journal.Task) string {
+func agentOr(agent string, rec record.Task) string {
 	if agent == "" && rec.Lease != nil {
 		return rec.Lease.Agent
 	}
@@ -671,11 +680,11 @@ func agentOr(agent string, rec journal.Task) string {
 
 // Verify reports whether req.Token is the task's current, unexpired token:
 // the check a script runs before a side effect. It changes nothing.
-func (t *Tree) Verify(ctx context.Context, req FencedRequest) (journal.Task, error) {
+func (t *Tree) Verify(ctx context.Context, req FencedRequest) (record.Task, error) {
 	if err := req.validate(); err != nil {
-		return journal.Task{}, err
+		return record.Task{}, err
 	}
-	var rec journal.Task
+	var rec record.Task
 	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
 		r, claim, err := lookup(tx, req.ID, req.Token)
 		rec = r
@@ -690,37 +699,41 @@ func (t *Tree) Verify(ctx context.Context, req FencedRequest) (journal.Task, err
 // Revoke frees a task's lease without its token (an operator's action).
 // The old token is dead from then on; no attempt is counted.
 func (t *Tree) Revoke(ctx context.Context, id, agent, reason string) (Result, error) {
-	return t.operator(ctx, journal.EvRevoke, id, func(rec journal.Task, now time.Time) (journal.Event, error) {
-		if rec.State != Claimed || rec.Lease == nil {
-			return journal.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "revoke"}
+	return t.operator(ctx, record.EvRevoke, id, func(rec record.Task, now time.Time) (record.Event, error) {
+		if rec.State != record.Claimed || rec.Lease == nil {
+			return record.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "revoke"}
 		}
-		return endEvent(journal.EvRevoke, rec, Available, agent, reason, now), nil
+		return endEvent(record.EvRevoke, rec, record.Available, agent, reason, now), nil
 	})
 }
 
 // Requeue brings a done or failed task back to available/ with its
 // attempts reset.
 func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, error) {
-	return t.operator(ctx, journal.EvRequeue, id, func(rec journal.Task, now time.Time) (journal.Event, error) {
-		if rec.State != Done && rec.State != Failed {
-			return journal.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "requeue"}
+	return t.operator(ctx, record.EvRequeue, id, func(rec record.Task, now time.Time) (record.Event, error) {
+		if rec.State != record.Done && rec.State != record.Failed {
+			return record.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "requeue"}
 		}
 		// Without its file the task would be handed out empty-handed, or
 		// settled as missing again at the next claim.
-		if ok, err := t.mirror.Exists(DirOf(rec.State), id); err == nil && !ok {
-			return journal.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, DirOf(rec.State), t.Path(id, rec.State))}
+		dir, err := DirOf(rec.State)
+		if err != nil {
+			return record.Event{}, err
 		}
-		return journal.Event{Time: now, Type: journal.EvRequeue, Task: id, From: rec.State, To: Available, Agent: agent, Reason: reason}, nil
+		if ok, err := t.mirror.Exists(dir, id); err == nil && !ok {
+			return record.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, dir, t.Path(id, rec.State))}
+		}
+		return record.Event{Time: now, Type: record.EvRequeue, Task: id, From: rec.State, To: record.Available, Agent: agent, Reason: reason}, nil
 	})
 }
 
 // operator runs an unfenced operator action on one task.
-func (t *Tree) operator(ctx context.Context, typ journal.EventType, id string, build func(rec journal.Task, now time.Time) (journal.Event, error)) (Result, error) {
+func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, build func(rec record.Task, now time.Time) (record.Event, error)) (Result, error) {
 	if err := fsmirror.ValidateID(id); err != nil {
 		return Result{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
 	var res Result
-	_, _, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]journal.Event, error) {
+	_, _, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res = Result{} // a group may run this more than once
 		rec, ok, err := tx.Task(id)
 		if err != nil {
@@ -733,12 +746,16 @@ func (t *Tree) operator(ctx context.Context, typ journal.EventType, id string, b
 		if err != nil {
 			return nil, err
 		}
-		if err := t.checkFile(rec.ID, DirOf(rec.State), false); err != nil {
+		dir, err := DirOf(rec.State)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.checkFile(rec.ID, dir, false); err != nil {
 			return nil, err
 		}
 		after, ev, err := commit(tx, &rec, ev)
 		res.Task, res.Event = after, &ev
-		return []journal.Event{ev}, err
+		return []record.Event{ev}, err
 	})
 	res.Path = t.Path(id, res.Task.State)
 	return res, err

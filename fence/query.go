@@ -6,14 +6,15 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Status is a summary of the tree.
 type Status struct {
 	Root      string
-	Counts    map[State]int
+	Counts    map[record.State]int
 	Leases    []LeaseView
-	Defaults  journal.Defaults
+	Defaults  record.Defaults
 	LastToken uint64
 }
 
@@ -29,8 +30,8 @@ type LeaseView struct {
 
 // Defaults reads the tree's settings (default lease length and attempts),
 // so that a caller can check its own flags against them before it claims.
-func (t *Tree) Defaults(ctx context.Context) (journal.Defaults, error) {
-	var d journal.Defaults
+func (t *Tree) Defaults(ctx context.Context) (record.Defaults, error) {
+	var d record.Defaults
 	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
 		var err error
 		d, err = tx.Defaults()
@@ -67,9 +68,9 @@ func (t *Tree) Status(ctx context.Context) (Status, error) {
 
 // TaskView is everything `show` prints of one task.
 type TaskView struct {
-	Task   journal.Task
+	Task   record.Task
 	Path   string
-	Events []journal.Event // most recent last
+	Events []record.Event // most recent last
 }
 
 // showEvents is how many recent events Show returns.
@@ -106,7 +107,7 @@ type LogFilter struct {
 }
 
 // Log returns the audit trail, oldest first.
-func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
+func (t *Tree) Log(ctx context.Context, f LogFilter) ([]record.Event, error) {
 	if f.Task != "" {
 		if err := fsmirror.ValidateID(f.Task); err != nil {
 			return nil, invalidf(InputID, RuleFormat, f.Task, "%v", err)
@@ -115,7 +116,7 @@ func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
 	if f.Limit < 0 {
 		return nil, invalidValue(InputLimit, RuleRange, f.Limit, "must be 0 (all) or more")
 	}
-	var evs []journal.Event
+	var evs []record.Event
 	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
 		if f.Task != "" {
 			if _, ok, err := tx.Task(f.Task); err != nil {
@@ -134,17 +135,17 @@ func (t *Tree) Log(ctx context.Context, f LogFilter) ([]journal.Event, error) {
 // lastEvents reads the log from the newest back, keeping what f selects,
 // and returns it oldest first. Events are appended in time order, so the
 // scan stops at the first one older than f.Since.
-func lastEvents(tx journal.Tx, f LogFilter) ([]journal.Event, error) {
-	var evs []journal.Event
+func lastEvents(tx journal.Tx, f LogFilter) ([]record.Event, error) {
+	var evs []record.Event
 	scan := tx.EventsBackward
 	if f.Task != "" {
-		scan = func(fn func(journal.Event) (bool, error)) error { return tx.TaskEventsBackward(f.Task, fn) }
+		scan = func(fn func(record.Event) (bool, error)) error { return tx.TaskEventsBackward(f.Task, fn) }
 	}
-	err := scan(func(ev journal.Event) (bool, error) {
+	err := scan(func(ev record.Event) (bool, error) {
 		if !f.Since.IsZero() && ev.Time.Before(f.Since) {
 			return false, nil
 		}
-		if (f.Task == "" || ev.Task == f.Task) && (f.Heartbeats || ev.Type != journal.EvHeartbeat) {
+		if (f.Task == "" || ev.Task == f.Task) && (f.Heartbeats || ev.Type != record.EvHeartbeat) {
 			evs = append(evs, ev)
 		}
 		return f.Limit == 0 || len(evs) < f.Limit, nil

@@ -15,16 +15,17 @@ import (
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // RecoverReport says what Recover did.
 type RecoverReport struct {
-	Root       string        `json:"root"`
-	KeptAside  string        `json:"kept_aside,omitempty"` // where the damaged journal was moved
-	Counts     map[State]int `json:"counts"`
-	Freed      []string      `json:"freed"`       // tasks found in claimed/, now available
-	FirstToken uint64        `json:"first_token"` // every new token is above this
-	Findings   []Finding     `json:"findings"`    // entries left alone, copies quarantined
+	Root       string               `json:"root"`
+	KeptAside  string               `json:"kept_aside,omitempty"` // where the damaged journal was moved
+	Counts     map[record.State]int `json:"counts"`
+	Freed      []string             `json:"freed"`       // tasks found in claimed/, now available
+	FirstToken uint64               `json:"first_token"` // every new token is above this
+	Findings   []Finding            `json:"findings"`    // entries left alone, copies quarantined
 }
 
 // JournalReadableError refuses to recover a journal that opens fine.
@@ -36,7 +37,7 @@ func (e *JournalReadableError) Error() string {
 
 // recoverOrder is which copy wins when a task's file is in several state
 // directories: the most final state, so that nothing done is redone.
-var recoverOrder = []State{Done, Failed, Claimed, Available}
+var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, record.Available}
 
 // Recover rebuilds the journal of the tree at root from its directories,
 // when the journal is lost or unreadable. The damaged file is renamed
@@ -51,8 +52,8 @@ var recoverOrder = []State{Done, Failed, Claimed, Available}
 // mistyped --dir must not plant one), a readable journal (replay is the
 // repair for that) and a journal of another schema version (a newer
 // fencectl's journal is healthy, and rebuilding it would free every lease).
-func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverReport, error) {
-	rep := RecoverReport{Counts: map[State]int{}, Freed: []string{}, Findings: []Finding{}}
+func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverReport, error) {
+	rep := RecoverReport{Counts: map[record.State]int{}, Freed: []string{}, Findings: []Finding{}}
 	if err := checkDefaults(d); err != nil {
 		return rep, err
 	}
@@ -115,9 +116,15 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	crashAt("recover:after-create")
 
 	// What the directories hold.
-	where := map[string][]State{}
-	for _, s := range States {
-		entries, err := m.List(DirOf(s))
+	where := map[string][]record.State{}
+	dirs := map[record.State]fsmirror.Dir{} // the four states' directories
+	for _, s := range record.States {
+		dir, err := DirOf(s)
+		if err != nil {
+			return rep, err
+		}
+		dirs[s] = dir
+		entries, err := m.List(dir)
 		if err != nil {
 			return rep, err
 		}
@@ -127,7 +134,7 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 				if err != nil {
 					why = err.Error() + "; left in place"
 				}
-				rep.Findings = append(rep.Findings, Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(DirOf(s)), Detail: why})
+				rep.Findings = append(rep.Findings, Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: why})
 				continue
 			}
 			where[e.Name] = append(where[e.Name], s)
@@ -148,7 +155,7 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	var extra []extraCopy
 	err = db.Update(func(tx journal.Tx) error {
 		// Each run (a store may retry) starts afresh.
-		moves, extra, rep.Freed, rep.Counts = nil, nil, []string{}, map[State]int{}
+		moves, extra, rep.Freed, rep.Counts = nil, nil, []string{}, map[record.State]int{}
 		now := tx.Now()
 		for _, id := range ids {
 			found := where[id]
@@ -160,20 +167,20 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 				}
 			}
 			to := keep
-			if keep == Claimed {
-				to = Available
+			if keep == record.Claimed {
+				to = record.Available
 				rep.Freed = append(rep.Freed, id)
 			}
-			ev := adoptEvent(id, DirOf(keep), to, d.MaxAttempts, now)
+			ev := adoptEvent(id, dirs[keep], to, d.MaxAttempts, now)
 			ev.Reason = "recover"
 			if _, _, err := commit(tx, nil, ev); err != nil {
 				return err
 			}
 			rep.Counts[to]++
-			moves = append(moves, move{id: id, from: DirOf(keep), to: DirOf(to)})
+			moves = append(moves, move{id: id, from: dirs[keep], to: dirs[to]})
 			for _, s := range found {
 				if s != keep {
-					extra = append(extra, extraCopy{id: id, dir: DirOf(s)})
+					extra = append(extra, extraCopy{id: id, dir: dirs[s]})
 				}
 			}
 		}
@@ -198,12 +205,12 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return rep, err
 		}
-		rep.Findings = append(rep.Findings, Finding{Kind: "duplicate", Task: x.id, Dir: string(x.dir), Detail: "a second copy; moved to .fence/quarantine/" + name, Fixed: true})
+		rep.Findings = append(rep.Findings, Finding{Kind: FindingDuplicate, Task: x.id, Dir: string(x.dir), Detail: "a second copy; moved to .fence/quarantine/" + name, Fixed: true})
 	}
 	return rep, nil
 }
 
-func containsState(list []State, s State) bool {
+func containsState(list []record.State, s record.State) bool {
 	for _, x := range list {
 		if x == s {
 			return true

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // A long-lived Tree (run --loop, the library) keeps working on the
@@ -43,12 +44,12 @@ func TestTree_ReplacedStateDirectory(t *testing.T) {
 	if _, err := tree.Complete(bg, fence.FencedRequest{ID: "t2", Token: c2.Token}); err != nil {
 		t.Fatal(err)
 	}
-	fileAt(t, tree, "t2", fence.Done)
+	fileAt(t, tree, "t2", record.Done)
 	if _, err := os.Lstat(filepath.Join(root, "done.old", "t2")); err == nil {
 		t.Errorf("t2 completed into done.old/, the directory moved away")
 	}
-	fileAt(t, tree, "t3", fence.Available) // adopted from the new inbox/
-	if !n.has("reopened", "done") || !n.has("reopened", "inbox") {
+	fileAt(t, tree, "t3", record.Available) // adopted from the new inbox/
+	if !n.has(fence.NoticeReopened, "done") || !n.has(fence.NoticeReopened, "inbox") {
 		t.Errorf("no reopened notices for done and inbox: %+v", n.list)
 	}
 	for _, d := range []string{"done.old", "inbox.old"} {

@@ -12,19 +12,17 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Finding is one disagreement between the event log, the stored records
-// and the tree. Kinds: log_error, record_mismatch, record_missing,
-// record_extra, claim_mismatch, index_mismatch, bbolt_check, misplaced,
-// duplicate, missing_file, unknown_file, invalid_entry, token_counter,
-// token_ceiling.
+// and the tree; its Kind says which (and whether replay can fix it).
 type Finding struct {
-	Kind   string `json:"kind"`
-	Task   string `json:"task,omitempty"`
-	Dir    string `json:"dir,omitempty"`
-	Detail string `json:"detail"`
-	Fixed  bool   `json:"fixed"`
+	Kind   FindingKind `json:"kind"`
+	Task   string      `json:"task,omitempty"`
+	Dir    string      `json:"dir,omitempty"`
+	Detail string      `json:"detail"`
+	Fixed  bool        `json:"fixed"`
 }
 
 // ReplayReport is what replay found and did.
@@ -47,8 +45,8 @@ func (r ReplayReport) Unfixed() int {
 
 // replayState is the log folded into records, plus what the tree holds.
 type replayState struct {
-	tasks   map[string]journal.Task
-	claims  map[uint64]journal.Claim
+	tasks   map[string]record.Task
+	claims  map[uint64]record.Claim
 	staged  map[string]string // task → staging name of its add event
 	outputs []string          // staging names of fenced outputs (put, complete --result)
 	rebuild bool              // stored records, claims or indexes differ from the log
@@ -68,7 +66,7 @@ type extraCopy struct {
 type adoption struct {
 	id   string
 	from fsmirror.Dir
-	to   State
+	to   record.State
 }
 
 // Replay rebuilds the derived state from the event log, compares it with
@@ -97,7 +95,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		}
 	}
 	var rep ReplayReport
-	st := &replayState{tasks: map[string]journal.Task{}, claims: map[uint64]journal.Claim{}, staged: map[string]string{}}
+	st := &replayState{tasks: map[string]record.Task{}, claims: map[uint64]record.Claim{}, staged: map[string]string{}}
 	err = db.View(func(tx journal.Tx) error {
 		if err := st.compareJournal(tx, &rep); err != nil {
 			return err
@@ -120,11 +118,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		return rep, err
 	}
 	for i := range rep.Findings {
-		switch rep.Findings[i].Kind {
-		case "bbolt_check", "invalid_entry", "log_error":
-		default:
-			rep.Findings[i].Fixed = true
-		}
+		rep.Findings[i].Fixed = rep.Findings[i].Kind.Fixable()
 	}
 	return rep, nil
 }
@@ -133,26 +127,26 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 // stored.
 func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
-	err := tx.Events(1, func(ev journal.Event) (bool, error) {
+	err := tx.Events(1, func(ev record.Event) (bool, error) {
 		rep.Events++
-		var prev *journal.Task
+		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
 			prev = &p
 		}
 		rec, err := Apply(prev, ev)
 		if err != nil {
-			add(Finding{Kind: "log_error", Task: ev.Task, Detail: err.Error()})
+			add(Finding{Kind: FindingLogError, Task: ev.Task, Detail: err.Error()})
 			return true, nil
 		}
 		st.tasks[ev.Task] = rec
 		switch {
-		case ev.Type == journal.EvAdd || ev.Type == journal.EvAdopt && ev.Staged != "":
+		case ev.Type == record.EvAdd || ev.Type == record.EvAdopt && ev.Staged != "":
 			st.staged[ev.Task] = ev.Staged
 		case ev.Staged != "":
 			st.outputs = append(st.outputs, ev.Staged)
 		}
 		if ev.Token != 0 {
-			var pc *journal.Claim
+			var pc *record.Claim
 			if c, ok := st.claims[ev.Token]; ok {
 				pc = &c
 			}
@@ -166,14 +160,14 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		return err
 	}
 	seen := map[string]bool{}
-	err = tx.ForEachTask(func(rec journal.Task) error {
+	err = tx.ForEachTask(func(rec record.Task) error {
 		seen[rec.ID] = true
 		want, ok := st.tasks[rec.ID]
 		switch {
 		case !ok:
-			add(Finding{Kind: "record_extra", Task: rec.ID, Detail: "the journal has a record the event log never created; replay removes it"})
+			add(Finding{Kind: FindingRecordExtra, Task: rec.ID, Detail: "the journal has a record the event log never created; replay removes it"})
 		case !sameJSON(rec, want):
-			add(Finding{Kind: "record_mismatch", Task: rec.ID, Detail: fmt.Sprintf("stored record (%s, %d attempts) differs from the event log (%s, %d attempts); replay rewrites it", rec.State, rec.Attempts, want.State, want.Attempts)})
+			add(Finding{Kind: FindingRecordMismatch, Task: rec.ID, Detail: fmt.Sprintf("stored record (%s, %d attempts) differs from the event log (%s, %d attempts); replay rewrites it", rec.State, rec.Attempts, want.State, want.Attempts)})
 		}
 		return nil
 	})
@@ -182,14 +176,14 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	}
 	for id, rec := range st.tasks {
 		if !seen[id] {
-			add(Finding{Kind: "record_missing", Task: id, Detail: fmt.Sprintf("the event log has this task (%s) but no record; replay restores it", rec.State)})
+			add(Finding{Kind: FindingRecordMissing, Task: id, Detail: fmt.Sprintf("the event log has this task (%s) but no record; replay restores it", rec.State)})
 		}
 	}
 	nclaims := 0
-	err = tx.ForEachClaim(func(c journal.Claim) error {
+	err = tx.ForEachClaim(func(c record.Claim) error {
 		nclaims++
 		if want, ok := st.claims[c.Token]; !ok || !sameJSON(c, want) {
-			add(Finding{Kind: "claim_mismatch", Task: c.Task, Detail: fmt.Sprintf("stored record of token %d differs from the event log", c.Token)})
+			add(Finding{Kind: FindingClaimMismatch, Task: c.Task, Detail: fmt.Sprintf("stored record of token %d differs from the event log", c.Token)})
 		}
 		return nil
 	})
@@ -197,29 +191,29 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		return err
 	}
 	if nclaims != len(st.claims) {
-		add(Finding{Kind: "claim_mismatch", Detail: fmt.Sprintf("%d token records stored, the event log has %d", nclaims, len(st.claims))})
+		add(Finding{Kind: FindingClaimMismatch, Detail: fmt.Sprintf("%d token records stored, the event log has %d", nclaims, len(st.claims))})
 	}
-	counts := map[State]int{}
+	counts := map[record.State]int{}
 	for _, rec := range st.tasks {
 		counts[rec.State]++
 	}
 	stored := tx.Counts()
-	for _, s := range journal.States {
+	for _, s := range record.States {
 		if stored[s] != counts[s] {
-			add(Finding{Kind: "index_mismatch", Detail: fmt.Sprintf("count of %s is %d, the event log has %d", s, stored[s], counts[s])})
+			add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("count of %s is %d, the event log has %d", s, stored[s], counts[s])})
 		}
 	}
 	ready, expiry := tx.IndexSizes()
-	if ready != counts[Available] || expiry != counts[Claimed] {
-		add(Finding{Kind: "index_mismatch", Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d available and %d claimed", ready, expiry, counts[Available], counts[Claimed])})
+	if ready != counts[record.Available] || expiry != counts[record.Claimed] {
+		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d available and %d claimed", ready, expiry, counts[record.Available], counts[record.Claimed])})
 	}
 	for _, f := range rep.Findings {
-		if f.Kind != "log_error" {
+		if f.Kind != FindingLogError {
 			st.rebuild = true
 		}
 	}
 	for _, err := range tx.Check() {
-		add(Finding{Kind: "bbolt_check", Detail: err.Error()})
+		add(Finding{Kind: FindingBboltCheck, Detail: err.Error()})
 	}
 	return nil
 }
@@ -235,7 +229,7 @@ func (t *Tree) compareTokens(tx journal.Tx, st *replayState, rep *ReplayReport) 
 		top = max(top, tok)
 	}
 	if c := tx.LastToken(); top > c {
-		rep.Findings = append(rep.Findings, Finding{Kind: "token_counter", Detail: fmt.Sprintf("the token counter is %d, below token %d that the event log issued; replay raises it", c, top)})
+		rep.Findings = append(rep.Findings, Finding{Kind: FindingTokenCounter, Detail: fmt.Sprintf("the token counter is %d, below token %d that the event log issued; replay raises it", c, top)})
 		st.counter = top
 	}
 	want := tx.Ceiling()
@@ -245,9 +239,9 @@ func (t *Tree) compareTokens(tx journal.Tx, st *replayState, rep *ReplayReport) 
 	onFile, found, err := journal.ReadCeiling(t.metaDir)
 	switch {
 	case err != nil:
-		rep.Findings = append(rep.Findings, Finding{Kind: "token_ceiling", Detail: err.Error() + "; replay rewrites it from the journal"})
+		rep.Findings = append(rep.Findings, Finding{Kind: FindingTokenCeiling, Detail: err.Error() + "; replay rewrites it from the journal"})
 	case !found || onFile < want:
-		rep.Findings = append(rep.Findings, Finding{Kind: "token_ceiling", Detail: fmt.Sprintf("the token ceiling files (%s, %s) are missing or below the journal's ceiling %d; replay rewrites them", journal.CeilingName, journal.RootCeilingName, want)})
+		rep.Findings = append(rep.Findings, Finding{Kind: FindingTokenCeiling, Detail: fmt.Sprintf("the token ceiling files (%s, %s) are missing or below the journal's ceiling %d; replay rewrites them", journal.CeilingName, journal.RootCeilingName, want)})
 	default:
 		return
 	}
@@ -273,11 +267,11 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 		}
 		for _, e := range entries {
 			if err := fsmirror.ValidateID(e.Name); err != nil {
-				add(Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(dir), Detail: err.Error() + "; left in place, move it out by hand"})
+				add(Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: err.Error() + "; left in place, move it out by hand"})
 				continue
 			}
 			if e.Kind != fsmirror.Regular {
-				add(Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(dir), Detail: string(e.Kind) + ": not a regular file, never followed; left in place, move it out by hand"})
+				add(Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: string(e.Kind) + ": not a regular file, never followed; left in place, move it out by hand"})
 				continue
 			}
 			if len(where[e.Name]) == 0 {
@@ -305,7 +299,7 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 	if orphans, err := t.mirror.SweepStaging(true); err == nil {
 		for _, name := range orphans {
 			if !needed[name] {
-				add(Finding{Kind: "orphan_staged", Dir: string(fsmirror.Staging), Task: name, Detail: "staged by a process that died before its commit; the next writer moves it to .fence/quarantine"})
+				add(Finding{Kind: FindingOrphanStaged, Dir: string(fsmirror.Staging), Task: name, Detail: "staged by a process that died before its commit; the next writer moves it to .fence/quarantine"})
 			}
 		}
 	}
@@ -315,13 +309,13 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			continue
 		}
 		to, _ := stateOfDir(dirs[0])
-		if to == Claimed {
-			to = Available
+		if to == record.Claimed {
+			to = record.Available
 		}
-		add(Finding{Kind: "unknown_file", Task: id, Dir: string(dirs[0]), Detail: "a file the journal does not know; replay adopts it as " + string(to)})
+		add(Finding{Kind: FindingUnknownFile, Task: id, Dir: string(dirs[0]), Detail: "a file the journal does not know; replay adopts it as " + string(to)})
 		st.adopt = append(st.adopt, adoption{id: id, from: dirs[0], to: to})
 		for _, d := range dirs[1:] {
-			add(Finding{Kind: "duplicate", Task: id, Dir: string(d), Detail: "a second copy; replay moves it to .fence/quarantine"})
+			add(Finding{Kind: FindingDuplicate, Task: id, Dir: string(d), Detail: "a second copy; replay moves it to .fence/quarantine"})
 			st.extra = append(st.extra, extraCopy{id, d})
 		}
 	}
@@ -331,27 +325,31 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		want := DirOf(st.tasks[id].State)
+		want, err := DirOf(st.tasks[id].State)
+		if err != nil { // the log put it in no state fencectl knows
+			add(Finding{Kind: FindingLogError, Task: id, Detail: err.Error() + "; replay leaves its file where it is"})
+			continue
+		}
 		dirs := where[id]
 		switch {
 		case len(dirs) == 0:
 			if ok, _ := t.mirror.Exists(fsmirror.Inbox, id); ok {
-				add(Finding{Kind: "misplaced", Task: id, Dir: string(fsmirror.Inbox), Detail: "adopted but still in inbox/; replay moves it to " + string(want) + "/"})
+				add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(fsmirror.Inbox), Detail: "adopted but still in inbox/; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Inbox, to: want})
 			} else if s := st.staged[id]; s != "" && staging[s] {
-				add(Finding{Kind: "misplaced", Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
+				add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Staging, staged: s, to: want})
 			} else if !settledMissing(st.tasks[id]) {
-				what := "replay fails it (reason \"" + ReasonFileMissing + "\"); to run it again, put its content at " + string(Failed) + "/" + id + " and requeue it"
-				if st.tasks[id].State == Done {
+				what := "replay fails it (reason \"" + ReasonFileMissing + "\"); to run it again, put its content at " + string(record.Failed) + "/" + id + " and requeue it"
+				if st.tasks[id].State == record.Done {
 					what = "replay records that its file is gone; the task stays done"
 				}
-				add(Finding{Kind: "missing_file", Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; " + what})
+				add(Finding{Kind: FindingMissingFile, Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; " + what})
 				st.missing = append(st.missing, id)
 			}
 			continue
 		case !containsDir(dirs, want):
-			add(Finding{Kind: "misplaced", Task: id, Dir: string(dirs[0]), Detail: "the journal says " + string(want) + "/; replay moves it there"})
+			add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(dirs[0]), Detail: "the journal says " + string(want) + "/; replay moves it there"})
 			st.moves = append(st.moves, move{id: id, from: dirs[0], to: want})
 			dirs = dirs[1:]
 		}
@@ -359,7 +357,7 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			if d == want {
 				continue
 			}
-			add(Finding{Kind: "duplicate", Task: id, Dir: string(d), Detail: "a second copy (the journal says " + string(want) + "/); replay moves it to .fence/quarantine"})
+			add(Finding{Kind: FindingDuplicate, Task: id, Dir: string(d), Detail: "a second copy (the journal says " + string(want) + "/); replay moves it to .fence/quarantine"})
 			st.extra = append(st.extra, extraCopy{id, d})
 		}
 	}
@@ -430,7 +428,11 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 			return fmt.Errorf("adopt unknown files: %w", err)
 		}
 		for _, a := range st.adopt {
-			st.moves = append(st.moves, move{id: a.id, from: a.from, to: DirOf(a.to)})
+			to, err := DirOf(a.to)
+			if err != nil {
+				return err
+			}
+			st.moves = append(st.moves, move{id: a.id, from: a.from, to: to})
 		}
 	}
 	if len(st.missing) > 0 {
@@ -476,7 +478,7 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 // Describe renders a finding for people.
 func (f Finding) Describe() string {
 	var b strings.Builder
-	b.WriteString(f.Kind)
+	b.WriteString(string(f.Kind))
 	if f.Task != "" {
 		fmt.Fprintf(&b, " %s", f.Task)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // RequestDir is where request locks live, under .fence/.
@@ -38,7 +40,7 @@ func (e *RequestInUseError) Error() string {
 }
 
 func (e *RequestInUseError) Unwrap() error {
-	return &NotAvailableError{State: Claimed, Op: "claim --request-id"}
+	return &NotAvailableError{State: record.Claimed, Op: "claim --request-id"}
 }
 
 // LockRequest takes the lock of agent's request id, or refuses with a

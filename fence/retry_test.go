@@ -11,6 +11,7 @@ import (
 	"github.com/fencectl/fencectl/fence"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
 	"github.com/fencectl/fencectl/journal/journaltest"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // An optimistic store (etcd) runs a write transaction's function again
@@ -28,7 +29,7 @@ func TestTree_RetriedTransactionsCommitOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := claim(t, tree, "t0", "a")
-	fileAt(t, tree, "dropped", fence.Available)
+	fileAt(t, tree, "dropped", record.Available)
 	if _, err := tree.Heartbeat(bg, fence.FencedRequest{ID: "t0", Token: c.Token, Agent: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestTree_RetriedTransactionsCommitOnce(t *testing.T) {
 	if _, err := tree.Replay(bg, false); err != nil {
 		t.Fatal(err)
 	}
-	fileAt(t, tree, "stray", fence.Available)
+	fileAt(t, tree, "stray", record.Available)
 
 	evs, err := tree.Log(bg, fence.LogFilter{Heartbeats: true})
 	if err != nil {

@@ -4,15 +4,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Authorize decides, with no I/O, whether token may act on task at now.
 // claim is what the journal remembers of token (nil if it never issued it).
 // It returns nil only when token is the task's current, unexpired lease.
-func Authorize(task journal.Task, token uint64, claim *journal.Claim, now time.Time) error {
+func Authorize(task record.Task, token uint64, claim *record.Claim, now time.Time) error {
 	e := &StaleTokenError{Task: task.ID, Yours: token, State: task.State}
-	if task.State == Claimed && task.Lease != nil {
+	if task.State == record.Claimed && task.Lease != nil {
 		e.Current, e.Holder, e.HeldSince = task.Lease.Token, task.Lease.Agent, task.Lease.ClaimedAt
 		if task.Lease.Token == token {
 			if Expired(*task.Lease, now) {
@@ -34,7 +34,7 @@ func Authorize(task journal.Task, token uint64, claim *journal.Claim, now time.T
 }
 
 // Expired reports whether a lease has run out: at the deadline it is gone.
-func Expired(l journal.Lease, now time.Time) bool { return !now.Before(l.Deadline) }
+func Expired(l record.Lease, now time.Time) bool { return !now.Before(l.Deadline) }
 
 // MaxTTL bounds a lease: deadlines must stay within what the expiry index
 // can order (nanoseconds since 1970 in an int64 end in 2262).
@@ -49,7 +49,7 @@ func checkTTL(ttl time.Duration) error {
 
 // checkDefaults checks a tree's settings, as init and recover write them:
 // both validate here, so neither can write a journal whose leases last 0.
-func checkDefaults(d journal.Defaults) error {
+func checkDefaults(d record.Defaults) error {
 	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
 		return invalidValue(InputTTL, RuleRange, d.TTL, fmt.Sprintf("must be positive and at most %s", MaxTTL))
 	}
@@ -62,7 +62,7 @@ func checkDefaults(d journal.Defaults) error {
 // leaseLength is the length of a new or renewed lease: the one asked for,
 // else the current lease's own (a renewal keeps what the claim asked), else
 // the tree's default.
-func leaseLength(asked time.Duration, current *journal.Lease, def time.Duration) time.Duration {
+func leaseLength(asked time.Duration, current *record.Lease, def time.Duration) time.Duration {
 	switch {
 	case asked > 0:
 		return asked
@@ -75,21 +75,21 @@ func leaseLength(asked time.Duration, current *journal.Lease, def time.Duration)
 // IsRetry reports whether a call of type op with token is the repeat of the
 // call that already ended that token's lease on this task: such a retry
 // answers success and changes nothing.
-func IsRetry(op journal.EventType, task journal.Task, claim *journal.Claim) bool {
+func IsRetry(op record.EventType, task record.Task, claim *record.Claim) bool {
 	return claim != nil && claim.Task == task.ID && claim.Ended != nil && claim.Ended.By == op
 }
 
-func lostBy(t journal.EventType) string {
+func lostBy(t record.EventType) string {
 	switch t {
-	case journal.EvReap:
+	case record.EvReap:
 		return "reaped"
-	case journal.EvRevoke:
+	case record.EvRevoke:
 		return "revoked"
-	case journal.EvComplete:
+	case record.EvComplete:
 		return "completed"
-	case journal.EvRelease:
+	case record.EvRelease:
 		return "released"
-	case journal.EvFail, journal.EvMissing:
+	case record.EvFail, record.EvMissing:
 		return "failed"
 	}
 	return string(t)
@@ -97,16 +97,16 @@ func lostBy(t journal.EventType) string {
 
 // afterAttempt is the state a claimed task goes to when its lease ends in a
 // counted attempt (fail or expiry): Failed at max attempts, else Available.
-func afterAttempt(task journal.Task) State {
+func afterAttempt(task record.Task) record.State {
 	if task.MaxAttempts > 0 && task.Attempts+1 >= task.MaxAttempts {
-		return Failed
+		return record.Failed
 	}
-	return Available
+	return record.Available
 }
 
 // endEvent builds the event that ends task's lease by typ.
-func endEvent(typ journal.EventType, task journal.Task, to State, agent, reason string, now time.Time) journal.Event {
-	ev := journal.Event{Time: now, Type: typ, Task: task.ID, From: task.State, To: to, Agent: agent, Reason: reason}
+func endEvent(typ record.EventType, task record.Task, to record.State, agent, reason string, now time.Time) record.Event {
+	ev := record.Event{Time: now, Type: typ, Task: task.ID, From: task.State, To: to, Agent: agent, Reason: reason}
 	if task.Lease != nil {
 		ev.Token = task.Lease.Token
 		if agent == "" {
@@ -119,12 +119,12 @@ func endEvent(typ journal.EventType, task journal.Task, to State, agent, reason 
 // Apply folds one event into a task record, with no I/O. prev is nil for
 // the events that create a task (add, adopt). Both the live path and replay
 // use it, so they cannot drift apart.
-func Apply(prev *journal.Task, ev journal.Event) (journal.Task, error) {
+func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 	if prev == nil {
-		if ev.Type != journal.EvAdd && ev.Type != journal.EvAdopt {
-			return journal.Task{}, fmt.Errorf("event %d: %s of unknown task %q", ev.Seq, ev.Type, ev.Task)
+		if ev.Type != record.EvAdd && ev.Type != record.EvAdopt {
+			return record.Task{}, fmt.Errorf("event %d: %s of unknown task %q", ev.Seq, ev.Type, ev.Task)
 		}
-		return journal.Task{
+		return record.Task{
 			ID: ev.Task, State: ev.To, Priority: ev.Priority, MaxAttempts: ev.MaxAttempts,
 			Seq: ev.Seq, Created: ev.Time, Updated: ev.Time,
 		}, nil
@@ -136,39 +136,39 @@ func Apply(prev *journal.Task, ev journal.Event) (journal.Task, error) {
 	}
 	t.Updated = ev.Time
 	switch ev.Type {
-	case journal.EvClaim:
-		t.Lease = &journal.Lease{Token: ev.Token, Agent: ev.Agent, ClaimedAt: ev.Time, RequestID: ev.RequestID}
+	case record.EvClaim:
+		t.Lease = &record.Lease{Token: ev.Token, Agent: ev.Agent, ClaimedAt: ev.Time, RequestID: ev.RequestID}
 		if ev.Deadline != nil {
 			t.Lease.Deadline = *ev.Deadline
 			t.Lease.TTL = ev.Deadline.Sub(ev.Time)
 		}
-	case journal.EvHeartbeat:
+	case record.EvHeartbeat:
 		if t.Lease == nil || ev.Deadline == nil {
 			return t, fmt.Errorf("event %d: heartbeat of %q without a lease", ev.Seq, ev.Task)
 		}
 		t.Lease.Deadline = *ev.Deadline
-	case journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke:
+	case record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke:
 		if t.Lease == nil {
 			return t, fmt.Errorf("event %d: %s of %q without a lease", ev.Seq, ev.Type, ev.Task)
 		}
-		if ev.Type == journal.EvFail || ev.Type == journal.EvReap {
+		if ev.Type == record.EvFail || ev.Type == record.EvReap {
 			t.Attempts++
 		}
-		t.Last = &journal.LeaseEnd{Token: t.Lease.Token, Agent: t.Lease.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
+		t.Last = &record.LeaseEnd{Token: t.Lease.Token, Agent: t.Lease.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
 		t.Lease = nil
-	case journal.EvMissing:
-		end := &journal.LeaseEnd{At: ev.Time, By: ev.Type, Reason: ev.Reason}
+	case record.EvMissing:
+		end := &record.LeaseEnd{At: ev.Time, By: ev.Type, Reason: ev.Reason}
 		if t.Lease != nil {
 			end.Token, end.Agent = t.Lease.Token, t.Lease.Agent
 		}
 		t.Last, t.Lease = end, nil
-	case journal.EvRequeue:
+	case record.EvRequeue:
 		t.Attempts = 0
-	case journal.EvPut:
+	case record.EvPut:
 		if t.Lease == nil {
 			return t, fmt.Errorf("event %d: put of %q without a lease", ev.Seq, ev.Task)
 		}
-	case journal.EvAdd, journal.EvAdopt:
+	case record.EvAdd, record.EvAdopt:
 		return t, fmt.Errorf("event %d: %s of existing task %q", ev.Seq, ev.Type, ev.Task)
 	default:
 		return t, fmt.Errorf("event %d: unknown type %q", ev.Seq, ev.Type)
@@ -179,19 +179,19 @@ func Apply(prev *journal.Task, ev journal.Event) (journal.Task, error) {
 
 // ApplyClaim folds an event into the record of the token it concerns, for
 // the claims bucket. It returns false when the event touches no token.
-func ApplyClaim(prev *journal.Claim, ev journal.Event) (journal.Claim, bool) {
+func ApplyClaim(prev *record.Claim, ev record.Event) (record.Claim, bool) {
 	switch ev.Type {
-	case journal.EvClaim:
-		return journal.Claim{Token: ev.Token, Task: ev.Task, Agent: ev.Agent, At: ev.Time, RequestID: ev.RequestID}, true
-	case journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke, journal.EvMissing:
+	case record.EvClaim:
+		return record.Claim{Token: ev.Token, Task: ev.Task, Agent: ev.Agent, At: ev.Time, RequestID: ev.RequestID}, true
+	case record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke, record.EvMissing:
 		if prev == nil {
-			return journal.Claim{}, false
+			return record.Claim{}, false
 		}
 		c := *prev
-		c.Ended = &journal.LeaseEnd{Token: c.Token, Agent: c.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
+		c.Ended = &record.LeaseEnd{Token: c.Token, Agent: c.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
 		return c, true
 	}
-	return journal.Claim{}, false
+	return record.Claim{}, false
 }
 
 // ReasonFileMissing is the reason recorded when a task is settled because
@@ -203,16 +203,16 @@ const ReasonFileMissing = "task file missing"
 // done task stays done (its work was finished, and failing it would invite
 // a requeue that redoes it). A lease it had ends; no attempt is counted,
 // since nobody tried. Restoring the file and `requeue` bring it back.
-func missingEvent(task journal.Task, now time.Time) journal.Event {
-	to := Failed
-	if task.State == Done {
-		to = Done
+func missingEvent(task record.Task, now time.Time) record.Event {
+	to := record.Failed
+	if task.State == record.Done {
+		to = record.Done
 	}
-	return endEvent(journal.EvMissing, task, to, "", ReasonFileMissing, now)
+	return endEvent(record.EvMissing, task, to, "", ReasonFileMissing, now)
 }
 
 // settledMissing reports whether task was settled as having no file, so
 // that its absence from every directory is no drift.
-func settledMissing(task journal.Task) bool {
-	return (task.State == Failed || task.State == Done) && task.Last != nil && task.Last.By == journal.EvMissing
+func settledMissing(task record.Task) bool {
+	return (task.State == record.Failed || task.State == record.Done) && task.Last != nil && task.Last.By == record.EvMissing
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/fence"
-	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // The pure rules are tested without a disk: records and claims are built by
@@ -28,10 +28,10 @@ const (
 	neverToken = uint64(999) // never issued
 )
 
-func heldTask() journal.Task {
-	return journal.Task{
-		ID: "t1", State: fence.Claimed, MaxAttempts: 3, Seq: 1, Created: base.Add(-time.Hour), Updated: base,
-		Lease: &journal.Lease{Token: curToken, Agent: "a", ClaimedAt: base, Deadline: deadline},
+func heldTask() record.Task {
+	return record.Task{
+		ID: "t1", State: record.Claimed, MaxAttempts: 3, Seq: 1, Created: base.Add(-time.Hour), Updated: base,
+		Lease: &record.Lease{Token: curToken, Agent: "a", ClaimedAt: base, Deadline: deadline},
 	}
 }
 
@@ -43,82 +43,82 @@ func heldSince(cur uint64) time.Time {
 	return base
 }
 
-func freeTask(s fence.State) journal.Task {
-	return journal.Task{ID: "t1", State: s, MaxAttempts: 3, Seq: 1, Created: base.Add(-time.Hour), Updated: base}
+func freeTask(s record.State) record.Task {
+	return record.Task{ID: "t1", State: s, MaxAttempts: 3, Seq: 1, Created: base.Add(-time.Hour), Updated: base}
 }
 
-func endedClaim(token uint64, task string, by journal.EventType) *journal.Claim {
-	return &journal.Claim{Token: token, Task: task, Agent: "old", At: base.Add(-time.Hour),
-		Ended: &journal.LeaseEnd{Token: token, Agent: "old", At: lostAt, By: by}}
+func endedClaim(token uint64, task string, by record.EventType) *record.Claim {
+	return &record.Claim{Token: token, Task: task, Agent: "old", At: base.Add(-time.Hour),
+		Ended: &record.LeaseEnd{Token: token, Agent: "old", At: lostAt, By: by}}
 }
 
 // tokenCase is one token shown for task t1: the task as the journal has it,
 // what the journal remembers of the token, and the time of the call.
 type tokenCase struct {
 	name  string
-	task  journal.Task
+	task  record.Task
 	token uint64
-	claim *journal.Claim
+	claim *record.Claim
 	now   time.Time
 	// want is the refusal (nil: authorised). endedBy is the call that ended
 	// the token's lease on this task, whose repeat is a retry.
 	want    *fence.StaleTokenError
-	endedBy journal.EventType
+	endedBy record.EventType
 }
 
 func tokenCases() []tokenCase {
-	cur := &journal.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}
-	stale := func(s fence.State, cur uint64, holder, by string) *fence.StaleTokenError {
+	cur := &record.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}
+	stale := func(s record.State, cur uint64, holder, by string) *fence.StaleTokenError {
 		return &fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: oldToken,
 			Current: cur, Holder: holder, HeldSince: heldSince(cur), State: s, LostAt: lostAt, LostBy: by}
 	}
-	notHeld := func(tok uint64, s fence.State, cur uint64, holder string) *fence.StaleTokenError {
+	notHeld := func(tok uint64, s record.State, cur uint64, holder string) *fence.StaleTokenError {
 		return &fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, Current: cur, Holder: holder, HeldSince: heldSince(cur), State: s}
 	}
 	expired := &fence.StaleTokenError{Reason: fence.ReasonLeaseExpired, Task: "t1", Yours: curToken,
-		Current: curToken, Holder: "a", HeldSince: base, State: fence.Claimed, LostAt: deadline, LostBy: "expired"}
+		Current: curToken, Holder: "a", HeldSince: base, State: record.Claimed, LostAt: deadline, LostBy: "expired"}
 	cases := []tokenCase{
 		{name: "current", task: heldTask(), token: curToken, claim: cur, now: base},
 		{name: "current/just-before-deadline", task: heldTask(), token: curToken, claim: cur, now: deadline.Add(-time.Nanosecond)},
 		{name: "current/claim-record-names-another-agent", task: heldTask(), token: curToken,
-			claim: &journal.Claim{Token: curToken, Task: "t1", Agent: "someone-else", At: base}, now: base},
+			claim: &record.Claim{Token: curToken, Task: "t1", Agent: "someone-else", At: base}, now: base},
 		{name: "current/no-claim-record", task: heldTask(), token: curToken, claim: nil, now: base},
 		{name: "expired/at-deadline", task: heldTask(), token: curToken, claim: cur, now: deadline, want: expired},
 		{name: "expired/after-deadline", task: heldTask(), token: curToken, claim: cur, now: deadline.Add(time.Hour), want: expired},
 		{name: "another-claims-token/task-held", task: heldTask(), token: otherToken,
-			claim: &journal.Claim{Token: otherToken, Task: "t2", Agent: "b", At: base}, now: base,
-			want: notHeld(otherToken, fence.Claimed, curToken, "a")},
+			claim: &record.Claim{Token: otherToken, Task: "t2", Agent: "b", At: base}, now: base,
+			want: notHeld(otherToken, record.Claimed, curToken, "a")},
 		{name: "another-claims-token/ended-by-complete", task: heldTask(), token: otherToken,
-			claim: endedClaim(otherToken, "t2", journal.EvComplete), now: base,
-			want: notHeld(otherToken, fence.Claimed, curToken, "a")},
-		{name: "another-claims-token/task-available", task: freeTask(fence.Available), token: otherToken,
-			claim: &journal.Claim{Token: otherToken, Task: "t2", Agent: "b", At: base}, now: base,
-			want: notHeld(otherToken, fence.Available, 0, "")},
+			claim: endedClaim(otherToken, "t2", record.EvComplete), now: base,
+			want: notHeld(otherToken, record.Claimed, curToken, "a")},
+		{name: "another-claims-token/task-available", task: freeTask(record.Available), token: otherToken,
+			claim: &record.Claim{Token: otherToken, Task: "t2", Agent: "b", At: base}, now: base,
+			want: notHeld(otherToken, record.Available, 0, "")},
 		{name: "never-issued/task-held", task: heldTask(), token: neverToken, now: base,
-			want: notHeld(neverToken, fence.Claimed, curToken, "a")},
-		{name: "never-issued/task-available", task: freeTask(fence.Available), token: neverToken, now: base,
-			want: notHeld(neverToken, fence.Available, 0, "")},
-		{name: "never-issued/task-done", task: freeTask(fence.Done), token: neverToken, now: base,
-			want: notHeld(neverToken, fence.Done, 0, "")},
+			want: notHeld(neverToken, record.Claimed, curToken, "a")},
+		{name: "never-issued/task-available", task: freeTask(record.Available), token: neverToken, now: base,
+			want: notHeld(neverToken, record.Available, 0, "")},
+		{name: "never-issued/task-done", task: freeTask(record.Done), token: neverToken, now: base,
+			want: notHeld(neverToken, record.Done, 0, "")},
 	}
 	// Stale: the lease ended by each way a lease can end; the task is where
 	// that end left it, or claimed again by someone else since.
 	ends := []struct {
-		by    journal.EventType
+		by    record.EventType
 		lost  string
-		state fence.State
+		state record.State
 	}{
-		{journal.EvReap, "reaped", fence.Available},
-		{journal.EvReap, "reaped", fence.Failed},
-		{journal.EvRevoke, "revoked", fence.Available},
-		{journal.EvComplete, "completed", fence.Done},
-		{journal.EvRelease, "released", fence.Available},
-		{journal.EvFail, "failed", fence.Available},
-		{journal.EvFail, "failed", fence.Failed},
+		{record.EvReap, "reaped", record.Available},
+		{record.EvReap, "reaped", record.Failed},
+		{record.EvRevoke, "revoked", record.Available},
+		{record.EvComplete, "completed", record.Done},
+		{record.EvRelease, "released", record.Available},
+		{record.EvFail, "failed", record.Available},
+		{record.EvFail, "failed", record.Failed},
 	}
 	for _, e := range ends {
 		retry := e.by
-		if e.by == journal.EvReap || e.by == journal.EvRevoke {
+		if e.by == record.EvReap || e.by == record.EvRevoke {
 			retry = "" // nobody's call: no retry
 		}
 		cases = append(cases,
@@ -127,12 +127,12 @@ func tokenCases() []tokenCase {
 				want: stale(e.state, 0, "", e.lost)},
 			tokenCase{name: fmt.Sprintf("stale/%s-then-reclaimed", e.by), task: heldTask(), token: oldToken,
 				claim: endedClaim(oldToken, "t1", e.by), now: base, endedBy: retry,
-				want: stale(fence.Claimed, curToken, "a", e.lost)},
+				want: stale(record.Claimed, curToken, "a", e.lost)},
 			// The current holder's lease having expired changes nothing
 			// for a stale token: still stale, not "expired".
 			tokenCase{name: fmt.Sprintf("stale/%s-then-reclaimed-and-expired", e.by), task: heldTask(), token: oldToken,
 				claim: endedClaim(oldToken, "t1", e.by), now: deadline.Add(time.Second), endedBy: retry,
-				want: stale(fence.Claimed, curToken, "a", e.lost)},
+				want: stale(record.Claimed, curToken, "a", e.lost)},
 		)
 	}
 	return cases
@@ -144,7 +144,7 @@ func tokenCases() []tokenCase {
 func decide(op string, tc tokenCase) (retry bool, err error) {
 	switch op {
 	case "heartbeat", "complete", "release", "fail":
-		if fence.IsRetry(journal.EventType(op), tc.task, tc.claim) {
+		if fence.IsRetry(record.EventType(op), tc.task, tc.claim) {
 			return true, nil
 		}
 	}
@@ -188,7 +188,7 @@ func TestRules_AuthorizeEveryTransition(t *testing.T) {
 
 func TestRules_AuthorizeDoesNotMutate(t *testing.T) {
 	task := heldTask()
-	claim := endedClaim(oldToken, "t1", journal.EvRevoke)
+	claim := endedClaim(oldToken, "t1", record.EvRevoke)
 	before := task
 	beforeLease := *task.Lease
 	beforeClaim := *claim
@@ -200,11 +200,11 @@ func TestRules_AuthorizeDoesNotMutate(t *testing.T) {
 }
 
 func TestRules_IsRetry(t *testing.T) {
-	all := []journal.EventType{journal.EvHeartbeat, journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke, journal.EvClaim, journal.EvRequeue}
-	for _, ended := range []journal.EventType{journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke} {
+	all := []record.EventType{record.EvHeartbeat, record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke, record.EvClaim, record.EvRequeue}
+	for _, ended := range []record.EventType{record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke} {
 		for _, op := range all {
 			t.Run(fmt.Sprintf("ended-by-%s/%s", ended, op), func(t *testing.T) {
-				got := fence.IsRetry(op, freeTask(fence.Available), endedClaim(oldToken, "t1", ended))
+				got := fence.IsRetry(op, freeTask(record.Available), endedClaim(oldToken, "t1", ended))
 				if want := op == ended; got != want {
 					t.Errorf("IsRetry = %v, want %v (only the very call that ended the lease is a retry)", got, want)
 				}
@@ -213,13 +213,13 @@ func TestRules_IsRetry(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		op    journal.EventType
-		task  journal.Task
-		claim *journal.Claim
+		op    record.EventType
+		task  record.Task
+		claim *record.Claim
 	}{
-		{"never-issued", journal.EvComplete, freeTask(fence.Done), nil},
-		{"lease-not-ended", journal.EvComplete, heldTask(), &journal.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}},
-		{"another-tasks-claim-ended-by-the-same-call", journal.EvComplete, freeTask(fence.Done), endedClaim(otherToken, "t2", journal.EvComplete)},
+		{"never-issued", record.EvComplete, freeTask(record.Done), nil},
+		{"lease-not-ended", record.EvComplete, heldTask(), &record.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}},
+		{"another-tasks-claim-ended-by-the-same-call", record.EvComplete, freeTask(record.Done), endedClaim(otherToken, "t2", record.EvComplete)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if fence.IsRetry(tc.op, tc.task, tc.claim) {
@@ -230,7 +230,7 @@ func TestRules_IsRetry(t *testing.T) {
 }
 
 func TestRules_Expired(t *testing.T) {
-	l := journal.Lease{Token: 1, Agent: "a", ClaimedAt: base, Deadline: deadline}
+	l := record.Lease{Token: 1, Agent: "a", ClaimedAt: base, Deadline: deadline}
 	for _, tc := range []struct {
 		now  time.Time
 		want bool
@@ -248,19 +248,19 @@ func TestRules_Expired(t *testing.T) {
 	}
 }
 
-func evAt(seq uint64, typ journal.EventType, from, to fence.State, offset time.Duration) journal.Event {
-	return journal.Event{Seq: seq, Time: base.Add(offset), Type: typ, Task: "t1", From: from, To: to}
+func evAt(seq uint64, typ record.EventType, from, to record.State, offset time.Duration) record.Event {
+	return record.Event{Seq: seq, Time: base.Add(offset), Type: typ, Task: "t1", From: from, To: to}
 }
 
 func TestRules_ApplyCreates(t *testing.T) {
-	for _, typ := range []journal.EventType{journal.EvAdd, journal.EvAdopt} {
+	for _, typ := range []record.EventType{record.EvAdd, record.EvAdopt} {
 		t.Run(string(typ), func(t *testing.T) {
-			ev := journal.Event{Seq: 7, Time: base, Type: typ, Task: "t1", To: fence.Available, Priority: -4, MaxAttempts: 5, Source: "inbox", Staged: "x"}
+			ev := record.Event{Seq: 7, Time: base, Type: typ, Task: "t1", To: record.Available, Priority: -4, MaxAttempts: 5, Source: "inbox", Staged: "x"}
 			got, err := fence.Apply(nil, ev)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := journal.Task{ID: "t1", State: fence.Available, Priority: -4, MaxAttempts: 5, Seq: 7, Created: base, Updated: base}
+			want := record.Task{ID: "t1", State: record.Available, Priority: -4, MaxAttempts: 5, Seq: 7, Created: base, Updated: base}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("Apply(nil, %s) =\n  %+v\nwant\n  %+v", typ, got, want)
 			}
@@ -276,63 +276,63 @@ func TestRules_ApplyTransitions(t *testing.T) {
 	held := heldTask()
 	held.Attempts = 1
 	newDeadline := base.Add(time.Hour)
-	withLast := func(rec journal.Task, by journal.EventType, reason string, at time.Time) journal.Task {
-		rec.Last = &journal.LeaseEnd{Token: curToken, Agent: "a", At: at, By: by, Reason: reason}
+	withLast := func(rec record.Task, by record.EventType, reason string, at time.Time) record.Task {
+		rec.Last = &record.LeaseEnd{Token: curToken, Agent: "a", At: at, By: by, Reason: reason}
 		rec.Lease = nil
 		return rec
 	}
 	type tc struct {
 		name string
-		prev journal.Task
-		ev   journal.Event
-		want func(journal.Task) journal.Task // from prev
+		prev record.Task
+		ev   record.Event
+		want func(record.Task) record.Task // from prev
 	}
 	at := base.Add(5 * time.Second)
-	end := func(typ journal.EventType, to fence.State, attempts int) tc {
-		ev := evAt(9, typ, fence.Claimed, to, 5*time.Second)
+	end := func(typ record.EventType, to record.State, attempts int) tc {
+		ev := evAt(9, typ, record.Claimed, to, 5*time.Second)
 		ev.Token, ev.Agent, ev.Reason = curToken, "someone", "why"
-		return tc{name: fmt.Sprintf("%s-to-%s", typ, to), prev: held, ev: ev, want: func(p journal.Task) journal.Task {
+		return tc{name: fmt.Sprintf("%s-to-%s", typ, to), prev: held, ev: ev, want: func(p record.Task) record.Task {
 			p = withLast(p, typ, "why", at)
 			p.State, p.Attempts, p.Updated = to, attempts, at
 			return p
 		}}
 	}
 	cases := []tc{
-		{name: "claim", prev: freeTask(fence.Available), ev: func() journal.Event {
-			e := evAt(9, journal.EvClaim, fence.Available, fence.Claimed, 5*time.Second)
+		{name: "claim", prev: freeTask(record.Available), ev: func() record.Event {
+			e := evAt(9, record.EvClaim, record.Available, record.Claimed, 5*time.Second)
 			e.Token, e.Agent, e.Deadline, e.RequestID = 555, "b", &newDeadline, "req"
 			return e
-		}(), want: func(p journal.Task) journal.Task {
-			p.State, p.Updated = fence.Claimed, at
+		}(), want: func(p record.Task) record.Task {
+			p.State, p.Updated = record.Claimed, at
 			// The lease remembers the length the claim asked for.
-			p.Lease = &journal.Lease{Token: 555, Agent: "b", ClaimedAt: at, Deadline: newDeadline, TTL: newDeadline.Sub(at), RequestID: "req"}
+			p.Lease = &record.Lease{Token: 555, Agent: "b", ClaimedAt: at, Deadline: newDeadline, TTL: newDeadline.Sub(at), RequestID: "req"}
 			return p
 		}},
-		{name: "heartbeat", prev: held, ev: func() journal.Event {
-			e := evAt(9, journal.EvHeartbeat, fence.Claimed, fence.Claimed, 5*time.Second)
+		{name: "heartbeat", prev: held, ev: func() record.Event {
+			e := evAt(9, record.EvHeartbeat, record.Claimed, record.Claimed, 5*time.Second)
 			e.Token, e.Agent, e.Deadline = curToken, "another-agent", &newDeadline
 			return e
-		}(), want: func(p journal.Task) journal.Task {
+		}(), want: func(p record.Task) record.Task {
 			l := *p.Lease
 			l.Deadline = newDeadline // token and holder unchanged
 			p.Lease, p.Updated = &l, at
 			return p
 		}},
-		end(journal.EvComplete, fence.Done, 1),
-		end(journal.EvRelease, fence.Available, 1), // no attempt
-		end(journal.EvRevoke, fence.Available, 1),  // no attempt
-		end(journal.EvFail, fence.Available, 2),    // one attempt
-		end(journal.EvFail, fence.Failed, 2),
-		end(journal.EvReap, fence.Available, 2), // one attempt
-		end(journal.EvReap, fence.Failed, 2),
+		end(record.EvComplete, record.Done, 1),
+		end(record.EvRelease, record.Available, 1), // no attempt
+		end(record.EvRevoke, record.Available, 1),  // no attempt
+		end(record.EvFail, record.Available, 2),    // one attempt
+		end(record.EvFail, record.Failed, 2),
+		end(record.EvReap, record.Available, 2), // one attempt
+		end(record.EvReap, record.Failed, 2),
 	}
-	for _, from := range []fence.State{fence.Done, fence.Failed} {
-		prev := withLast(freeTask(from), journal.EvComplete, "", base)
+	for _, from := range []record.State{record.Done, record.Failed} {
+		prev := withLast(freeTask(from), record.EvComplete, "", base)
 		prev.Attempts = 3
 		cases = append(cases, tc{name: "requeue-from-" + string(from), prev: prev,
-			ev: evAt(9, journal.EvRequeue, from, fence.Available, 5*time.Second),
-			want: func(p journal.Task) journal.Task {
-				p.State, p.Attempts, p.Updated = fence.Available, 0, at
+			ev: evAt(9, record.EvRequeue, from, record.Available, 5*time.Second),
+			want: func(p record.Task) record.Task {
+				p.State, p.Attempts, p.Updated = record.Available, 0, at
 				return p
 			}})
 	}
@@ -366,19 +366,19 @@ func TestRules_ApplyRefuses(t *testing.T) {
 	dl := base.Add(time.Hour)
 	for _, c := range []struct {
 		name string
-		prev *journal.Task
-		ev   journal.Event
+		prev *record.Task
+		ev   record.Event
 	}{
-		{"claim-of-unknown-task", nil, journal.Event{Seq: 1, Type: journal.EvClaim, Task: "t1", Token: 1, Deadline: &dl}},
-		{"complete-of-unknown-task", nil, journal.Event{Seq: 1, Type: journal.EvComplete, Task: "t1"}},
-		{"heartbeat-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvHeartbeat, Task: "t1", Deadline: &dl}},
-		{"heartbeat-without-deadline", ptr(heldTask()), journal.Event{Seq: 2, Type: journal.EvHeartbeat, Task: "t1", Token: curToken}},
-		{"complete-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvComplete, Task: "t1", To: fence.Done}},
-		{"release-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvRelease, Task: "t1", To: fence.Available}},
-		{"fail-without-lease", ptr(freeTask(fence.Done)), journal.Event{Seq: 2, Type: journal.EvFail, Task: "t1", To: fence.Failed}},
-		{"reap-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvReap, Task: "t1", To: fence.Available}},
-		{"revoke-without-lease", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: journal.EvRevoke, Task: "t1", To: fence.Available}},
-		{"unknown-type", ptr(freeTask(fence.Available)), journal.Event{Seq: 2, Type: "teleport", Task: "t1", To: fence.Done}},
+		{"claim-of-unknown-task", nil, record.Event{Seq: 1, Type: record.EvClaim, Task: "t1", Token: 1, Deadline: &dl}},
+		{"complete-of-unknown-task", nil, record.Event{Seq: 1, Type: record.EvComplete, Task: "t1"}},
+		{"heartbeat-without-lease", ptr(freeTask(record.Available)), record.Event{Seq: 2, Type: record.EvHeartbeat, Task: "t1", Deadline: &dl}},
+		{"heartbeat-without-deadline", ptr(heldTask()), record.Event{Seq: 2, Type: record.EvHeartbeat, Task: "t1", Token: curToken}},
+		{"complete-without-lease", ptr(freeTask(record.Available)), record.Event{Seq: 2, Type: record.EvComplete, Task: "t1", To: record.Done}},
+		{"release-without-lease", ptr(freeTask(record.Available)), record.Event{Seq: 2, Type: record.EvRelease, Task: "t1", To: record.Available}},
+		{"fail-without-lease", ptr(freeTask(record.Done)), record.Event{Seq: 2, Type: record.EvFail, Task: "t1", To: record.Failed}},
+		{"reap-without-lease", ptr(freeTask(record.Available)), record.Event{Seq: 2, Type: record.EvReap, Task: "t1", To: record.Available}},
+		{"revoke-without-lease", ptr(freeTask(record.Available)), record.Event{Seq: 2, Type: record.EvRevoke, Task: "t1", To: record.Available}},
+		{"unknown-type", ptr(freeTask(record.Available)), record.Event{Seq: 2, Type: "teleport", Task: "t1", To: record.Done}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := fence.Apply(c.prev, c.ev); err == nil {
@@ -392,15 +392,15 @@ func ptr[T any](v T) *T { return &v }
 
 func TestRules_ApplyClaim(t *testing.T) {
 	dl := base.Add(time.Hour)
-	claimEv := journal.Event{Seq: 3, Time: base, Type: journal.EvClaim, Task: "t1", Agent: "a", Token: curToken, Deadline: &dl, RequestID: "r1"}
+	claimEv := record.Event{Seq: 3, Time: base, Type: record.EvClaim, Task: "t1", Agent: "a", Token: curToken, Deadline: &dl, RequestID: "r1"}
 	c, ok := fence.ApplyClaim(nil, claimEv)
-	want := journal.Claim{Token: curToken, Task: "t1", Agent: "a", At: base, RequestID: "r1"}
+	want := record.Claim{Token: curToken, Task: "t1", Agent: "a", At: base, RequestID: "r1"}
 	if !ok || !reflect.DeepEqual(c, want) {
 		t.Fatalf("ApplyClaim(claim) = %+v, %v; want %+v, true", c, ok, want)
 	}
-	for _, typ := range []journal.EventType{journal.EvComplete, journal.EvRelease, journal.EvFail, journal.EvReap, journal.EvRevoke} {
+	for _, typ := range []record.EventType{record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke} {
 		t.Run(string(typ), func(t *testing.T) {
-			ev := journal.Event{Seq: 4, Time: base.Add(time.Second), Type: typ, Task: "t1", Agent: "operator", Token: curToken, Reason: "because"}
+			ev := record.Event{Seq: 4, Time: base.Add(time.Second), Type: typ, Task: "t1", Agent: "operator", Token: curToken, Reason: "because"}
 			prev := c
 			got, ok := fence.ApplyClaim(&prev, ev)
 			if !ok {
@@ -408,7 +408,7 @@ func TestRules_ApplyClaim(t *testing.T) {
 			}
 			w := want
 			// The end records the claim's holder, not the event's agent.
-			w.Ended = &journal.LeaseEnd{Token: curToken, Agent: "a", At: base.Add(time.Second), By: typ, Reason: "because"}
+			w.Ended = &record.LeaseEnd{Token: curToken, Agent: "a", At: base.Add(time.Second), By: typ, Reason: "because"}
 			if !reflect.DeepEqual(got, w) {
 				t.Errorf("ApplyClaim(%s) =\n  %+v %+v\nwant\n  %+v %+v", typ, got, got.Ended, w, w.Ended)
 			}
@@ -420,9 +420,9 @@ func TestRules_ApplyClaim(t *testing.T) {
 			}
 		})
 	}
-	for _, typ := range []journal.EventType{journal.EvHeartbeat, journal.EvAdd, journal.EvAdopt, journal.EvRequeue} {
+	for _, typ := range []record.EventType{record.EvHeartbeat, record.EvAdd, record.EvAdopt, record.EvRequeue} {
 		prev := c
-		if _, ok := fence.ApplyClaim(&prev, journal.Event{Type: typ, Task: "t1", Token: curToken, Deadline: &dl}); ok {
+		if _, ok := fence.ApplyClaim(&prev, record.Event{Type: typ, Task: "t1", Token: curToken, Deadline: &dl}); ok {
 			t.Errorf("ApplyClaim(%s) reported a change to the claim", typ)
 		}
 	}
@@ -431,12 +431,12 @@ func TestRules_ApplyClaim(t *testing.T) {
 // fold runs events through Apply and ApplyClaim, as the journal does.
 type fold struct {
 	t      *testing.T
-	task   *journal.Task
-	claims map[uint64]journal.Claim
+	task   *record.Task
+	claims map[uint64]record.Claim
 	seq    uint64
 }
 
-func (f *fold) apply(ev journal.Event) {
+func (f *fold) apply(ev record.Event) {
 	f.t.Helper()
 	f.seq++
 	ev.Seq, ev.Task = f.seq, "t1"
@@ -446,7 +446,7 @@ func (f *fold) apply(ev journal.Event) {
 	}
 	f.task = &rec
 	if ev.Token != 0 {
-		var prev *journal.Claim
+		var prev *record.Claim
 		if c, ok := f.claims[ev.Token]; ok {
 			prev = &c
 		}
@@ -456,7 +456,7 @@ func (f *fold) apply(ev journal.Event) {
 	}
 }
 
-func (f *fold) claim(tok uint64) *journal.Claim {
+func (f *fold) claim(tok uint64) *record.Claim {
 	if c, ok := f.claims[tok]; ok {
 		return &c
 	}
@@ -467,35 +467,35 @@ func (f *fold) claim(tok uint64) *journal.Claim {
 // release or revoke; requeue resets them; each token's refusal explains how
 // it was lost.
 func TestRules_FoldLifecycle(t *testing.T) {
-	f := &fold{t: t, claims: map[uint64]journal.Claim{}}
+	f := &fold{t: t, claims: map[uint64]record.Claim{}}
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	claim := func(tok uint64, agent string, when time.Duration) {
 		dl := at(when + time.Minute)
-		f.apply(journal.Event{Time: at(when), Type: journal.EvClaim, From: fence.Available, To: fence.Claimed, Agent: agent, Token: tok, Deadline: &dl})
+		f.apply(record.Event{Time: at(when), Type: record.EvClaim, From: record.Available, To: record.Claimed, Agent: agent, Token: tok, Deadline: &dl})
 	}
-	end := func(typ journal.EventType, tok uint64, to fence.State, when time.Duration) {
-		f.apply(journal.Event{Time: at(when), Type: typ, From: fence.Claimed, To: to, Token: tok})
+	end := func(typ record.EventType, tok uint64, to record.State, when time.Duration) {
+		f.apply(record.Event{Time: at(when), Type: typ, From: record.Claimed, To: to, Token: tok})
 	}
-	f.apply(journal.Event{Time: base, Type: journal.EvAdd, To: fence.Available, MaxAttempts: 2})
+	f.apply(record.Event{Time: base, Type: record.EvAdd, To: record.Available, MaxAttempts: 2})
 	claim(1, "a", 1*time.Second)
-	end(journal.EvRelease, 1, fence.Available, 2*time.Second)
+	end(record.EvRelease, 1, record.Available, 2*time.Second)
 	claim(2, "b", 3*time.Second)
-	end(journal.EvRevoke, 2, fence.Available, 4*time.Second)
+	end(record.EvRevoke, 2, record.Available, 4*time.Second)
 	if f.task.Attempts != 0 {
 		t.Fatalf("after release and revoke: attempts = %d, want 0", f.task.Attempts)
 	}
 	claim(3, "c", 5*time.Second)
-	end(journal.EvFail, 3, fence.Available, 6*time.Second)
+	end(record.EvFail, 3, record.Available, 6*time.Second)
 	if f.task.Attempts != 1 {
 		t.Fatalf("after one fail: attempts = %d, want 1", f.task.Attempts)
 	}
 	claim(4, "d", 7*time.Second)
-	end(journal.EvReap, 4, fence.Failed, 2*time.Minute)
-	if f.task.Attempts != 2 || f.task.State != fence.Failed {
+	end(record.EvReap, 4, record.Failed, 2*time.Minute)
+	if f.task.Attempts != 2 || f.task.State != record.Failed {
 		t.Fatalf("after fail and reap: %s with %d attempts, want failed with 2", f.task.State, f.task.Attempts)
 	}
-	f.apply(journal.Event{Time: at(3 * time.Minute), Type: journal.EvRequeue, From: fence.Failed, To: fence.Available})
-	if f.task.Attempts != 0 || f.task.State != fence.Available {
+	f.apply(record.Event{Time: at(3 * time.Minute), Type: record.EvRequeue, From: record.Failed, To: record.Available})
+	if f.task.Attempts != 0 || f.task.State != record.Available {
 		t.Fatalf("after requeue: %s with %d attempts, want available with 0", f.task.State, f.task.Attempts)
 	}
 	claim(5, "e", 4*time.Minute)
@@ -510,19 +510,19 @@ func TestRules_FoldLifecycle(t *testing.T) {
 			t.Fatalf("token %d: err = %v", tok, err)
 		}
 		want := fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: tok, Current: 5, Holder: "e",
-			HeldSince: f.task.Lease.ClaimedAt, State: fence.Claimed, LostAt: f.claims[tok].Ended.At, LostBy: lost}
+			HeldSince: f.task.Lease.ClaimedAt, State: record.Claimed, LostAt: f.claims[tok].Ended.At, LostBy: lost}
 		if *se != want {
 			t.Errorf("token %d: %+v, want %+v", tok, *se, want)
 		}
 	}
-	end(journal.EvComplete, 5, fence.Done, 5*time.Minute)
-	if !fence.IsRetry(journal.EvComplete, *f.task, f.claim(5)) {
+	end(record.EvComplete, 5, record.Done, 5*time.Minute)
+	if !fence.IsRetry(record.EvComplete, *f.task, f.claim(5)) {
 		t.Errorf("complete again with token 5 is not a retry")
 	}
-	if fence.IsRetry(journal.EvRelease, *f.task, f.claim(5)) || fence.IsRetry(journal.EvHeartbeat, *f.task, f.claim(5)) {
+	if fence.IsRetry(record.EvRelease, *f.task, f.claim(5)) || fence.IsRetry(record.EvHeartbeat, *f.task, f.claim(5)) {
 		t.Errorf("a different call after complete counts as a retry")
 	}
-	if f.task.Last == nil || f.task.Last.Token != 5 || f.task.Last.By != journal.EvComplete || f.task.Last.Agent != "e" {
+	if f.task.Last == nil || f.task.Last.Token != 5 || f.task.Last.By != record.EvComplete || f.task.Last.Agent != "e" {
 		t.Errorf("Last = %+v, want the end of token 5 by complete", f.task.Last)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // move is where one task's file goes after a commit.
@@ -14,18 +15,20 @@ type move struct {
 	from   fsmirror.Dir // where the file was before the commit
 	staged string       // for add: the staging file name in .fence/tmp
 	to     fsmirror.Dir
+	err    error // a state with no directory (DirOf): nothing moves
 }
 
 // movesOf collapses a commit's events into one move per task, from where
 // the file was before the first event to where the last event leaves it
 // (a reap and a re-claim of the same task in one commit move nothing). A
-// task settled as missing has no file to move.
-func movesOf(evs []journal.Event) []move {
+// task settled as missing has no file to move; a task whose state has no
+// directory (a damaged event) gets a move that carries the error.
+func movesOf(evs []record.Event) []move {
 	var out []move
 	at := map[string]int{}
 	missing := map[string]bool{}
 	for _, ev := range evs {
-		if ev.Type == journal.EvMissing {
+		if ev.Type == record.EvMissing {
 			missing[ev.Task] = true
 		}
 	}
@@ -35,21 +38,26 @@ func movesOf(evs []journal.Event) []move {
 		}
 		i, seen := at[ev.Task]
 		if !seen {
-			m := move{id: ev.Task, from: DirOf(ev.From)}
+			m := move{id: ev.Task}
 			switch ev.Type {
-			case journal.EvAdd:
+			case record.EvAdd:
 				m.from, m.staged = fsmirror.Staging, ev.Staged
-			case journal.EvAdopt:
+			case record.EvAdopt:
 				m.from = fsmirror.Dir(ev.Source)
 				if ev.Staged != "" { // staged out of inbox/ before the commit
 					m.from, m.staged = fsmirror.Staging, ev.Staged
 				}
+			default:
+				m.from, m.err = DirOf(ev.From)
 			}
 			at[ev.Task] = len(out)
 			out = append(out, m)
 			i = len(out) - 1
 		}
-		out[i].to = DirOf(ev.To)
+		to, err := DirOf(ev.To)
+		if out[i].err == nil {
+			out[i].to, out[i].err = to, err
+		}
 	}
 	return out
 }
@@ -59,7 +67,7 @@ func movesOf(evs []journal.Event) []move {
 // task's file (EPERM, EXDEV, an occupied destination) is that task's
 // failure, named in failed: the other tasks' moves go on. err is a
 // failure of them all (a directory fsync).
-func (t *Tree) mirrorEvents(evs []journal.Event) (failed map[string]error, err error) {
+func (t *Tree) mirrorEvents(evs []record.Event) (failed map[string]error, err error) {
 	fail := func(id string, err error) {
 		if failed == nil {
 			failed = map[string]error{}
@@ -87,7 +95,7 @@ func (t *Tree) mirrorEvents(evs []journal.Event) (failed map[string]error, err e
 
 // publishPending publishes the outputs of the last commit that a crash
 // left in staging. A staged file that is gone was published already.
-func (t *Tree) publishPending(evs []journal.Event) error {
+func (t *Tree) publishPending(evs []record.Event) error {
 	for _, ev := range evs {
 		if ev.Output == "" {
 			continue
@@ -98,10 +106,10 @@ func (t *Tree) publishPending(evs []journal.Event) error {
 		if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
 			// An odd entry in out/ must not wedge every writer: report it;
 			// the staged content stays in .fence/tmp.
-			t.notify("not_published", ev.Task, err.Error())
+			t.notify(NoticeNotPublished, ev.Task, err.Error())
 			continue
 		}
-		t.notify("settled", ev.Task, "published out/"+ev.Task+"/"+ev.Output+" that an interrupted command left staged")
+		t.notify(NoticeSettled, ev.Task, "published out/"+ev.Task+"/"+ev.Output+" that an interrupted command left staged")
 	}
 	return nil
 }
@@ -114,6 +122,8 @@ func (t *Tree) publishPending(evs []journal.Event) error {
 func (t *Tree) place(b *fsmirror.Batch, m move) error {
 	var err error
 	switch {
+	case m.err != nil:
+		return m.err
 	case m.staged != "":
 		err = b.MoveFrom(fsmirror.Staging, m.staged, m.to, m.id)
 	case m.from == m.to:
@@ -127,7 +137,7 @@ func (t *Tree) place(b *fsmirror.Batch, m move) error {
 		return nil
 	case errors.As(err, &odd):
 		// The journal has moved on; the odd entry stays for replay to report.
-		t.notify("not_moved", m.id, err.Error())
+		t.notify(NoticeNotMoved, m.id, err.Error())
 		return nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
@@ -137,6 +147,9 @@ func (t *Tree) place(b *fsmirror.Batch, m move) error {
 
 // ensure makes sure m.id's file is in m.to, finding it wherever it is.
 func (t *Tree) ensure(m move) error {
+	if m.err != nil {
+		return m.err
+	}
 	if ok, err := t.mirror.Exists(m.to, m.id); err != nil || ok {
 		return err
 	}
@@ -152,7 +165,7 @@ func (t *Tree) ensure(m move) error {
 			return err
 		}
 	}
-	t.notify("missing_file", m.id, "the journal has this task in "+string(m.to)+"/ but its file is in no directory; run `fencectl replay --check`")
+	t.notify(NoticeMissingFile, m.id, "the journal has this task in "+string(m.to)+"/ but its file is in no directory; run `fencectl replay --check`")
 	return nil
 }
 
@@ -169,7 +182,7 @@ func (t *Tree) settle(db journal.Store) error {
 		return nil
 	}
 	var todo []move
-	var last []journal.Event
+	var last []record.Event
 	err = db.View(func(tx journal.Tx) error {
 		evs, err := tx.LastCommit()
 		if err != nil {
@@ -181,11 +194,14 @@ func (t *Tree) settle(db journal.Store) error {
 			if err != nil || !ok {
 				return err
 			}
-			m.to = DirOf(rec.State)
+			if m.to, m.err = DirOf(rec.State); m.err != nil {
+				todo = append(todo, m) // ensure reports it
+				continue
+			}
 			if ok, err := t.mirror.Exists(m.to, m.id); err != nil {
 				// A symlink or other odd file in its place: leave it for
 				// replay to report rather than block every writer.
-				t.notify("settled", m.id, err.Error())
+				t.notify(NoticeSettled, m.id, err.Error())
 			} else if !ok {
 				todo = append(todo, m)
 			}
@@ -199,10 +215,10 @@ func (t *Tree) settle(db journal.Store) error {
 		if err := t.ensure(m); err != nil {
 			// One task's file (EPERM, EXDEV, an occupied destination) must
 			// not stop every writer: report it and leave it for replay.
-			t.notify("not_settled", m.id, err.Error()+"; left for `fencectl replay` (run `fencectl replay --check` to see it)")
+			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for `fencectl replay` (run `fencectl replay --check` to see it)")
 			continue
 		}
-		t.notify("settled", m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
+		t.notify(NoticeSettled, m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
 	}
 	if err := t.publishPending(last); err != nil {
 		return err

@@ -1,48 +1,33 @@
 package fence
 
 import (
+	"fmt"
+
 	"github.com/fencectl/fencectl/fsmirror"
-	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
-// State is where a task is in its lifecycle.
-type State = journal.State
-
-const (
-	// Available tasks wait in available/. They leave it by a claim (to
-	// Claimed), by any agent.
-	Available = journal.Available
-	// Claimed tasks sit in claimed/ under a lease. They leave it by complete
-	// (Done), release or fail below max attempts (Available), fail at max
-	// attempts (Failed), all with the current token; by reap once the lease
-	// expired (Available or Failed); and by an operator's revoke (Available).
-	Claimed = journal.Claimed
-	// Done tasks sit in done/. Only an operator's requeue moves them (to
-	// Available).
-	Done = journal.Done
-	// Failed tasks reached max attempts and sit in failed/, the dead letter
-	// directory. Only an operator's requeue moves them (to Available).
-	Failed = journal.Failed
-)
-
-// DirOf returns the directory that holds tasks in state s.
-func DirOf(s State) fsmirror.Dir {
+// DirOf returns the directory that holds tasks in state s. A state that is
+// none of the four (a damaged or hostile record) has no directory: that is
+// an error, never available/, so such a record cannot move a file.
+func DirOf(s record.State) (fsmirror.Dir, error) {
 	switch s {
-	case Claimed:
-		return fsmirror.Claimed
-	case Done:
-		return fsmirror.Done
-	case Failed:
-		return fsmirror.Failed
-	default:
-		return fsmirror.Available
+	case record.Available:
+		return fsmirror.Available, nil
+	case record.Claimed:
+		return fsmirror.Claimed, nil
+	case record.Done:
+		return fsmirror.Done, nil
+	case record.Failed:
+		return fsmirror.Failed, nil
 	}
+	return "", fmt.Errorf("task state %q is not one of available, claimed, done, failed: no directory holds it", string(s))
 }
 
 // stateOfDir is the inverse of DirOf for the four state directories.
-func stateOfDir(d fsmirror.Dir) (State, bool) {
-	for _, s := range journal.States {
-		if DirOf(s) == d {
+func stateOfDir(d fsmirror.Dir) (record.State, bool) {
+	for _, s := range record.States {
+		if sd, _ := DirOf(s); sd == d {
 			return s, true
 		}
 	}

@@ -44,11 +44,11 @@ func TestTree_ReplayRestoresTokenMarks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]bool{}
+	kinds := map[fence.FindingKind]bool{}
 	for _, f := range rep.Findings {
 		kinds[f.Kind] = true
 	}
-	if !kinds["token_counter"] || !kinds["token_ceiling"] || len(rep.Findings) != 2 {
+	if !kinds[fence.FindingTokenCounter] || !kinds[fence.FindingTokenCeiling] || len(rep.Findings) != 2 {
 		t.Fatalf("replay --check: %+v, want token_counter and token_ceiling", rep.Findings)
 	}
 	if rep, err = tree.Replay(bg, false); err != nil || rep.Unfixed() != 0 {

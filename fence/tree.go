@@ -10,6 +10,7 @@ import (
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // DefaultTimeout bounds the wait for the journal lock.
@@ -44,9 +45,9 @@ type Options struct {
 
 // Notice is a side report: something found and handled, or left alone.
 type Notice struct {
-	Kind   string `json:"notice"` // adopted, inbox_rejected, inbox_duplicate, settled, missing_file
-	Name   string `json:"name"`
-	Detail string `json:"detail"`
+	Kind   NoticeKind `json:"notice"`
+	Name   string     `json:"name"`
+	Detail string     `json:"detail"`
 }
 
 // Tree is a task tree and its journal. It holds no lock while idle: every
@@ -73,13 +74,13 @@ func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }
 // Init creates the tree at root (and root itself if missing) and its
 // journal. On an existing tree it checks the journal and changes nothing;
 // created says which happened.
-func Init(root string, d journal.Defaults) (created bool, err error) {
+func Init(root string, d record.Defaults) (created bool, err error) {
 	return InitTimeout(root, d, DefaultTimeout)
 }
 
 // InitTimeout is Init with a bound on the wait for the lock of an
 // existing tree's journal.
-func InitTimeout(root string, d journal.Defaults, timeout time.Duration) (created bool, err error) {
+func InitTimeout(root string, d record.Defaults, timeout time.Duration) (created bool, err error) {
 	res, err := InitTree(root, d, timeout)
 	return res.Created, err
 }
@@ -87,8 +88,8 @@ func InitTimeout(root string, d journal.Defaults, timeout time.Duration) (create
 // InitResult says what InitTree found or made.
 type InitResult struct {
 	Root     string
-	Created  bool             // false: the tree existed and nothing changed
-	Defaults journal.Defaults // the tree's settings: d if created, else the existing ones
+	Created  bool            // false: the tree existed and nothing changed
+	Defaults record.Defaults // the tree's settings: d if created, else the existing ones
 }
 
 // InitTree is Init that also reports the tree's settings, which differ
@@ -97,7 +98,7 @@ type InitResult struct {
 // journal: an empty journal would hide them, and recover is the way back.
 // The journal is made under the tree's lock, so of several inits at once
 // exactly one creates it and the others report what it made.
-func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResult, error) {
+func InitTree(root string, d record.Defaults, timeout time.Duration) (InitResult, error) {
 	res := InitResult{Defaults: d}
 	if err := checkDefaults(d); err != nil {
 		return res, err
@@ -154,7 +155,7 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 
 // readDefaults opens the journal in meta with o and reads the tree's
 // settings.
-func readDefaults(meta string, o journal.OpenOptions) (d journal.Defaults, err error) {
+func readDefaults(meta string, o journal.OpenOptions) (d record.Defaults, err error) {
 	db, err := boltstore.Open(meta, o)
 	if err != nil {
 		return d, err
@@ -194,7 +195,7 @@ func Open(root string, o Options) (*Tree, error) {
 	}
 	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, batch: &batcher{writerSlot: &writerSlot{}}}
 	if warning := m.CheckPerms(); warning != "" {
-		t.notify("warning", abs, warning)
+		t.notify(NoticeWarning, abs, warning)
 	}
 	return t, nil
 }
@@ -222,10 +223,17 @@ func (t *Tree) Close() error {
 // Root returns the tree's absolute root.
 func (t *Tree) Root() string { return t.root }
 
-// Path returns where task id's file is while in state s.
-func (t *Tree) Path(id string, s State) string { return t.mirror.Path(DirOf(s), id) }
+// Path returns where task id's file is while in state s, or "" for a state
+// with no directory (see DirOf): a damaged record names no file.
+func (t *Tree) Path(id string, s record.State) string {
+	dir, err := DirOf(s)
+	if err != nil {
+		return ""
+	}
+	return t.mirror.Path(dir, id)
+}
 
-func (t *Tree) notify(kind, name, detail string) {
+func (t *Tree) notify(kind NoticeKind, name, detail string) {
 	if t.opts.Notify != nil {
 		t.opts.Notify(Notice{Kind: kind, Name: name, Detail: detail})
 	}
@@ -241,7 +249,7 @@ var errNoChange = errors.New("no change")
 // directory fsyncs for all of them, each answered only once its change is
 // durable. committed reports whether fn's change reached the disk, so a
 // caller knows whether to clean up after a failure.
-func (t *Tree) write(ctx context.Context, op string, fn func(tx journal.Tx, now time.Time) ([]journal.Event, error)) (evs []journal.Event, committed bool, err error) {
+func (t *Tree) write(ctx context.Context, op string, fn func(tx journal.Tx, now time.Time) ([]record.Event, error)) (evs []record.Event, committed bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -271,10 +279,10 @@ func (t *Tree) open(readOnly bool) (journal.Store, error) {
 
 // commit appends ev, folds it into the task's record and the token's claim
 // record, and stores both. prev is the record before (nil for add/adopt).
-func commit(tx journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task, journal.Event, error) {
+func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, record.Event, error) {
 	ev, err := tx.Append(ev)
 	if err != nil {
-		return journal.Task{}, ev, err
+		return record.Task{}, ev, err
 	}
 	rec, err := Apply(prev, ev)
 	if err != nil {
@@ -284,7 +292,7 @@ func commit(tx journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task, 
 		return rec, ev, err
 	}
 	if ev.Token != 0 {
-		var prevClaim *journal.Claim
+		var prevClaim *record.Claim
 		if c, ok, err := tx.Claim(ev.Token); err != nil {
 			return rec, ev, err
 		} else if ok {
@@ -305,7 +313,7 @@ func commit(tx journal.Tx, prev *journal.Task, ev journal.Event) (journal.Task, 
 // trackRequest keeps the request index in step with a claim: a claim made
 // for a request id is findable by (agent, request id) while it is current,
 // and forgotten when it ends.
-func trackRequest(tx journal.Tx, c journal.Claim) error {
+func trackRequest(tx journal.Tx, c record.Claim) error {
 	if c.RequestID == "" {
 		return nil
 	}

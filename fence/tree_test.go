@@ -21,6 +21,7 @@ import (
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func TestTree_Init(t *testing.T) {
@@ -44,7 +45,7 @@ func TestTree_Init(t *testing.T) {
 		}
 	}
 	// Again: nothing changes, and the defaults stay those of the first init.
-	created, err = fence.Init(root, fence.Defaults{TTL: time.Hour, MaxAttempts: 9})
+	created, err = fence.Init(root, record.Defaults{TTL: time.Hour, MaxAttempts: 9})
 	if err != nil || created {
 		t.Fatalf("second Init = %v, %v; want false, nil", created, err)
 	}
@@ -66,7 +67,7 @@ func TestTree_Init(t *testing.T) {
 }
 
 func TestTree_InitInvalidDefaults(t *testing.T) {
-	for _, d := range []fence.Defaults{{TTL: 0, MaxAttempts: 3}, {TTL: -time.Second, MaxAttempts: 3}, {TTL: time.Minute, MaxAttempts: 0}} {
+	for _, d := range []record.Defaults{{TTL: 0, MaxAttempts: 3}, {TTL: -time.Second, MaxAttempts: 3}, {TTL: time.Minute, MaxAttempts: 0}} {
 		root := filepath.Join(t.TempDir(), "tree")
 		_, err := fence.Init(root, d)
 		var ie *fence.InvalidInputError
@@ -129,13 +130,13 @@ func TestTree_OpenWithoutJournal(t *testing.T) {
 func TestTree_AddAndClaim(t *testing.T) {
 	tree := newTree(t)
 	res := add(t, tree, "t1", 0)
-	if res.Task.State != fence.Available || res.Path != tree.Path("t1", fence.Available) || res.Event == nil || res.Event.Type != journal.EvAdd {
+	if res.Task.State != record.Available || res.Path != tree.Path("t1", record.Available) || res.Event == nil || res.Event.Type != record.EvAdd {
 		t.Errorf("Add result = %+v", res)
 	}
 	if res.Task.MaxAttempts != testDefaults.MaxAttempts {
 		t.Errorf("MaxAttempts = %d, want the tree default %d", res.Task.MaxAttempts, testDefaults.MaxAttempts)
 	}
-	fileAt(t, tree, "t1", fence.Available)
+	fileAt(t, tree, "t1", record.Available)
 	before, _ := tree.Status(bg)
 	c := claim(t, tree, "", "agent-a")
 	if c.Task.ID != "t1" || c.Agent != "agent-a" || c.Renewed {
@@ -144,10 +145,10 @@ func TestTree_AddAndClaim(t *testing.T) {
 	if c.Token <= before.LastToken {
 		t.Errorf("token %d not above the journal's last token %d", c.Token, before.LastToken)
 	}
-	if c.Path != tree.Path("t1", fence.Claimed) {
+	if c.Path != tree.Path("t1", record.Claimed) {
 		t.Errorf("Claim path = %q", c.Path)
 	}
-	fileAt(t, tree, "t1", fence.Claimed)
+	fileAt(t, tree, "t1", record.Claimed)
 	if c.Task.Lease == nil || c.Task.Lease.Token != c.Token || !c.Task.Lease.Deadline.Equal(c.Deadline) {
 		t.Fatalf("lease = %+v", c.Task.Lease)
 	}
@@ -161,10 +162,10 @@ func TestTree_AddAndClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done.Task.State != fence.Done || done.Retry || done.Path != tree.Path("t1", fence.Done) {
+	if done.Task.State != record.Done || done.Retry || done.Path != tree.Path("t1", record.Done) {
 		t.Errorf("Complete = %+v", done)
 	}
-	fileAt(t, tree, "t1", fence.Done)
+	fileAt(t, tree, "t1", record.Done)
 }
 
 func TestTree_AddGeneratesIDAndTakesContent(t *testing.T) {
@@ -299,7 +300,7 @@ func TestTree_ClaimNamed(t *testing.T) {
 	before := snap(t, tree)
 	_, err := tree.Claim(bg, fence.ClaimRequest{ID: "low", Agent: "b"})
 	var na *fence.NotAvailableError
-	if !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "low", State: fence.Claimed, Op: "claim"}) {
+	if !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "low", State: record.Claimed, Op: "claim"}) {
 		t.Fatalf("claim of a claimed task: err = %v, want NotAvailableError{low claimed claim}", err)
 	}
 	unchanged(t, tree, before, "claim of a claimed task")
@@ -320,7 +321,7 @@ func TestTree_ClaimNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = tree.Claim(bg, fence.ClaimRequest{ID: "low", Agent: "b"})
-	if !errors.As(err, &na) || na.State != fence.Done {
+	if !errors.As(err, &na) || na.State != record.Done {
 		t.Errorf("claim of a done task: err = %v, want NotAvailableError{done}", err)
 	}
 }
@@ -330,7 +331,7 @@ func TestTree_ClaimRestoreWithToken(t *testing.T) {
 	add(t, tree, "t1", 0)
 	add(t, tree, "t2", 0)
 	c := claim(t, tree, "t1", "a")
-	claimsBefore := countEvents(t, tree, journal.EvClaim)
+	claimsBefore := countEvents(t, tree, record.EvClaim)
 	for _, req := range []fence.ClaimRequest{
 		{Token: c.Token, Agent: "a"},
 		{Token: c.Token, ID: "t1", Agent: "a-after-restart"}, // the agent name is a label
@@ -339,21 +340,21 @@ func TestTree_ClaimRestoreWithToken(t *testing.T) {
 		if err != nil {
 			t.Fatalf("restore %+v: %v", req, err)
 		}
-		if r.Token != c.Token || !r.Renewed || r.Task.ID != "t1" || r.Path != tree.Path("t1", fence.Claimed) {
+		if r.Token != c.Token || !r.Renewed || r.Task.ID != "t1" || r.Path != tree.Path("t1", record.Claimed) {
 			t.Errorf("restore %+v = %+v, want the same claim renewed", req, r)
 		}
 		if r.Deadline.Before(c.Deadline) {
 			t.Errorf("restore shortened the lease: deadline %v, was %v", r.Deadline, c.Deadline)
 		}
 	}
-	if n := countEvents(t, tree, journal.EvClaim); n != claimsBefore {
+	if n := countEvents(t, tree, record.EvClaim); n != claimsBefore {
 		t.Errorf("restore made %d new claim events", n-claimsBefore)
 	}
 	before := snap(t, tree)
 	// The token names t1: it does not hold t2.
 	_, err := tree.Claim(bg, fence.ClaimRequest{Token: c.Token, ID: "t2", Agent: "a"})
 	se := staleErr(t, err)
-	if want := (fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t2", Yours: c.Token, State: fence.Available}); *se != want {
+	if want := (fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t2", Yours: c.Token, State: record.Available}); *se != want {
 		t.Errorf("restore on another task: %+v, want %+v", *se, want)
 	}
 	// A token never issued, without an id.
@@ -367,12 +368,12 @@ func TestTree_ClaimRestoreWithToken(t *testing.T) {
 	if _, err := tree.Complete(bg, fence.FencedRequest{ID: "t1", Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
-	cev := eventOf(t, tree, "t1", journal.EvComplete)
+	cev := eventOf(t, tree, "t1", record.EvComplete)
 	before = snap(t, tree)
 	_, err = tree.Claim(bg, fence.ClaimRequest{Token: c.Token, Agent: "a"})
 	se = staleErr(t, err)
 	if se.Reason != fence.ReasonStaleToken || se.Task != "t1" || se.Yours != c.Token || se.Current != 0 || se.Holder != "" ||
-		se.State != fence.Done || se.LostBy != "completed" || !se.LostAt.Equal(cev.Time) {
+		se.State != record.Done || se.LostBy != "completed" || !se.LostAt.Equal(cev.Time) {
 		t.Errorf("restore after complete: %+v (complete at %v)", *se, cev.Time)
 	}
 	unchanged(t, tree, before, "stale restore")
@@ -395,13 +396,13 @@ func TestTree_ClaimRestoreKeepsLeaseLength(t *testing.T) {
 	if r.Deadline.Before(c.Deadline) {
 		t.Errorf("restore shortened the lease: deadline %v, was %v (claimed with --ttl 1h, tree default %v)", r.Deadline, c.Deadline, testDefaults.TTL)
 	}
-	hb := eventOf(t, tree, "t1", journal.EvHeartbeat)
+	hb := eventOf(t, tree, "t1", record.EvHeartbeat)
 	if got := hb.Deadline.Sub(hb.Time); got != time.Hour {
 		t.Errorf("restore renewed the lease by %v, want the claim's own 1h", got)
 	}
 }
 
-func countEvents(t *testing.T, tree *fence.Tree, typ fence.EventType) int {
+func countEvents(t *testing.T, tree *fence.Tree, typ record.EventType) int {
 	t.Helper()
 	evs, err := tree.Log(bg, fence.LogFilter{Heartbeats: true})
 	if err != nil {
@@ -422,7 +423,7 @@ type staleSetup struct {
 	name string
 	// setup returns the token to show and the expected refusal; LostAt is
 	// compared with the time of the event named by lostEvent.
-	setup     func(t *testing.T, tree *fence.Tree) (tok uint64, want fence.StaleTokenError, lostEvent fence.EventType)
+	setup     func(t *testing.T, tree *fence.Tree) (tok uint64, want fence.StaleTokenError, lostEvent record.EventType)
 	retryOnOp string // the op whose repeat is a retry
 }
 
@@ -449,14 +450,14 @@ func staleSetups() []staleSetup {
 	var out []staleSetup
 	ended := []struct {
 		op    string
-		ev    fence.EventType
+		ev    record.EventType
 		lost  string
-		state fence.State
+		state record.State
 	}{
-		{"revoke", journal.EvRevoke, "revoked", fence.Available},
-		{"complete", journal.EvComplete, "completed", fence.Done},
-		{"release", journal.EvRelease, "released", fence.Available},
-		{"fail", journal.EvFail, "failed", fence.Available},
+		{"revoke", record.EvRevoke, "revoked", record.Available},
+		{"complete", record.EvComplete, "completed", record.Done},
+		{"release", record.EvRelease, "released", record.Available},
+		{"fail", record.EvFail, "failed", record.Available},
 	}
 	for _, e := range ended {
 		retry := e.op
@@ -465,48 +466,48 @@ func staleSetups() []staleSetup {
 		}
 		out = append(out,
 			staleSetup{name: "stale-" + e.lost, retryOnOp: retry,
-				setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, fence.EventType) {
+				setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, record.EventType) {
 					c := claim(t, tree, "t1", "a")
 					end(t, tree, e.op, c.Token)
 					return c.Token, fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: c.Token, State: e.state, LostBy: e.lost}, e.ev
 				}},
 		)
-		if e.state == fence.Available {
+		if e.state == record.Available {
 			out = append(out, staleSetup{name: "stale-" + e.lost + "-then-claimed-by-b", retryOnOp: retry,
-				setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, fence.EventType) {
+				setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, record.EventType) {
 					c := claim(t, tree, "t1", "a")
 					end(t, tree, e.op, c.Token)
 					b := claim(t, tree, "t1", "b")
 					return c.Token, fence.StaleTokenError{Reason: fence.ReasonStaleToken, Task: "t1", Yours: c.Token,
-						Current: b.Token, Holder: "b", State: fence.Claimed, LostBy: e.lost}, e.ev
+						Current: b.Token, Holder: "b", State: record.Claimed, LostBy: e.lost}, e.ev
 				}})
 		}
 	}
 	out = append(out,
-		staleSetup{name: "another-claims-token", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, fence.EventType) {
+		staleSetup{name: "another-claims-token", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, record.EventType) {
 			c1 := claim(t, tree, "t1", "a")
 			c2 := claim(t, tree, "t2", "b")
-			return c2.Token, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: c2.Token, Current: c1.Token, Holder: "a", State: fence.Claimed}, ""
+			return c2.Token, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: c2.Token, Current: c1.Token, Holder: "a", State: record.Claimed}, ""
 		}},
-		staleSetup{name: "another-claims-completed-token", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, fence.EventType) {
+		staleSetup{name: "another-claims-completed-token", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, record.EventType) {
 			c2 := claim(t, tree, "t2", "b")
 			if _, err := tree.Complete(bg, fence.FencedRequest{ID: "t2", Token: c2.Token}); err != nil {
 				t.Fatal(err)
 			}
-			return c2.Token, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: c2.Token, State: fence.Available}, ""
+			return c2.Token, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: c2.Token, State: record.Available}, ""
 		}},
-		staleSetup{name: "never-issued-task-claimed", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, fence.EventType) {
+		staleSetup{name: "never-issued-task-claimed", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, record.EventType) {
 			c := claim(t, tree, "t1", "a")
 			tok := c.Token + 12345
-			return tok, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, Current: c.Token, Holder: "a", State: fence.Claimed}, ""
+			return tok, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, Current: c.Token, Holder: "a", State: record.Claimed}, ""
 		}},
-		staleSetup{name: "never-issued-task-available", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, fence.EventType) {
+		staleSetup{name: "never-issued-task-available", setup: func(t *testing.T, tree *fence.Tree) (uint64, fence.StaleTokenError, record.EventType) {
 			st, err := tree.Status(bg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			tok := st.LastToken + 1
-			return tok, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, State: fence.Available}, ""
+			return tok, fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: tok, State: record.Available}, ""
 		}},
 	)
 	return out
@@ -590,7 +591,7 @@ func TestTree_RetryAnswersSuccessOnce(t *testing.T) {
 				t.Errorf("second %s: result %+v (path %s), the task is %s", op, res.Task, res.Path, v.Task.State)
 			}
 			unchanged(t, tree, before, "retry")
-			if n := countEvents(t, tree, fence.EventType(op)); n != 1 {
+			if n := countEvents(t, tree, record.EventType(op)); n != 1 {
 				t.Errorf("%d %s events, want exactly 1", n, op)
 			}
 		})
@@ -635,10 +636,10 @@ func TestTree_OtherAgentWithValidToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Complete as another agent: %v", err)
 	}
-	if res.Task.State != fence.Done || res.Event.Agent != "agent-b" {
+	if res.Task.State != record.Done || res.Event.Agent != "agent-b" {
 		t.Errorf("complete: %+v", res)
 	}
-	if res.Task.Last == nil || res.Task.Last.Token != c.Token || res.Task.Last.Agent != "agent-a" || res.Task.Last.By != journal.EvComplete {
+	if res.Task.Last == nil || res.Task.Last.Token != c.Token || res.Task.Last.Agent != "agent-a" || res.Task.Last.By != record.EvComplete {
 		t.Errorf("Last = %+v", res.Task.Last)
 	}
 	// And with no agent at all, the holder's name is recorded.
@@ -678,7 +679,7 @@ func TestTree_HeartbeatExtends(t *testing.T) {
 	if got := hb.Event.Deadline.Sub(hb.Event.Time); got != 3*time.Minute {
 		t.Errorf("heartbeat without --ttl: lease extended by %v, want the claim's 3m", got)
 	}
-	if n := countEvents(t, tree, journal.EvHeartbeat); n != 2 {
+	if n := countEvents(t, tree, record.EvHeartbeat); n != 2 {
 		t.Errorf("%d heartbeat events, want 2", n)
 	}
 	// Heartbeats are hidden from the log unless asked for.
@@ -687,7 +688,7 @@ func TestTree_HeartbeatExtends(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ev := range evs {
-		if ev.Type == journal.EvHeartbeat {
+		if ev.Type == record.EvHeartbeat {
 			t.Errorf("Log without Heartbeats shows %+v", ev)
 		}
 	}
@@ -698,7 +699,7 @@ func TestTree_Attempts(t *testing.T) {
 	if _, err := tree.Add(bg, fence.AddRequest{ID: "t1", MaxAttempts: 2}); err != nil {
 		t.Fatal(err)
 	}
-	step := func(op string, wantState fence.State, wantAttempts int) {
+	step := func(op string, wantState record.State, wantAttempts int) {
 		t.Helper()
 		c := claim(t, tree, "t1", "a")
 		end(t, tree, op, c.Token)
@@ -713,36 +714,36 @@ func TestTree_Attempts(t *testing.T) {
 			t.Errorf("after %s: file not in %s/: %v", op, wantState, err)
 		}
 	}
-	step("release", fence.Available, 0) // release does not count
-	step("revoke", fence.Available, 0)  // nor does revoke
-	step("fail", fence.Available, 1)
-	step("release", fence.Available, 1)
-	step("fail", fence.Failed, 2) // max attempts: dead letter
+	step("release", record.Available, 0) // release does not count
+	step("revoke", record.Available, 0)  // nor does revoke
+	step("fail", record.Available, 1)
+	step("release", record.Available, 1)
+	step("fail", record.Failed, 2) // max attempts: dead letter
 	if _, err := tree.Claim(bg, fence.ClaimRequest{Agent: "a"}); !errors.Is(err, fence.ErrNothingToClaim) {
 		t.Errorf("claim with only a failed task: err = %v, want ErrNothingToClaim", err)
 	}
 	var na *fence.NotAvailableError
-	if _, err := tree.Claim(bg, fence.ClaimRequest{ID: "t1", Agent: "a"}); !errors.As(err, &na) || na.State != fence.Failed {
+	if _, err := tree.Claim(bg, fence.ClaimRequest{ID: "t1", Agent: "a"}); !errors.As(err, &na) || na.State != record.Failed {
 		t.Errorf("claim of a failed task: err = %v, want NotAvailableError{failed}", err)
 	}
 	res, err := tree.Requeue(bg, "t1", "operator", "try again")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Task.State != fence.Available || res.Task.Attempts != 0 || res.Path != tree.Path("t1", fence.Available) {
+	if res.Task.State != record.Available || res.Task.Attempts != 0 || res.Path != tree.Path("t1", record.Available) {
 		t.Errorf("requeue: %+v", res)
 	}
-	if _, err := os.Stat(tree.Path("t1", fence.Available)); err != nil {
+	if _, err := os.Stat(tree.Path("t1", record.Available)); err != nil {
 		t.Errorf("requeued file not in available/: %v", err)
 	}
 	// Attempts start from zero again: one fail does not fail it.
-	step("fail", fence.Available, 1)
-	step("complete", fence.Done, 1)
+	step("fail", record.Available, 1)
+	step("complete", record.Done, 1)
 	res, err = tree.Requeue(bg, "t1", "operator", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Task.State != fence.Available || res.Task.Attempts != 0 {
+	if res.Task.State != record.Available || res.Task.Attempts != 0 {
 		t.Errorf("requeue of a done task: %+v", res.Task)
 	}
 }
@@ -757,7 +758,7 @@ func TestTree_MaxAttemptsOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Task.State != fence.Failed || res.Task.Attempts != 1 || res.Event.Reason != "broken" {
+	if res.Task.State != record.Failed || res.Task.Attempts != 1 || res.Event.Reason != "broken" {
 		t.Errorf("fail at max attempts 1: %+v", res)
 	}
 }
@@ -767,16 +768,16 @@ func TestTree_RevokeAndRequeueNotAvailable(t *testing.T) {
 	add(t, tree, "t1", 0)
 	before := snap(t, tree)
 	var na *fence.NotAvailableError
-	if _, err := tree.Revoke(bg, "t1", "op", ""); !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: fence.Available, Op: "revoke"}) {
+	if _, err := tree.Revoke(bg, "t1", "op", ""); !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: record.Available, Op: "revoke"}) {
 		t.Errorf("revoke of an available task: err = %v", err)
 	}
-	if _, err := tree.Requeue(bg, "t1", "op", ""); !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: fence.Available, Op: "requeue"}) {
+	if _, err := tree.Requeue(bg, "t1", "op", ""); !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: record.Available, Op: "requeue"}) {
 		t.Errorf("requeue of an available task: err = %v", err)
 	}
 	unchanged(t, tree, before, "refused operator calls")
 	c := claim(t, tree, "t1", "a")
 	before = snap(t, tree)
-	if _, err := tree.Requeue(bg, "t1", "op", ""); !errors.As(err, &na) || na.State != fence.Claimed {
+	if _, err := tree.Requeue(bg, "t1", "op", ""); !errors.As(err, &na) || na.State != record.Claimed {
 		t.Errorf("requeue of a claimed task: err = %v", err)
 	}
 	unchanged(t, tree, before, "requeue of a claimed task")
@@ -784,7 +785,7 @@ func TestTree_RevokeAndRequeueNotAvailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Task.State != fence.Available || res.Task.Attempts != 0 || res.Event.Token != c.Token || res.Event.Reason != "stuck" {
+	if res.Task.State != record.Available || res.Task.Attempts != 0 || res.Event.Token != c.Token || res.Event.Reason != "stuck" {
 		t.Errorf("revoke: %+v, event %+v", res.Task, res.Event)
 	}
 	if _, err := tree.Verify(bg, fence.FencedRequest{ID: "t1", Token: c.Token}); err == nil {
@@ -873,7 +874,7 @@ func TestTree_StatusShowLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[fence.State]int{fence.Available: 1, fence.Claimed: 2, fence.Done: 1, fence.Failed: 0}
+	want := map[record.State]int{record.Available: 1, record.Claimed: 2, record.Done: 1, record.Failed: 0}
 	if !reflect.DeepEqual(st.Counts, want) {
 		t.Errorf("Counts = %v, want %v", st.Counts, want)
 	}
@@ -898,17 +899,17 @@ func TestTree_StatusShowLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var types []fence.EventType
+	var types []record.EventType
 	for _, ev := range v.Events {
 		types = append(types, ev.Type)
 		if ev.Task != "t3" {
 			t.Errorf("Show t3 lists an event of %s", ev.Task)
 		}
 	}
-	if want := []fence.EventType{journal.EvAdd, journal.EvClaim, journal.EvHeartbeat}; !reflect.DeepEqual(types, want) {
+	if want := []record.EventType{record.EvAdd, record.EvClaim, record.EvHeartbeat}; !reflect.DeepEqual(types, want) {
 		t.Errorf("Show events = %v, want %v (heartbeats included, oldest first)", types, want)
 	}
-	if v.Path != tree.Path("t3", fence.Claimed) || v.Task.Lease == nil || v.Task.Lease.Agent != "c" {
+	if v.Path != tree.Path("t3", record.Claimed) || v.Task.Lease == nil || v.Task.Lease.Agent != "c" {
 		t.Errorf("Show = %+v", v)
 	}
 
@@ -1033,10 +1034,10 @@ func TestTree_ConcurrentClaimsAreUnique(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Counts[fence.Done] != tasks {
-		t.Errorf("done = %d, want %d", st.Counts[fence.Done], tasks)
+	if st.Counts[record.Done] != tasks {
+		t.Errorf("done = %d, want %d", st.Counts[record.Done], tasks)
 	}
-	if n := countEvents(t, tree, journal.EvComplete); n != tasks {
+	if n := countEvents(t, tree, record.EvComplete); n != tasks {
 		t.Errorf("%d complete events, want %d", n, tasks)
 	}
 }
@@ -1081,7 +1082,7 @@ func TestTree_ClaimWait(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("claim --wait did not return after a task was added")
 	}
-	fileAt(t, tree, "late", fence.Claimed)
+	fileAt(t, tree, "late", record.Claimed)
 }
 
 func TestTree_ClaimWaitForNamedTask(t *testing.T) {
@@ -1202,7 +1203,7 @@ func TestTree_AdoptFromInbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Counts[fence.Available] != 0 {
+	if st.Counts[record.Available] != 0 {
 		t.Errorf("a reader adopted the inbox: %v", st.Counts)
 	}
 	if _, err := os.Stat(filepath.Join(inbox, "dropped")); err != nil {
@@ -1212,10 +1213,10 @@ func TestTree_AdoptFromInbox(t *testing.T) {
 	if _, err := tree.Reap(bg, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := n.of("adopted")["dropped"]; !ok {
+	if _, ok := n.of(fence.NoticeAdopted)["dropped"]; !ok {
 		t.Errorf("no adopted notice: %+v", n.list)
 	}
-	fileAt(t, tree, "dropped", fence.Available)
+	fileAt(t, tree, "dropped", record.Available)
 	if _, err := os.Lstat(filepath.Join(inbox, "dropped")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("adopted file still in inbox/: %v", err)
 	}
@@ -1223,10 +1224,10 @@ func TestTree_AdoptFromInbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Task.State != fence.Available || v.Task.MaxAttempts != testDefaults.MaxAttempts {
+	if v.Task.State != record.Available || v.Task.MaxAttempts != testDefaults.MaxAttempts {
 		t.Errorf("adopted task = %+v", v.Task)
 	}
-	if len(v.Events) != 1 || v.Events[0].Type != journal.EvAdopt || v.Events[0].Source != "inbox" {
+	if len(v.Events) != 1 || v.Events[0].Type != record.EvAdopt || v.Events[0].Source != "inbox" {
 		t.Errorf("adopted task's events = %+v", v.Events)
 	}
 	if c := claim(t, tree, "", "a"); c.Task.ID != "dropped" {
@@ -1243,7 +1244,7 @@ func TestTree_ClaimAdoptsInboxFirst(t *testing.T) {
 	if c.Task.ID != "fresh" {
 		t.Errorf("claim after a drop into inbox/ got %q", c.Task.ID)
 	}
-	fileAt(t, tree, "fresh", fence.Claimed)
+	fileAt(t, tree, "fresh", record.Claimed)
 }
 
 func TestTree_AdoptRejectsAndLeavesInPlace(t *testing.T) {
@@ -1280,7 +1281,7 @@ func TestTree_AdoptRejectsAndLeavesInPlace(t *testing.T) {
 			t.Errorf("Add with odd entries in inbox/: %v", err)
 		}
 	})
-	rejected := n.of("inbox_rejected")
+	rejected := n.of(fence.NoticeInboxRejected)
 	for name := range mk {
 		if x, ok := rejected[name]; !ok || x.Detail == "" {
 			t.Errorf("%q not reported as rejected: %+v", name, n.list)
@@ -1298,14 +1299,14 @@ func TestTree_AdoptRejectsAndLeavesInPlace(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(inbox, ".partial")); err != nil {
 		t.Errorf(".partial removed: %v", err)
 	}
-	if len(n.of("adopted")) != 0 {
-		t.Errorf("adopted: %+v", n.of("adopted"))
+	if len(n.of(fence.NoticeAdopted)) != 0 {
+		t.Errorf("adopted: %+v", n.of(fence.NoticeAdopted))
 	}
 	if b, err := os.ReadFile(outside); err != nil || string(b) != "x" {
 		t.Errorf("the symlink's target was touched: %q, %v", b, err)
 	}
 	st, _ := tree.Status(bg)
-	if st.Counts[fence.Available] != 1 {
+	if st.Counts[record.Available] != 1 {
 		t.Errorf("counts = %v, want only t1", st.Counts)
 	}
 }
@@ -1321,19 +1322,19 @@ func TestTree_AdoptDuplicateLeftInInbox(t *testing.T) {
 	if _, err := tree.Reap(bg, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := n.of("inbox_duplicate")["t1"]; !ok {
+	if _, ok := n.of(fence.NoticeInboxDuplicate)["t1"]; !ok {
 		t.Errorf("no inbox_duplicate notice: %+v", n.list)
 	}
 	if b, err := os.ReadFile(dup); err != nil || string(b) != "another t1" {
 		t.Errorf("duplicate in inbox/ = %q, %v; want it left alone", b, err)
 	}
 	unchanged(t, tree, before, "duplicate in inbox")
-	fileAt(t, tree, "t1", fence.Available)
+	fileAt(t, tree, "t1", record.Available)
 }
 
 // moveBack moves id's file from state from back to state to by hand, as a
 // crash between a commit and its rename leaves it.
-func moveBack(t *testing.T, tree *fence.Tree, id string, from, to fence.State) {
+func moveBack(t *testing.T, tree *fence.Tree, id string, from, to record.State) {
 	t.Helper()
 	if err := os.Rename(tree.Path(id, from), tree.Path(id, to)); err != nil {
 		t.Fatal(err)
@@ -1371,14 +1372,14 @@ func TestTree_SettleIgnoresMarkOfOlderCommit(t *testing.T) {
 	}
 	// The claim's process "died" after its commit: file not moved, mark
 	// still the one from before.
-	moveBack(t, tree, "t1", fence.Claimed, fence.Available)
+	moveBack(t, tree, "t1", record.Claimed, record.Available)
 	if err := os.WriteFile(markPath, older, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if notes := nextWriter(t, tree); !notes.has("settled", "t1") {
+	if notes := nextWriter(t, tree); !notes.has(fence.NoticeSettled, "t1") {
 		t.Errorf("no settled notice: %+v", notes.list)
 	}
-	fileAt(t, tree, "t1", fence.Claimed)
+	fileAt(t, tree, "t1", record.Claimed)
 }
 
 // A mark that names the last commit spares the next process the check:
@@ -1388,12 +1389,12 @@ func TestTree_SettleTrustsMarkOfLastCommit(t *testing.T) {
 	tree, _ := newTreeWith(t, testDefaults, fence.Options{})
 	add(t, tree, "t1", 0)
 	claim(t, tree, "t1", "a")
-	moveBack(t, tree, "t1", fence.Claimed, fence.Available)
-	if notes := nextWriter(t, tree); notes.has("settled", "t1") {
+	moveBack(t, tree, "t1", record.Claimed, record.Available)
+	if notes := nextWriter(t, tree); notes.has(fence.NoticeSettled, "t1") {
 		t.Errorf("settled t1 although the mark vouched for the last commit: %+v", notes.list)
 	}
 	// Put it back so the helpers' invariant check at cleanup holds.
-	moveBack(t, tree, "t1", fence.Available, fence.Claimed)
+	moveBack(t, tree, "t1", record.Available, record.Claimed)
 }
 
 func TestTree_SettleFinishesInterruptedMove(t *testing.T) {
@@ -1403,15 +1404,15 @@ func TestTree_SettleFinishesInterruptedMove(t *testing.T) {
 	// As if the claim's process died after the commit, before the rename:
 	// the file is where it was, and that process never wrote the mark that
 	// says its moves are done.
-	moveBack(t, tree, "t1", fence.Claimed, fence.Available)
+	moveBack(t, tree, "t1", record.Claimed, record.Available)
 	if err := os.Remove(filepath.Join(tree.Root(), ".fence", fsmirror.MarkName)); err != nil {
 		t.Fatal(err)
 	}
 	// Any writer finishes the last commit first.
-	if notes := nextWriter(t, tree); !notes.has("settled", "t1") {
+	if notes := nextWriter(t, tree); !notes.has(fence.NoticeSettled, "t1") {
 		t.Errorf("no settled notice: %+v", notes.list)
 	}
-	fileAt(t, tree, "t1", fence.Claimed)
+	fileAt(t, tree, "t1", record.Claimed)
 	if _, err := tree.Verify(bg, fence.FencedRequest{ID: "t1", Token: c.Token}); err != nil {
 		t.Errorf("token after settle: %v", err)
 	}
@@ -1424,18 +1425,18 @@ func TestTree_ReplayRepairsMisplacedFiles(t *testing.T) {
 	add(t, tree, "t3", 0)
 	claim(t, tree, "t2", "a")
 	add(t, tree, "t4", 0) // so that t2's claim is not the last commit
-	mv := func(id string, from, to fence.State) {
+	mv := func(id string, from, to record.State) {
 		if err := os.Rename(tree.Path(id, from), tree.Path(id, to)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mv("t1", fence.Available, fence.Done)
-	mv("t2", fence.Claimed, fence.Failed)
+	mv("t1", record.Available, record.Done)
+	mv("t2", record.Claimed, record.Failed)
 	// A stray copy and a stray file.
-	if err := os.WriteFile(tree.Path("t3", fence.Failed), []byte("copy"), 0o644); err != nil {
+	if err := os.WriteFile(tree.Path("t3", record.Failed), []byte("copy"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(tree.Path("stray", fence.Claimed), []byte("content of stray"), 0o644); err != nil {
+	if err := os.WriteFile(tree.Path("stray", record.Claimed), []byte("content of stray"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -1443,17 +1444,17 @@ func TestTree_ReplayRepairsMisplacedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]string{}
+	kinds := map[string]fence.FindingKind{}
 	for _, f := range check.Findings {
 		kinds[f.Task] = f.Kind
 		if f.Fixed {
 			t.Errorf("replay --check fixed %+v", f)
 		}
 	}
-	if want := map[string]string{"t1": "misplaced", "t2": "misplaced", "t3": "duplicate", "stray": "unknown_file"}; !reflect.DeepEqual(kinds, want) {
+	if want := map[string]fence.FindingKind{"t1": fence.FindingMisplaced, "t2": fence.FindingMisplaced, "t3": fence.FindingDuplicate, "stray": fence.FindingUnknownFile}; !reflect.DeepEqual(kinds, want) {
 		t.Errorf("replay --check findings = %v, want %v", kinds, want)
 	}
-	if _, err := os.Stat(tree.Path("t1", fence.Done)); err != nil {
+	if _, err := os.Stat(tree.Path("t1", record.Done)); err != nil {
 		t.Errorf("replay --check moved a file: %v", err)
 	}
 
@@ -1464,11 +1465,11 @@ func TestTree_ReplayRepairsMisplacedFiles(t *testing.T) {
 	if rep.Unfixed() != 0 || len(rep.Findings) != 4 {
 		t.Errorf("replay: %+v", rep)
 	}
-	fileAt(t, tree, "t1", fence.Available)
-	fileAt(t, tree, "t2", fence.Claimed)
-	fileAt(t, tree, "t3", fence.Available)
-	fileAt(t, tree, "stray", fence.Available) // adopted; claimed/ files have no lease
-	if _, err := os.Lstat(tree.Path("t3", fence.Failed)); !errors.Is(err, fs.ErrNotExist) {
+	fileAt(t, tree, "t1", record.Available)
+	fileAt(t, tree, "t2", record.Claimed)
+	fileAt(t, tree, "t3", record.Available)
+	fileAt(t, tree, "stray", record.Available) // adopted; claimed/ files have no lease
+	if _, err := os.Lstat(tree.Path("t3", record.Failed)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("second copy of t3 still in failed/: %v", err)
 	}
 	q, err := os.ReadDir(filepath.Join(tree.Root(), ".fence", "quarantine"))
@@ -1494,7 +1495,7 @@ func TestTree_ReplayReportsInvalidEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Findings) != 1 || rep.Findings[0].Kind != "invalid_entry" || rep.Findings[0].Fixed || rep.Unfixed() != 1 {
+	if len(rep.Findings) != 1 || rep.Findings[0].Kind != fence.FindingInvalidEntry || rep.Findings[0].Fixed || rep.Unfixed() != 1 {
 		t.Errorf("replay with a symlink in done/: %+v", rep.Findings)
 	}
 	if _, err := os.Lstat(link); err != nil {
@@ -1529,7 +1530,7 @@ func TestTree_ReplayRebuildsRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(check.Findings) == 0 || check.Findings[0].Kind != "record_mismatch" {
+	if len(check.Findings) == 0 || check.Findings[0].Kind != fence.FindingRecordMismatch {
 		t.Fatalf("replay --check: %+v", check.Findings)
 	}
 	if _, err := tree.Replay(bg, false); err != nil {
@@ -1594,13 +1595,13 @@ func TestTree_InterleavedWritersReopenStaleHandle(t *testing.T) {
 		if _, err := other.Complete(bg, fence.FencedRequest{ID: c.Task.ID, Token: c.Token}); err != nil {
 			t.Fatalf("round %d: complete %s through the other tree: %v", i, c.Task.ID, err)
 		}
-		fileAt(t, w, c.Task.ID, fence.Done)
+		fileAt(t, w, c.Task.ID, record.Done)
 	}
 	st, err := a.Status(bg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Counts[fence.Done] != 20 || st.Counts[fence.Available] != 0 {
+	if st.Counts[record.Done] != 20 || st.Counts[record.Available] != 0 {
 		t.Errorf("counts = %v; want 20 done", st.Counts)
 	}
 }

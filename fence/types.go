@@ -5,24 +5,16 @@ import (
 	"github.com/fencectl/fencectl/journal"
 )
 
-// The journal's record types, re-exported so that callers of fence need
-// not import journal (imports go one way: cmd → fence → journal).
+// The journal's errors a caller of fence tests for, so that it need not
+// import journal (imports go one way: cmd → fence → journal). The records
+// themselves are package journal/record's, which every layer imports.
 type (
-	Task         = journal.Task
-	Lease        = journal.Lease
-	LeaseEnd     = journal.LeaseEnd
-	Event        = journal.Event
-	EventType    = journal.EventType
-	Defaults     = journal.Defaults
 	CorruptError = journal.CorruptError
 	VersionError = journal.VersionError
 )
 
 // ErrBusy means the journal lock was not obtained within the timeout.
 var ErrBusy = journal.ErrBusy
-
-// States lists every state in lifecycle order.
-var States = journal.States
 
 // ValidateID checks a task id (or an output name) against the rule
 // [A-Za-z0-9][A-Za-z0-9._-]{0,127}; the error names the rule.

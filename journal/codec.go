@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Record encoding.
@@ -64,7 +66,7 @@ func boolByte(ok bool) byte {
 	return 0
 }
 
-func (e *encoder) leaseEnd(l *LeaseEnd) {
+func (e *encoder) leaseEnd(l *record.LeaseEnd) {
 	e.uint(l.Token)
 	e.str(l.Agent)
 	e.time(l.At)
@@ -75,7 +77,7 @@ func (e *encoder) leaseEnd(l *LeaseEnd) {
 // EncodeTask, EncodeClaim, EncodeEvent and EncodeDefaults write a record in
 // the binary form every backend stores; the Decode functions read it back
 // (and the JSON records of older journals).
-func EncodeTask(t Task) []byte {
+func EncodeTask(t record.Task) []byte {
 	e := encoder{b: make([]byte, 0, 128)}
 	e.b = append(e.b, codecV1)
 	e.str(t.ID)
@@ -103,7 +105,7 @@ func EncodeTask(t Task) []byte {
 }
 
 // EncodeClaim writes a claim record (see EncodeTask).
-func EncodeClaim(c Claim) []byte {
+func EncodeClaim(c record.Claim) []byte {
 	e := encoder{b: make([]byte, 0, 96)}
 	e.b = append(e.b, codecV1)
 	e.uint(c.Token)
@@ -119,7 +121,7 @@ func EncodeClaim(c Claim) []byte {
 }
 
 // EncodeEvent writes an event (see EncodeTask).
-func EncodeEvent(ev Event) []byte {
+func EncodeEvent(ev record.Event) []byte {
 	e := encoder{b: make([]byte, 0, 96)}
 	e.b = append(e.b, codecV1)
 	e.uint(ev.Seq)
@@ -240,8 +242,8 @@ func (d *decoder) time() time.Time {
 	return time.Unix(sec, int64(nsec)).UTC()
 }
 
-func (d *decoder) leaseEnd() *LeaseEnd {
-	return &LeaseEnd{Token: d.uint(), Agent: d.str(), At: d.time(), By: EventType(d.str()), Reason: d.str()}
+func (d *decoder) leaseEnd() *record.LeaseEnd {
+	return &record.LeaseEnd{Token: d.uint(), Agent: d.str(), At: d.time(), By: record.EventType(d.str()), Reason: d.str()}
 }
 
 // start checks the version byte; ok is false for a JSON record.
@@ -268,59 +270,59 @@ func (d *decoder) end() error {
 }
 
 // DecodeTask reads a task record written by EncodeTask (or as JSON).
-func DecodeTask(v []byte) (Task, error) {
+func DecodeTask(v []byte) (record.Task, error) {
 	d := decoder{b: v}
 	if !d.start() {
-		var t Task
+		var t record.Task
 		err := json.Unmarshal(v, &t)
 		return t, err
 	}
-	t := Task{
-		ID: d.str(), State: State(d.str()), Priority: d.int(), MaxAttempts: d.intN(), Attempts: d.intN(),
+	t := record.Task{
+		ID: d.str(), State: record.State(d.str()), Priority: d.int(), MaxAttempts: d.intN(), Attempts: d.intN(),
 		Seq: d.uint(), Created: d.time(), Updated: d.time(),
 	}
 	if d.flag() {
-		t.Lease = &Lease{Token: d.uint(), Agent: d.str(), ClaimedAt: d.time(), Deadline: d.time(),
+		t.Lease = &record.Lease{Token: d.uint(), Agent: d.str(), ClaimedAt: d.time(), Deadline: d.time(),
 			TTL: time.Duration(d.int()), RequestID: d.str()}
 	}
 	if d.flag() {
 		t.Last = d.leaseEnd()
 	}
 	if err := d.end(); err != nil {
-		return Task{}, err
+		return record.Task{}, err
 	}
 	return t, nil
 }
 
 // DecodeClaim reads a claim written by EncodeClaim (or as JSON).
-func DecodeClaim(v []byte) (Claim, error) {
+func DecodeClaim(v []byte) (record.Claim, error) {
 	d := decoder{b: v}
 	if !d.start() {
-		var c Claim
+		var c record.Claim
 		err := json.Unmarshal(v, &c)
 		return c, err
 	}
-	c := Claim{Token: d.uint(), Task: d.str(), Agent: d.str(), At: d.time(), RequestID: d.str()}
+	c := record.Claim{Token: d.uint(), Task: d.str(), Agent: d.str(), At: d.time(), RequestID: d.str()}
 	if d.flag() {
 		c.Ended = d.leaseEnd()
 	}
 	if err := d.end(); err != nil {
-		return Claim{}, err
+		return record.Claim{}, err
 	}
 	return c, nil
 }
 
 // DecodeEvent reads an event written by EncodeEvent (or as JSON).
-func DecodeEvent(v []byte) (Event, error) {
+func DecodeEvent(v []byte) (record.Event, error) {
 	d := decoder{b: v}
 	if !d.start() {
-		var ev Event
+		var ev record.Event
 		err := json.Unmarshal(v, &ev)
 		return ev, err
 	}
-	ev := Event{
-		Seq: d.uint(), Time: d.time(), Type: EventType(d.str()), Task: d.str(),
-		From: State(d.str()), To: State(d.str()), Agent: d.str(), Token: d.uint(), Reason: d.str(),
+	ev := record.Event{
+		Seq: d.uint(), Time: d.time(), Type: record.EventType(d.str()), Task: d.str(),
+		From: record.State(d.str()), To: record.State(d.str()), Agent: d.str(), Token: d.uint(), Reason: d.str(),
 	}
 	if d.flag() {
 		t := d.time()
@@ -330,13 +332,13 @@ func DecodeEvent(v []byte) (Event, error) {
 	ev.MaxAttempts = d.intN()
 	ev.RequestID, ev.Staged, ev.Output, ev.Source = d.str(), d.str(), d.str(), d.str()
 	if err := d.end(); err != nil {
-		return Event{}, err
+		return record.Event{}, err
 	}
 	return ev, nil
 }
 
 // EncodeDefaults writes the tree-wide defaults (see EncodeTask).
-func EncodeDefaults(d Defaults) []byte {
+func EncodeDefaults(d record.Defaults) []byte {
 	e := encoder{b: make([]byte, 0, 16)}
 	e.b = append(e.b, codecV1)
 	e.int(int64(d.TTL))
@@ -345,16 +347,16 @@ func EncodeDefaults(d Defaults) []byte {
 }
 
 // DecodeDefaults reads defaults written by EncodeDefaults (or as JSON).
-func DecodeDefaults(v []byte) (Defaults, error) {
+func DecodeDefaults(v []byte) (record.Defaults, error) {
 	d := decoder{b: v}
 	if !d.start() {
-		var def Defaults
+		var def record.Defaults
 		err := json.Unmarshal(v, &def)
 		return def, err
 	}
-	def := Defaults{TTL: time.Duration(d.int()), MaxAttempts: d.intN()}
+	def := record.Defaults{TTL: time.Duration(d.int()), MaxAttempts: d.intN()}
 	if err := d.end(); err != nil {
-		return Defaults{}, err
+		return record.Defaults{}, err
 	}
 	return def, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // t0 is the fixed time the records carry.
@@ -21,12 +22,12 @@ func utc(t time.Time) time.Time {
 	return time.Unix(t.Unix(), int64(t.Nanosecond())).UTC()
 }
 
-func sampleTask() journal.Task {
+func sampleTask() record.Task {
 	dl := t0.Add(90 * time.Second)
-	return journal.Task{ID: "build-42", State: journal.Claimed, Priority: -7, MaxAttempts: 3, Attempts: 2, Seq: 1 << 40,
+	return record.Task{ID: "build-42", State: record.Claimed, Priority: -7, MaxAttempts: 3, Attempts: 2, Seq: 1 << 40,
 		Created: t0, Updated: t0.Add(time.Nanosecond),
-		Lease: &journal.Lease{Token: 1795313309003512, Agent: "agent é 1", ClaimedAt: t0, Deadline: dl, TTL: 10 * time.Minute, RequestID: "r-7"},
-		Last:  &journal.LeaseEnd{Token: 17, Agent: "old", At: t0.Add(-time.Hour), By: journal.EvReap, Reason: "lease expired"}}
+		Lease: &record.Lease{Token: 1795313309003512, Agent: "agent é 1", ClaimedAt: t0, Deadline: dl, TTL: 10 * time.Minute, RequestID: "r-7"},
+		Last:  &record.LeaseEnd{Token: 17, Agent: "old", At: t0.Add(-time.Hour), By: record.EvReap, Reason: "lease expired"}}
 }
 
 func TestCodec_RoundTrip(t *testing.T) {
@@ -34,16 +35,16 @@ func TestCodec_RoundTrip(t *testing.T) {
 	if got, err := journal.DecodeTask(journal.EncodeTask(task)); err != nil || !reflect.DeepEqual(got, task) {
 		t.Errorf("task round trip:\n got %+v, %v\nwant %+v", got, err, task)
 	}
-	bare := journal.Task{ID: "t", State: journal.Available}
+	bare := record.Task{ID: "t", State: record.Available}
 	if got, err := journal.DecodeTask(journal.EncodeTask(bare)); err != nil || !reflect.DeepEqual(got, bare) {
 		t.Errorf("bare task round trip: got %+v, %v", got, err)
 	}
-	claim := journal.Claim{Token: 9, Task: "build-42", Agent: "a", At: t0, RequestID: "k", Ended: task.Last}
+	claim := record.Claim{Token: 9, Task: "build-42", Agent: "a", At: t0, RequestID: "k", Ended: task.Last}
 	if got, err := journal.DecodeClaim(journal.EncodeClaim(claim)); err != nil || !reflect.DeepEqual(got, claim) {
 		t.Errorf("claim round trip: got %+v, %v", got, err)
 	}
 	dl := t0.Add(time.Minute)
-	ev := journal.Event{Seq: 3, Time: t0, Type: journal.EvPut, Task: "build-42", From: journal.Claimed, To: journal.Claimed,
+	ev := record.Event{Seq: 3, Time: t0, Type: record.EvPut, Task: "build-42", From: record.Claimed, To: record.Claimed,
 		Agent: "a", Token: 9, Reason: "r", Deadline: &dl, Priority: math.MinInt64, MaxAttempts: math.MaxInt32,
 		RequestID: "k", Staged: "put-00ff", Output: "log.txt", Source: "inbox"}
 	if got, err := journal.DecodeEvent(journal.EncodeEvent(ev)); err != nil || !reflect.DeepEqual(got, ev) {
@@ -52,7 +53,7 @@ func TestCodec_RoundTrip(t *testing.T) {
 }
 
 func TestCodec_Defaults(t *testing.T) {
-	d := journal.Defaults{TTL: 90 * time.Second, MaxAttempts: 5}
+	d := record.Defaults{TTL: 90 * time.Second, MaxAttempts: 5}
 	if got, err := journal.DecodeDefaults(journal.EncodeDefaults(d)); err != nil || got != d {
 		t.Errorf("defaults round trip: %+v, %v", got, err)
 	}
@@ -79,12 +80,12 @@ func TestCodec_ReadsJSONRecords(t *testing.T) {
 	if !reflect.DeepEqual(fromJSON, fromBin) {
 		t.Errorf("JSON and binary decode differ:\nJSON %+v\n bin %+v", fromJSON, fromBin)
 	}
-	ev := journal.Event{Seq: 1, Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available}
+	ev := record.Event{Seq: 1, Time: t0, Type: record.EvAdd, Task: "t1", To: record.Available}
 	oldEv, _ := json.Marshal(ev)
 	if got, err := journal.DecodeEvent(oldEv); err != nil || !reflect.DeepEqual(got, ev) {
 		t.Errorf("JSON event: got %+v, %v", got, err)
 	}
-	claim := journal.Claim{Token: 9, Task: "t1", Agent: "a", At: t0}
+	claim := record.Claim{Token: 9, Task: "t1", Agent: "a", At: t0}
 	oldClaim, _ := json.Marshal(claim)
 	if got, err := journal.DecodeClaim(oldClaim); err != nil || !reflect.DeepEqual(got, claim) {
 		t.Errorf("JSON claim: got %+v, %v", got, err)
@@ -106,12 +107,12 @@ func TestCodec_DamagedRecords(t *testing.T) {
 	if _, err := journal.DecodeTask(append([]byte{7}, full[1:]...)); err == nil {
 		t.Error("an unknown version byte was accepted")
 	}
-	bad := journal.EncodeTask(journal.Task{ID: "t"})
+	bad := journal.EncodeTask(record.Task{ID: "t"})
 	bad[len(bad)-1] = 2 // the last flag (no Last) as 2
 	if _, err := journal.DecodeTask(bad); err == nil {
 		t.Error("flag byte 2 was accepted")
 	}
-	ev := journal.EncodeEvent(journal.Event{Seq: 1, Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available})
+	ev := journal.EncodeEvent(record.Event{Seq: 1, Time: t0, Type: record.EvAdd, Task: "t1", To: record.Available})
 	for n := 0; n < len(ev); n++ {
 		if _, err := journal.DecodeEvent(ev[:n]); err == nil {
 			t.Errorf("event cut to %d of %d bytes decoded", n, len(ev))
@@ -128,13 +129,13 @@ func FuzzCodecRoundTrip(f *testing.F) {
 	f.Add("x", "{", "}", "{\"id\":1}", int64(math.MaxInt64), int64(math.MaxInt32), uint64(0), int64(253402300799), int64(999999999), true, false)
 	f.Fuzz(func(t *testing.T, id, state, agent, reason string, prio, n int64, token uint64, sec, nsec int64, lease, last bool) {
 		at := time.Unix(sec, nsec%1e9).In(time.FixedZone("x", 3600))
-		task := journal.Task{ID: id, State: journal.State(state), Priority: prio, MaxAttempts: int(n), Attempts: int(-n),
+		task := record.Task{ID: id, State: record.State(state), Priority: prio, MaxAttempts: int(n), Attempts: int(-n),
 			Seq: token, Created: at, Updated: time.Time{}}
 		if lease {
-			task.Lease = &journal.Lease{Token: token, Agent: agent, ClaimedAt: at, Deadline: at, TTL: time.Duration(prio), RequestID: reason}
+			task.Lease = &record.Lease{Token: token, Agent: agent, ClaimedAt: at, Deadline: at, TTL: time.Duration(prio), RequestID: reason}
 		}
 		if last {
-			task.Last = &journal.LeaseEnd{Token: token, Agent: agent, At: at, By: journal.EventType(reason), Reason: reason}
+			task.Last = &record.LeaseEnd{Token: token, Agent: agent, At: at, By: record.EventType(reason), Reason: reason}
 		}
 		want := task
 		want.Created = utc(at)
@@ -153,8 +154,8 @@ func FuzzCodecRoundTrip(f *testing.F) {
 			t.Fatalf("task round trip:\n got %+v, %v\nwant %+v", got, err, want)
 		}
 		dl := at
-		ev := journal.Event{Seq: token, Time: at, Type: journal.EventType(state), Task: id, From: journal.State(agent),
-			To: journal.State(reason), Agent: agent, Token: token, Reason: reason, Priority: prio, MaxAttempts: int(n),
+		ev := record.Event{Seq: token, Time: at, Type: record.EventType(state), Task: id, From: record.State(agent),
+			To: record.State(reason), Agent: agent, Token: token, Reason: reason, Priority: prio, MaxAttempts: int(n),
 			RequestID: id, Staged: state, Output: agent, Source: reason}
 		if lease {
 			ev.Deadline = &dl
@@ -169,7 +170,7 @@ func FuzzCodecRoundTrip(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(gotEv, wantEv) {
 			t.Fatalf("event round trip:\n got %+v, %v\nwant %+v", gotEv, err, wantEv)
 		}
-		c := journal.Claim{Token: token, Task: id, Agent: agent, At: at, RequestID: reason, Ended: task.Last}
+		c := record.Claim{Token: token, Task: id, Agent: agent, At: at, RequestID: reason, Ended: task.Last}
 		wantC := c
 		wantC.At, wantC.Ended = utc(at), want.Last
 		gotC, err := journal.DecodeClaim(journal.EncodeClaim(c))

@@ -1,8 +1,7 @@
 // Package journal is the storage port of fencectl's source of truth: the
-// record types (Task, Claim, Event, Defaults), the interfaces every store
-// implements (Backend, Store, Tx), the binary codec the records are stored
-// in, the token ceiling's files and the errors shared by every backend. It
-// imports no backend: the bbolt store is package journal/bolt, and the
+// interfaces every store implements (Backend, Store, Tx), the binary codec
+// the records of package journal/record are stored in, the token ceiling's
+// files and the errors shared by every backend. It imports no backend: the bbolt store is package journal/bolt, and the
 // contract a store must meet is package journal/journaltest.
 //
 // # Transactions

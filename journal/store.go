@@ -3,6 +3,8 @@ package journal
 import (
 	"errors"
 	"time"
+
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // The storage port: what package fence asks of a journal, whatever holds
@@ -97,15 +99,15 @@ type Tx interface {
 
 	// Task returns the record of id; ok is false if the journal does not
 	// know it.
-	Task(id string) (task Task, ok bool, err error)
+	Task(id string) (task record.Task, ok bool, err error)
 	// PutTask stores rec and keeps the ready and expiry indexes and the
 	// per-state counts in step. old is the record it replaces (nil for a
 	// new task).
-	PutTask(old *Task, rec Task) error
+	PutTask(old *record.Task, rec record.Task) error
 	// ForEachTask calls fn for every record, in id order.
-	ForEachTask(fn func(Task) error) error
+	ForEachTask(fn func(record.Task) error) error
 	// Counts returns how many tasks are in each state.
-	Counts() map[State]int
+	Counts() map[record.State]int
 	// Ready calls fn with the ids of available tasks in claim order
 	// (highest priority, then oldest by Seq) until fn returns false.
 	Ready(fn func(id string) (more bool))
@@ -118,11 +120,11 @@ type Tx interface {
 	IndexSizes() (ready, expiry int)
 
 	// Claim returns what the journal remembers of token.
-	Claim(token uint64) (c Claim, ok bool, err error)
+	Claim(token uint64) (c record.Claim, ok bool, err error)
 	// PutClaim stores c under its token.
-	PutClaim(c Claim) error
+	PutClaim(c record.Claim) error
 	// ForEachClaim calls fn for every stored claim, in token order.
-	ForEachClaim(fn func(Claim) error) error
+	ForEachClaim(fn func(record.Claim) error) error
 	// Request returns the token of the current claim granted to request
 	// id of agent, if any.
 	Request(agent, id string) (uint64, bool)
@@ -144,21 +146,21 @@ type Tx interface {
 
 	// Append adds ev to the log with the next sequence number and returns
 	// it as stored.
-	Append(ev Event) (Event, error)
+	Append(ev record.Event) (record.Event, error)
 	// LastCommit returns the events of the most recent write transaction
 	// that appended any.
-	LastCommit() ([]Event, error)
+	LastCommit() ([]record.Event, error)
 	// Events calls fn for each event from seq from on, in order, while fn
 	// returns true.
-	Events(from uint64, fn func(Event) (more bool, err error)) error
+	Events(from uint64, fn func(record.Event) (more bool, err error)) error
 	// EventsBackward calls fn for each event from the newest back.
-	EventsBackward(fn func(Event) (more bool, err error)) error
+	EventsBackward(fn func(record.Event) (more bool, err error)) error
 	// TaskEventsBackward calls fn for each event of task id from the
 	// newest back, reading only that task's events.
-	TaskEventsBackward(id string, fn func(Event) (more bool, err error)) error
+	TaskEventsBackward(id string, fn func(record.Event) (more bool, err error)) error
 
 	// Defaults returns the tree-wide settings chosen at init.
-	Defaults() (Defaults, error)
+	Defaults() (record.Defaults, error)
 	// Reset empties everything derived from the log (tasks, indexes,
 	// claims, requests, counts) for replay to write afresh. Events and the
 	// token counter are kept.

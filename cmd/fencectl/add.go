@@ -31,8 +31,9 @@ stdin. The id defaults to a new ULID.
 			if err != nil {
 				return err
 			}
-			if c.IsSet("max-attempts") && c.Int("max-attempts") < 1 {
-				return usagef("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))
+			// 0 is how AddRequest says "not given"; fence checks the rest.
+			if c.IsSet("max-attempts") && c.Int("max-attempts") == 0 {
+				return usagef("invalid --max-attempts 0: must be at least 1")
 			}
 			var content io.Reader
 			if src != "" {

@@ -68,9 +68,6 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			if out.json {
 				format = "json"
 			}
-			if c.Duration("ttl") < 0 || c.Duration("wait") < 0 {
-				return usagef("--ttl and --wait must not be negative")
-			}
 			if c.IsSet("token") && (c.IsSet("request-id") || c.IsSet("wait")) {
 				return usagef("--token restores a claim you hold; --request-id and --wait are for a new claim: give one or the other")
 			}
@@ -80,7 +77,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 					RequestID: c.String("request-id"),
 				})
 				for _, r := range res.Reaped {
-					out.notice(fence.Notice{Kind: "reaped", Name: r.Task, Detail: describeReap(r)})
+					out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})
 				}
 				if err != nil {
 					return err

@@ -29,12 +29,7 @@ func fencedRequest(c *cli.Context) (fence.FencedRequest, error) {
 	if err != nil {
 		return fence.FencedRequest{}, err
 	}
-	req := fence.FencedRequest{ID: id, Token: tok, Agent: c.String("agent"), Reason: c.String("reason")}
-	if c.Duration("ttl") < 0 {
-		return req, usagef("invalid --ttl %s: must be positive", c.Duration("ttl"))
-	}
-	req.TTL = c.Duration("ttl")
-	return req, nil
+	return fence.FencedRequest{ID: id, Token: tok, Agent: c.String("agent"), Reason: c.String("reason"), TTL: c.Duration("ttl")}, nil
 }
 
 // fencedAction runs one token-checked mutation and prints its result.

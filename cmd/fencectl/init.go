@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func initCommand(out *output) *cli.Command {
@@ -36,7 +37,7 @@ that has no journal is refused (exit 2): run recover to rebuild its journal.
 			if c.NArg() > 0 {
 				return usagef("init takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
-			d := fence.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
+			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
 			res, err := fence.InitTree(c.String("dir"), d, c.Duration("timeout"))
 			if err != nil {
 				return err
@@ -63,7 +64,7 @@ that has no journal is refused (exit 2): run recover to rebuild its journal.
 // differ from the existing tree's, "" if none. A --ttl that only repeats
 // FENCE_TTL is not counted: agents export FENCE_TTL for their claims, and
 // an idempotent `init` in their start-up must not fail over it.
-func askedOtherSettings(c *cli.Context, have fence.Defaults) string {
+func askedOtherSettings(c *cli.Context, have record.Defaults) string {
 	var differ []string
 	if ttl := c.Duration("ttl"); c.IsSet("ttl") && ttl != have.TTL {
 		if env, err := time.ParseDuration(os.Getenv("FENCE_TTL")); err != nil || env != ttl {

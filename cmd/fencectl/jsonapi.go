@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // The --json contract: one type per shape of output, each built from the
@@ -61,7 +62,7 @@ type leaseJSON struct {
 	Token     uint64    `json:"token"`
 }
 
-func newLease(l *fence.Lease) *leaseJSON {
+func newLease(l *record.Lease) *leaseJSON {
 	if l == nil {
 		return nil
 	}
@@ -77,7 +78,7 @@ type lastLeaseJSON struct {
 	Token   uint64    `json:"token"`
 }
 
-func newLastLease(e *fence.LeaseEnd) *lastLeaseJSON {
+func newLastLease(e *record.LeaseEnd) *lastLeaseJSON {
 	if e == nil {
 		return nil
 	}
@@ -101,7 +102,7 @@ type taskJSON struct {
 	Updated  time.Time `json:"updated"`
 }
 
-func newTask(t fence.Task, path string) *taskJSON {
+func newTask(t record.Task, path string) *taskJSON {
 	return &taskJSON{
 		Attempts: t.Attempts, Created: t.Created.UTC(), LastLease: newLastLease(t.Last), Lease: newLease(t.Lease),
 		MaxAttempts: t.MaxAttempts, Path: path, Priority: t.Priority, State: string(t.State), Task: t.ID, Updated: t.Updated.UTC(),
@@ -133,7 +134,7 @@ type fencedJSON struct {
 	Updated  time.Time `json:"updated"`
 }
 
-func newFenced(t fence.Task, path string, token uint64, retry bool, event *fence.Event) *fencedJSON {
+func newFenced(t record.Task, path string, token uint64, retry bool, event *record.Event) *fencedJSON {
 	r := newTask(t, path)
 	f := &fencedJSON{
 		Attempts: r.Attempts, Created: r.Created, LastLease: r.LastLease, Lease: r.Lease, MaxAttempts: r.MaxAttempts,
@@ -186,7 +187,7 @@ type revokeJSON struct {
 	Updated      time.Time `json:"updated"`
 }
 
-func newRevoke(t fence.Task, path string, revoked uint64) *revokeJSON {
+func newRevoke(t record.Task, path string, revoked uint64) *revokeJSON {
 	r := newTask(t, path)
 	return &revokeJSON{
 		Attempts: r.Attempts, Created: r.Created, LastLease: r.LastLease, Lease: r.Lease, MaxAttempts: r.MaxAttempts,
@@ -254,7 +255,7 @@ func newStatus(st fence.Status) *statusJSON {
 }
 
 // stateCounts keys counts by the state's name (nil stays nil: null).
-func stateCounts(c map[fence.State]int) map[string]int {
+func stateCounts(c map[record.State]int) map[string]int {
 	if c == nil {
 		return nil
 	}
@@ -375,7 +376,7 @@ type eventJSON struct {
 }
 
 // newEvents converts events; never nil, so that show prints [].
-func newEvents(evs []fence.Event) []eventJSON {
+func newEvents(evs []record.Event) []eventJSON {
 	out := make([]eventJSON, 0, len(evs))
 	for _, e := range evs {
 		j := eventJSON{

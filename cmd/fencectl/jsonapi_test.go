@@ -211,12 +211,12 @@ func TestJSON_BigTokensKeepTheirDigits(t *testing.T) {
 	const big = 1<<63 + 1
 	var stdout, stderr strings.Builder
 	o := &output{json: true, stdout: &stdout, stderr: &stderr}
-	o.notice(fence.Notice{Kind: "warning", Name: "n", Detail: "d"})
+	o.notice(fence.Notice{Kind: fence.NoticeWarning, Name: "n", Detail: "d"})
 	o.print(&claimJSON{Task: "t1", Token: big}, nil)
 	if !strings.Contains(stdout.String(), `"notices":[{"notice":"warning","name":"n","detail":"d"}]`) || !strings.Contains(stdout.String(), `"token":9223372036854775809}`) {
 		t.Errorf("result: %s", stdout.String())
 	}
-	o.notice(fence.Notice{Kind: "warning", Name: "n", Detail: "d"})
+	o.notice(fence.Notice{Kind: fence.NoticeWarning, Name: "n", Detail: "d"})
 	o.fail(&fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: big, State: "available"})
 	want := `{"code":3,"reason":"not_held","message":"task t1: token 9223372036854775809 does not hold this task; task is available; nothing changed","task":"t1","your_token":9223372036854775809,"holder":null,"held_since":null,"state":"available","notices":[{"notice":"warning","name":"n","detail":"d"}]}` + "\n"
 	if stderr.String() != want {

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func logCommand(out *output) *cli.Command {
@@ -69,7 +70,7 @@ func parseSince(s string) (time.Time, error) {
 	return time.Time{}, usagef("invalid --since %q: give a time (2026-11-21T09:00:00Z) or a duration ago (90m)", s)
 }
 
-func writeEvents(w io.Writer, evs []fence.Event) {
+func writeEvents(w io.Writer, evs []record.Event) {
 	if len(evs) == 0 {
 		fmt.Fprintln(w, "no events")
 		return

@@ -54,7 +54,7 @@ func (o *output) flushNotices() {
 		if o.json {
 			o.writeJSON(w, newNotice(n))
 		} else {
-			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(n.Kind, "_", " "), printable(n.Name), printable(n.Detail))
+			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(string(n.Kind), "_", " "), printable(n.Name), printable(n.Detail))
 		}
 	}
 	o.notices = nil

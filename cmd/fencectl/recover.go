@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func recoverCommand(out *output) *cli.Command {
@@ -44,10 +45,7 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 			if c.NArg() > 0 {
 				return usagef("recover takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
-			d := fence.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
-			if d.TTL <= 0 || d.MaxAttempts < 1 {
-				return usagef("--ttl must be positive and --max-attempts at least 1")
-			}
+			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
 			rep, err := fence.Recover(c.String("dir"), d, c.Duration("timeout"))
 			if err != nil {
 				return err
@@ -56,7 +54,7 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 				if rep.KeptAside != "" {
 					fmt.Fprintf(w, "kept the damaged journal as %s\n", rep.KeptAside)
 				}
-				fmt.Fprintf(w, "rebuilt the journal of %s: %d available, %d done, %d failed", rep.Root, rep.Counts[fence.Available], rep.Counts[fence.Done], rep.Counts[fence.Failed])
+				fmt.Fprintf(w, "rebuilt the journal of %s: %d available, %d done, %d failed", rep.Root, rep.Counts[record.Available], rep.Counts[record.Done], rep.Counts[record.Failed])
 				if len(rep.Freed) > 0 {
 					fmt.Fprintf(w, " (%d freed from claimed/)", len(rep.Freed))
 				}

@@ -168,7 +168,7 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	}
 	defer cont.close()
 	if cont.mode == containPgroup && os.Getenv(containEnv) == "" {
-		out.notice(fence.Notice{Kind: "containment", Name: containPgroup, Detail: "a setsid child of CMD outlives run if run is killed with SIGKILL (" + strings.Join(cont.fallback, "; ") + ")"})
+		out.notice(fence.Notice{Kind: fence.NoticeContainment, Name: containPgroup, Detail: "a setsid child of CMD outlives run if run is killed with SIGKILL (" + strings.Join(cont.fallback, "; ") + ")"})
 	}
 	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs, out: out}
 	for {
@@ -177,7 +177,7 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 		}
 		claim, err := t.Claim(claimCtx, fence.ClaimRequest{ID: id, Agent: cfg.agent, TTL: cfg.ttl, Wait: cfg.wait, RequestID: requestID, RequestLock: lock})
 		for _, r := range claim.Reaped {
-			out.notice(fence.Notice{Kind: "reaped", Name: r.Task, Detail: describeReap(r)})
+			out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})
 		}
 		if s := caught(); s != 0 {
 			// Interrupted while claiming: hand back a claim that came
@@ -293,7 +293,7 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	// The watch is up before CMD starts: a revoke cannot slip in between.
 	if err := keeper.Start(ctx); err != nil && !s.warnedWatch {
 		s.warnedWatch = true
-		out.notice(fence.Notice{Kind: "no_watch", Name: claim.Task.ID, Detail: err.Error()})
+		out.notice(fence.Notice{Kind: fence.NoticeNoWatch, Name: claim.Task.ID, Detail: err.Error()})
 		if !out.json { // with --json it rides in the task's summary
 			out.flushNotices()
 		}
@@ -400,7 +400,7 @@ wait:
 		if err != nil {
 			detail += "; " + err.Error()
 		}
-		out.notice(fence.Notice{Kind: "killed", Name: claim.Task.ID, Detail: detail})
+		out.notice(fence.Notice{Kind: fence.NoticeKilled, Name: claim.Task.ID, Detail: detail})
 		if !out.json { // with --json it rides in the task's summary
 			out.flushNotices()
 		}

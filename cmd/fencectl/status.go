@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func statusCommand(out *output) *cli.Command {
@@ -40,7 +41,7 @@ func writeStatus(w io.Writer, st fence.Status) {
 	fmt.Fprintf(w, "tree %s (lease %s, max attempts %d)\n\n", st.Root, st.Defaults.TTL, st.Defaults.MaxAttempts)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tTASKS")
-	for _, s := range fence.States {
+	for _, s := range record.States {
 		fmt.Fprintf(tw, "%s\t%d\n", s, st.Counts[s])
 	}
 	tw.Flush()

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // SchemaVersion is the layout this code writes. Version 2 stores records
@@ -72,13 +73,13 @@ func Exists(dir string) (bool, error) {
 // crash during init never leaves a half-made journal behind. The token
 // counter is seeded from now in microseconds. Create fails with fs.ErrExist
 // if a journal is already there.
-func Create(dir string, d journal.Defaults, now time.Time) error {
+func Create(dir string, d record.Defaults, now time.Time) error {
 	return CreateSeeded(dir, d, uint64(now.UnixMicro()))
 }
 
 // CreateSeeded is Create with the token counter starting at seed: recover
 // starts above every token the lost journal can have issued.
-func CreateSeeded(dir string, d journal.Defaults, seed uint64) error {
+func CreateSeeded(dir string, d record.Defaults, seed uint64) error {
 	final := Path(dir)
 	if ok, err := Exists(dir); err != nil {
 		return err
@@ -327,12 +328,12 @@ func (db *DB) Verify() error {
 		if errs := tx.Check(); len(errs) > 0 {
 			return &journal.CorruptError{Path: db.path, Detail: fmt.Sprintf("consistency check: %v", errs[0])}
 		}
-		err := tx.ForEachTask(func(journal.Task) error { return nil })
+		err := tx.ForEachTask(func(record.Task) error { return nil })
 		if err == nil {
-			err = tx.ForEachClaim(func(journal.Claim) error { return nil })
+			err = tx.ForEachClaim(func(record.Claim) error { return nil })
 		}
 		if err == nil {
-			err = tx.Events(1, func(journal.Event) (bool, error) { return true, nil })
+			err = tx.Events(1, func(record.Event) (bool, error) { return true, nil })
 		}
 		if err != nil {
 			return &journal.CorruptError{Path: db.path, Detail: err.Error()}
@@ -476,7 +477,7 @@ func SalvageToken(path string) (token uint64, ok bool) {
 
 // ReadDefaults reads the defaults of a journal file that may be damaged;
 // ok is false if they cannot be read.
-func ReadDefaults(path string) (d journal.Defaults, ok bool) {
+func ReadDefaults(path string) (d record.Defaults, ok bool) {
 	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
 		return d, false
 	}

@@ -5,13 +5,14 @@ import (
 	"fmt"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Append adds ev to the log with the next sequence number and returns it
 // as stored. The first and last seq of the transaction are recorded at
 // commit, so the next opener can check that the last commit reached the
 // tree.
-func (t *Tx) Append(ev journal.Event) (journal.Event, error) {
+func (t *Tx) Append(ev record.Event) (record.Event, error) {
 	t.wrote()
 	b := t.tx.Bucket(bucketEvents)
 	seq, err := b.NextSequence()
@@ -49,13 +50,13 @@ func (t *Tx) finish() error {
 // LastCommit returns the events of the most recent write transaction that
 // appended any: the only ones that can still be missing from the tree after
 // a crash, since writers are serialised by the lock.
-func (t *Tx) LastCommit() ([]journal.Event, error) {
+func (t *Tx) LastCommit() ([]record.Event, error) {
 	v := t.tx.Bucket(bucketMeta).Get([]byte(keyLastCommit))
 	if len(v) != 16 {
 		return nil, nil
 	}
-	var evs []journal.Event
-	err := t.Events(getU64(v[:8]), func(ev journal.Event) (bool, error) {
+	var evs []record.Event
+	err := t.Events(getU64(v[:8]), func(ev record.Event) (bool, error) {
 		evs = append(evs, ev)
 		return ev.Seq < getU64(v[8:]), nil
 	})
@@ -64,7 +65,7 @@ func (t *Tx) LastCommit() ([]journal.Event, error) {
 
 // Events calls fn for each event from seq from on, in order, while fn
 // returns true.
-func (t *Tx) Events(from uint64, fn func(journal.Event) (more bool, err error)) error {
+func (t *Tx) Events(from uint64, fn func(record.Event) (more bool, err error)) error {
 	c := t.tx.Bucket(bucketEvents).Cursor()
 	for k, v := c.Seek(u64(from)); k != nil; k, v = c.Next() {
 		ev, err := decodeEvent(k, v)
@@ -81,7 +82,7 @@ func (t *Tx) Events(from uint64, fn func(journal.Event) (more bool, err error)) 
 
 // EventsBackward calls fn for each event from the newest back, while fn
 // returns true. `log --limit` and `show` read the tail this way.
-func (t *Tx) EventsBackward(fn func(journal.Event) (more bool, err error)) error {
+func (t *Tx) EventsBackward(fn func(record.Event) (more bool, err error)) error {
 	c := t.tx.Bucket(bucketEvents).Cursor()
 	for k, v := c.Last(); k != nil; k, v = c.Prev() {
 		ev, err := decodeEvent(k, v)
@@ -98,7 +99,7 @@ func (t *Tx) EventsBackward(fn func(journal.Event) (more bool, err error)) error
 
 // TaskEventsBackward calls fn for each event of task id from the newest
 // back, while fn returns true. It reads only that task's events.
-func (t *Tx) TaskEventsBackward(id string, fn func(journal.Event) (more bool, err error)) error {
+func (t *Tx) TaskEventsBackward(id string, fn func(record.Event) (more bool, err error)) error {
 	events := t.tx.Bucket(bucketEvents)
 	c := t.tx.Bucket(bucketByTask).Cursor()
 	prefix := append([]byte(id), 0)
@@ -123,7 +124,7 @@ func (t *Tx) TaskEventsBackward(id string, fn func(journal.Event) (more bool, er
 }
 
 // decodeEvent decodes the event stored under key k.
-func decodeEvent(k, v []byte) (journal.Event, error) {
+func decodeEvent(k, v []byte) (record.Event, error) {
 	ev, err := journal.DecodeEvent(v)
 	if err != nil {
 		return ev, fmt.Errorf("decode event %d: %w", getU64(k), err)

@@ -8,16 +8,17 @@ import (
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // appendN appends one event per task id in one transaction and returns
 // them as stored.
-func appendN(t *testing.T, db *boltstore.DB, typ journal.EventType, ids ...string) []journal.Event {
+func appendN(t *testing.T, db *boltstore.DB, typ record.EventType, ids ...string) []record.Event {
 	t.Helper()
-	var out []journal.Event
+	var out []record.Event
 	update(t, db, func(tx journal.Tx) error {
 		for _, id := range ids {
-			ev, err := tx.Append(journal.Event{Time: t0, Type: typ, Task: id, To: journal.Available})
+			ev, err := tx.Append(record.Event{Time: t0, Type: typ, Task: id, To: record.Available})
 			if err != nil {
 				return err
 			}
@@ -28,7 +29,7 @@ func appendN(t *testing.T, db *boltstore.DB, typ journal.EventType, ids ...strin
 	return out
 }
 
-func seqs(evs []journal.Event) []uint64 {
+func seqs(evs []record.Event) []uint64 {
 	var s []uint64
 	for _, ev := range evs {
 		s = append(s, ev.Seq)
@@ -43,7 +44,7 @@ func TestEvents_AppendAssignsSeq(t *testing.T) {
 			t.Errorf("NextSeq of an empty log = %d, want 1", tx.(*boltstore.Tx).NextSeq())
 		}
 		dl := t0.Add(time.Minute)
-		in := journal.Event{Seq: 777, Time: t0, Type: journal.EvClaim, Task: "t1", From: journal.Available, To: journal.Claimed,
+		in := record.Event{Seq: 777, Time: t0, Type: record.EvClaim, Task: "t1", From: record.Available, To: record.Claimed,
 			Agent: "a", Token: 99, Reason: "r", Deadline: &dl, Priority: 3, MaxAttempts: 4, RequestID: "q", Staged: "s", Source: "inbox"}
 		ev, err := tx.Append(in)
 		if err != nil {
@@ -55,8 +56,8 @@ func TestEvents_AppendAssignsSeq(t *testing.T) {
 		if tx.(*boltstore.Tx).NextSeq() != 2 {
 			t.Errorf("NextSeq after one Append = %d, want 2", tx.(*boltstore.Tx).NextSeq())
 		}
-		var stored []journal.Event
-		if err := tx.Events(1, func(e journal.Event) (bool, error) { stored = append(stored, e); return true, nil }); err != nil {
+		var stored []record.Event
+		if err := tx.Events(1, func(e record.Event) (bool, error) { stored = append(stored, e); return true, nil }); err != nil {
 			return err
 		}
 		in.Seq = 1
@@ -65,7 +66,7 @@ func TestEvents_AppendAssignsSeq(t *testing.T) {
 		}
 		return nil
 	})
-	evs := appendN(t, db, journal.EvAdd, "a", "b")
+	evs := appendN(t, db, record.EvAdd, "a", "b")
 	if got := seqs(evs); !reflect.DeepEqual(got, []uint64{2, 3}) {
 		t.Errorf("seqs of the next transaction = %v, want [2 3]", got)
 	}
@@ -73,56 +74,56 @@ func TestEvents_AppendAssignsSeq(t *testing.T) {
 
 func TestEvents_ForwardAndBackward(t *testing.T) {
 	db, _ := newJournal(t)
-	appendN(t, db, journal.EvAdd, "a", "b", "c")
-	appendN(t, db, journal.EvAdd, "d", "e")
+	appendN(t, db, record.EvAdd, "a", "b", "c")
+	appendN(t, db, record.EvAdd, "d", "e")
 	view(t, db, func(tx journal.Tx) error {
 		var fw []string
-		if err := tx.Events(1, func(e journal.Event) (bool, error) { fw = append(fw, e.Task); return true, nil }); err != nil {
+		if err := tx.Events(1, func(e record.Event) (bool, error) { fw = append(fw, e.Task); return true, nil }); err != nil {
 			return err
 		}
 		if want := []string{"a", "b", "c", "d", "e"}; !reflect.DeepEqual(fw, want) {
 			t.Errorf("Events(1) = %v, want %v", fw, want)
 		}
 		var from3 []uint64
-		if err := tx.Events(3, func(e journal.Event) (bool, error) { from3 = append(from3, e.Seq); return true, nil }); err != nil {
+		if err := tx.Events(3, func(e record.Event) (bool, error) { from3 = append(from3, e.Seq); return true, nil }); err != nil {
 			return err
 		}
 		if want := []uint64{3, 4, 5}; !reflect.DeepEqual(from3, want) {
 			t.Errorf("Events(3) = %v, want %v", from3, want)
 		}
 		var stop []uint64
-		if err := tx.Events(1, func(e journal.Event) (bool, error) { stop = append(stop, e.Seq); return e.Seq < 2, nil }); err != nil {
+		if err := tx.Events(1, func(e record.Event) (bool, error) { stop = append(stop, e.Seq); return e.Seq < 2, nil }); err != nil {
 			return err
 		}
 		if want := []uint64{1, 2}; !reflect.DeepEqual(stop, want) {
 			t.Errorf("Events stopping after seq 2 = %v, want %v", stop, want)
 		}
 		var none int
-		if err := tx.Events(6, func(journal.Event) (bool, error) { none++; return true, nil }); err != nil {
+		if err := tx.Events(6, func(record.Event) (bool, error) { none++; return true, nil }); err != nil {
 			return err
 		}
 		if none != 0 {
 			t.Errorf("Events past the end called fn %d times", none)
 		}
 		var bw []string
-		if err := tx.EventsBackward(func(e journal.Event) (bool, error) { bw = append(bw, e.Task); return true, nil }); err != nil {
+		if err := tx.EventsBackward(func(e record.Event) (bool, error) { bw = append(bw, e.Task); return true, nil }); err != nil {
 			return err
 		}
 		if want := []string{"e", "d", "c", "b", "a"}; !reflect.DeepEqual(bw, want) {
 			t.Errorf("EventsBackward = %v, want %v", bw, want)
 		}
 		var bw2 []uint64
-		if err := tx.EventsBackward(func(e journal.Event) (bool, error) { bw2 = append(bw2, e.Seq); return len(bw2) < 2, nil }); err != nil {
+		if err := tx.EventsBackward(func(e record.Event) (bool, error) { bw2 = append(bw2, e.Seq); return len(bw2) < 2, nil }); err != nil {
 			return err
 		}
 		if want := []uint64{5, 4}; !reflect.DeepEqual(bw2, want) {
 			t.Errorf("EventsBackward stopping after two = %v, want %v", bw2, want)
 		}
 		boom := errors.New("boom")
-		if err := tx.Events(1, func(journal.Event) (bool, error) { return true, boom }); !errors.Is(err, boom) {
+		if err := tx.Events(1, func(record.Event) (bool, error) { return true, boom }); !errors.Is(err, boom) {
 			t.Errorf("Events did not pass fn's error on: %v", err)
 		}
-		if err := tx.EventsBackward(func(journal.Event) (bool, error) { return true, boom }); !errors.Is(err, boom) {
+		if err := tx.EventsBackward(func(record.Event) (bool, error) { return true, boom }); !errors.Is(err, boom) {
 			t.Errorf("EventsBackward did not pass fn's error on: %v", err)
 		}
 		return nil
@@ -131,9 +132,9 @@ func TestEvents_ForwardAndBackward(t *testing.T) {
 
 func TestEvents_LastCommit(t *testing.T) {
 	db, _ := newJournal(t)
-	last := func() []journal.Event {
+	last := func() []record.Event {
 		t.Helper()
-		var evs []journal.Event
+		var evs []record.Event
 		view(t, db, func(tx journal.Tx) error {
 			var err error
 			evs, err = tx.LastCommit()
@@ -144,7 +145,7 @@ func TestEvents_LastCommit(t *testing.T) {
 	if evs := last(); len(evs) != 0 {
 		t.Fatalf("LastCommit of a new journal = %v", evs)
 	}
-	first := appendN(t, db, journal.EvAdd, "a", "b", "c")
+	first := appendN(t, db, record.EvAdd, "a", "b", "c")
 	if got := last(); !reflect.DeepEqual(got, first) {
 		t.Errorf("LastCommit = %v, want the three events just appended %v", seqs(got), seqs(first))
 	}
@@ -156,7 +157,7 @@ func TestEvents_LastCommit(t *testing.T) {
 	// A rolled-back transaction leaves it alone too.
 	boom := errors.New("boom")
 	err := db.Update(func(tx journal.Tx) error {
-		if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: "rolled-back"}); err != nil {
+		if _, err := tx.Append(record.Event{Time: t0, Type: record.EvAdd, Task: "rolled-back"}); err != nil {
 			return err
 		}
 		return boom
@@ -167,11 +168,11 @@ func TestEvents_LastCommit(t *testing.T) {
 	if got := last(); !reflect.DeepEqual(got, first) {
 		t.Errorf("after a rollback, LastCommit = %v, want %v", seqs(got), seqs(first))
 	}
-	one := appendN(t, db, journal.EvClaim, "b")
+	one := appendN(t, db, record.EvClaim, "b")
 	if got := last(); !reflect.DeepEqual(got, one) {
 		t.Errorf("LastCommit = %v, want only the newest commit's event %v", seqs(got), seqs(one))
 	}
-	two := appendN(t, db, journal.EvAdd, "d", "e")
+	two := appendN(t, db, record.EvAdd, "d", "e")
 	if got := last(); !reflect.DeepEqual(got, two) {
 		t.Errorf("LastCommit = %v, want %v", seqs(got), seqs(two))
 	}
@@ -190,8 +191,8 @@ func TestEvents_LastCommitAfterReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	appendN(t, db, journal.EvAdd, "a")
-	want := appendN(t, db, journal.EvAdd, "b", "c")
+	appendN(t, db, record.EvAdd, "a")
+	want := appendN(t, db, record.EvAdd, "b", "c")
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Fuzz targets of the torture suite (part 4): arbitrary bytes stored as a
@@ -89,10 +90,10 @@ func notMasked(t *testing.T, what string, err error) {
 
 // goodRecord is a valid record stored next to the fuzzed one, so the scans
 // have something before and after it.
-func goodRecord() journal.Task {
+func goodRecord() record.Task {
 	dl := t0.Add(time.Minute)
-	return journal.Task{ID: "good", State: journal.Claimed, Priority: 1, MaxAttempts: 3, Seq: 1, Created: t0, Updated: t0,
-		Lease: &journal.Lease{Token: 7, Agent: "a", ClaimedAt: t0, Deadline: dl, TTL: time.Minute}}
+	return record.Task{ID: "good", State: record.Claimed, Priority: 1, MaxAttempts: 3, Seq: 1, Created: t0, Updated: t0,
+		Lease: &record.Lease{Token: 7, Agent: "a", ClaimedAt: t0, Deadline: dl, TTL: time.Minute}}
 }
 
 // FuzzDecodeRecord stores value as the task record of key and reads it back
@@ -160,7 +161,7 @@ func FuzzDecodeRecord(f *testing.F) {
 				}
 			}
 			n := 0
-			ferr := tx.ForEachTask(func(journal.Task) error { n++; return nil })
+			ferr := tx.ForEachTask(func(record.Task) error { n++; return nil })
 			if (ferr != nil) != (err != nil) {
 				t.Errorf("ForEachTask error %v, but Task(%q) error %v", ferr, key, err)
 			}
@@ -180,8 +181,8 @@ func FuzzDecodeRecord(f *testing.F) {
 // and TaskEventsBackward.
 func FuzzDecodeEvent(f *testing.F) {
 	dl := t0.Add(time.Minute)
-	valid, _ := json.Marshal(journal.Event{Seq: 2, Time: t0, Type: journal.EvClaim, Task: "t1", From: journal.Available,
-		To: journal.Claimed, Agent: "a", Token: 5, Deadline: &dl})
+	valid, _ := json.Marshal(record.Event{Seq: 2, Time: t0, Type: record.EvClaim, Task: "t1", From: record.Available,
+		To: record.Claimed, Agent: "a", Token: 5, Deadline: &dl})
 	f.Add(uint64(2), "t1", valid)
 	f.Add(uint64(2), "t1", []byte(`{"seq":0,"type":"claim","task":"t1","deadline":null}`))
 	f.Add(uint64(2), "t1", []byte(`{"seq":18446744073709551615,"type":"add","task":"../../x","to":"done","staged":"../../../etc/passwd","output":"../x","source":"/tmp"}`))
@@ -194,14 +195,14 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add(uint64(2), "t1", []byte("\x00\x01\x02"))
 	f.Add(uint64(2), "t1", []byte(``))
 	f.Add(uint64(2), "t1", []byte(`{"type":"put","output":"../../escape","staged":".."}`))
-	bin := journal.EncodeEvent(journal.Event{Seq: 2, Time: t0, Type: journal.EvClaim, Task: "t1", From: journal.Available,
-		To: journal.Claimed, Agent: "a", Token: 5, Deadline: &dl})
+	bin := journal.EncodeEvent(record.Event{Seq: 2, Time: t0, Type: record.EvClaim, Task: "t1", From: record.Available,
+		To: record.Claimed, Agent: "a", Token: 5, Deadline: &dl})
 	f.Add(uint64(2), "t1", bin)
 	f.Add(uint64(2), "t1", bin[:len(bin)-1])
 	f.Add(uint64(2), "t1", []byte{1, 2, 1, 0x80})
 
 	dir := fuzzJournal(f)
-	first, _ := json.Marshal(journal.Event{Seq: 1, Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available})
+	first, _ := json.Marshal(record.Event{Seq: 1, Time: t0, Type: record.EvAdd, Task: "t1", To: record.Available})
 	f.Fuzz(func(t *testing.T, seq uint64, task string, value []byte) {
 		if len(task)+9 > bolt.MaxKeySize {
 			task = task[:bolt.MaxKeySize-9]
@@ -233,9 +234,9 @@ func FuzzDecodeEvent(f *testing.F) {
 		db := openRead(t, dir)
 		defer db.Close()
 		err := db.View(func(tx journal.Tx) error {
-			var fwd, back []journal.Event
-			ferr := tx.Events(0, func(ev journal.Event) (bool, error) { fwd = append(fwd, ev); return true, nil })
-			berr := tx.EventsBackward(func(ev journal.Event) (bool, error) { back = append(back, ev); return true, nil })
+			var fwd, back []record.Event
+			ferr := tx.Events(0, func(ev record.Event) (bool, error) { fwd = append(fwd, ev); return true, nil })
+			berr := tx.EventsBackward(func(ev record.Event) (bool, error) { back = append(back, ev); return true, nil })
 			if (ferr != nil) != (berr != nil) {
 				t.Errorf("Events error %v but EventsBackward error %v", ferr, berr)
 			}
@@ -251,8 +252,8 @@ func FuzzDecodeEvent(f *testing.F) {
 			if lerr == nil && len(last) == 0 {
 				t.Errorf("LastCommit returned no event and no error for a stored range")
 			}
-			_ = tx.TaskEventsBackward(task, func(journal.Event) (bool, error) { return true, nil })
-			_ = tx.TaskEventsBackward("t1", func(journal.Event) (bool, error) { return true, nil })
+			_ = tx.TaskEventsBackward(task, func(record.Event) (bool, error) { return true, nil })
+			_ = tx.TaskEventsBackward("t1", func(record.Event) (bool, error) { return true, nil })
 			return nil
 		})
 		notMasked(t, "View", err)

@@ -8,13 +8,14 @@ import (
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // t0 is the fixed "now" most tests pass to the journal: the rules take the
 // time as an argument, so no test needs the real clock.
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-var defaults = journal.Defaults{TTL: 10 * time.Minute, MaxAttempts: 3}
+var defaults = record.Defaults{TTL: 10 * time.Minute, MaxAttempts: 3}
 
 // newJournal creates a journal in a fresh t.TempDir() and opens it for
 // writing. At cleanup it runs bbolt's consistency check and closes it.
@@ -62,14 +63,14 @@ func view(t *testing.T, db *boltstore.DB, fn func(tx journal.Tx) error) {
 }
 
 // available is a record of an available task.
-func available(id string, priority int64, seq uint64) journal.Task {
-	return journal.Task{ID: id, State: journal.Available, Priority: priority, MaxAttempts: 3, Seq: seq, Created: t0, Updated: t0}
+func available(id string, priority int64, seq uint64) record.Task {
+	return record.Task{ID: id, State: record.Available, Priority: priority, MaxAttempts: 3, Seq: seq, Created: t0, Updated: t0}
 }
 
 // claimed is rec under a lease with token and deadline.
-func claimed(rec journal.Task, token uint64, deadline time.Time) journal.Task {
-	rec.State = journal.Claimed
-	rec.Lease = &journal.Lease{Token: token, Agent: "agent-" + rec.ID, ClaimedAt: t0, Deadline: deadline}
+func claimed(rec record.Task, token uint64, deadline time.Time) record.Task {
+	rec.State = record.Claimed
+	rec.Lease = &record.Lease{Token: token, Agent: "agent-" + rec.ID, ClaimedAt: t0, Deadline: deadline}
 	return rec
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func TestJournal_CreateThenOpen(t *testing.T) {
@@ -22,7 +23,7 @@ func TestJournal_CreateThenOpen(t *testing.T) {
 	if ok, err := boltstore.Exists(dir); err != nil || ok {
 		t.Fatalf("Exists before Create = %v, %v; want false, nil", ok, err)
 	}
-	d := journal.Defaults{TTL: 90 * time.Second, MaxAttempts: 7}
+	d := record.Defaults{TTL: 90 * time.Second, MaxAttempts: 7}
 	if err := boltstore.Create(dir, d, t0); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -170,7 +171,7 @@ func populate(t *testing.T, dir string, n int) int64 {
 	update(t, db, func(tx journal.Tx) error {
 		for i := 0; i < n; i++ {
 			id := fmt.Sprintf("task-%04d", i)
-			ev, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: id, To: journal.Available, Reason: "padding so that the data spans many pages"})
+			ev, err := tx.Append(record.Event{Time: t0, Type: record.EvAdd, Task: id, To: record.Available, Reason: "padding so that the data spans many pages"})
 			if err != nil {
 				return err
 			}
@@ -306,10 +307,10 @@ var damages = []damage{
 // readAll touches every record and event, as replay does.
 func readAll(db *boltstore.DB) error {
 	return db.View(func(tx journal.Tx) error {
-		if err := tx.Events(1, func(journal.Event) (bool, error) { return true, nil }); err != nil {
+		if err := tx.Events(1, func(record.Event) (bool, error) { return true, nil }); err != nil {
 			return err
 		}
-		if err := tx.ForEachTask(func(journal.Task) error { return nil }); err != nil {
+		if err := tx.ForEachTask(func(record.Task) error { return nil }); err != nil {
 			return err
 		}
 		for _, err := range tx.Check() {
@@ -525,7 +526,7 @@ func TestJournal_UpdateRollsBackOnError(t *testing.T) {
 	db, _ := newJournal(t)
 	boom := errors.New("boom")
 	err := db.Update(func(tx journal.Tx) error {
-		if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: "t1", To: journal.Available}); err != nil {
+		if _, err := tx.Append(record.Event{Time: t0, Type: record.EvAdd, Task: "t1", To: record.Available}); err != nil {
 			return err
 		}
 		if err := tx.PutTask(nil, available("t1", 0, 1)); err != nil {
@@ -544,7 +545,7 @@ func TestJournal_UpdateRollsBackOnError(t *testing.T) {
 			t.Errorf("task of a rolled-back transaction is stored")
 		}
 		n := 0
-		if err := tx.Events(1, func(journal.Event) (bool, error) { n++; return true, nil }); err != nil {
+		if err := tx.Events(1, func(record.Event) (bool, error) { n++; return true, nil }); err != nil {
 			return err
 		}
 		if n != 0 {
@@ -556,7 +557,7 @@ func TestJournal_UpdateRollsBackOnError(t *testing.T) {
 		if tx.LastToken() != uint64(t0.UnixMicro()) {
 			t.Errorf("token counter moved in a rolled-back transaction")
 		}
-		if c := tx.Counts()[journal.Available]; c != 0 {
+		if c := tx.Counts()[record.Available]; c != 0 {
 			t.Errorf("Counts[available] = %d after rollback", c)
 		}
 		return nil

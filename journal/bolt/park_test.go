@@ -9,13 +9,14 @@ import (
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // addTask commits one new available task.
 func addTask(t *testing.T, db *boltstore.DB, id string) {
 	t.Helper()
 	update(t, db, func(tx journal.Tx) error {
-		if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: id, To: journal.Available}); err != nil {
+		if _, err := tx.Append(record.Event{Time: t0, Type: record.EvAdd, Task: id, To: record.Available}); err != nil {
 			return err
 		}
 		return tx.PutTask(nil, available(id, 0, 1))

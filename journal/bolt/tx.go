@@ -8,6 +8,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Tx is one journal transaction. Methods that change state may only be
@@ -55,14 +56,14 @@ func (t *Tx) wrote() { t.writes++ }
 func (t *Tx) Writes() int { return t.writes }
 
 // Task returns the record of id; ok is false if the journal does not know it.
-func (t *Tx) Task(id string) (task journal.Task, ok bool, err error) {
+func (t *Tx) Task(id string) (task record.Task, ok bool, err error) {
 	v := t.tx.Bucket(bucketTasks).Get([]byte(id))
 	if v == nil {
-		return journal.Task{}, false, nil
+		return record.Task{}, false, nil
 	}
 	task, err = journal.DecodeTask(v)
 	if err != nil {
-		return journal.Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
+		return record.Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
 	}
 	return task, true, nil
 }
@@ -70,7 +71,7 @@ func (t *Tx) Task(id string) (task journal.Task, ok bool, err error) {
 // PutTask stores rec and keeps the ready and expiry indexes and the
 // per-state counts in step. old is the record it replaces (nil for a new
 // task); passing it saves a read and keeps index maintenance exact.
-func (t *Tx) PutTask(old *journal.Task, rec journal.Task) error {
+func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 	t.wrote()
 	if old != nil {
 		if err := t.unindex(*old); err != nil {
@@ -89,27 +90,27 @@ func (t *Tx) PutTask(old *journal.Task, rec journal.Task) error {
 	return t.addCount(rec.State, +1)
 }
 
-func (t *Tx) index(rec journal.Task) error {
+func (t *Tx) index(rec record.Task) error {
 	switch {
-	case rec.State == journal.Available:
+	case rec.State == record.Available:
 		return t.tx.Bucket(bucketReady).Put(readyKey(rec.Priority, rec.Seq), []byte(rec.ID))
-	case rec.State == journal.Claimed && rec.Lease != nil:
+	case rec.State == record.Claimed && rec.Lease != nil:
 		return t.tx.Bucket(bucketExpiry).Put(expiryKey(rec.Lease.Deadline, rec.Lease.Token), []byte(rec.ID))
 	}
 	return nil
 }
 
-func (t *Tx) unindex(rec journal.Task) error {
+func (t *Tx) unindex(rec record.Task) error {
 	switch {
-	case rec.State == journal.Available:
+	case rec.State == record.Available:
 		return t.tx.Bucket(bucketReady).Delete(readyKey(rec.Priority, rec.Seq))
-	case rec.State == journal.Claimed && rec.Lease != nil:
+	case rec.State == record.Claimed && rec.Lease != nil:
 		return t.tx.Bucket(bucketExpiry).Delete(expiryKey(rec.Lease.Deadline, rec.Lease.Token))
 	}
 	return nil
 }
 
-func (t *Tx) addCount(s journal.State, d int64) error {
+func (t *Tx) addCount(s record.State, d int64) error {
 	meta := t.tx.Bucket(bucketMeta)
 	k := []byte(keyCountPfx + string(s))
 	n := int64(getU64(meta.Get(k))) + d
@@ -117,10 +118,10 @@ func (t *Tx) addCount(s journal.State, d int64) error {
 }
 
 // Counts returns how many tasks are in each state, in O(1).
-func (t *Tx) Counts() map[journal.State]int {
+func (t *Tx) Counts() map[record.State]int {
 	meta := t.tx.Bucket(bucketMeta)
-	c := make(map[journal.State]int, len(journal.States))
-	for _, s := range journal.States {
+	c := make(map[record.State]int, len(record.States))
+	for _, s := range record.States {
 		c[s] = int(int64(getU64(meta.Get([]byte(keyCountPfx + string(s))))))
 	}
 	return c
@@ -162,7 +163,7 @@ func (t *Tx) Leases(fn func(id string) error) error {
 }
 
 // ForEachTask calls fn for every record, in id order.
-func (t *Tx) ForEachTask(fn func(journal.Task) error) error {
+func (t *Tx) ForEachTask(fn func(record.Task) error) error {
 	return t.tx.Bucket(bucketTasks).ForEach(func(k, v []byte) error {
 		rec, err := journal.DecodeTask(v)
 		if err != nil {
@@ -195,20 +196,20 @@ func (t *Tx) LastToken() uint64 {
 }
 
 // Claim returns what the journal remembers of token.
-func (t *Tx) Claim(token uint64) (c journal.Claim, ok bool, err error) {
+func (t *Tx) Claim(token uint64) (c record.Claim, ok bool, err error) {
 	v := t.tx.Bucket(bucketClaims).Get(u64(token))
 	if v == nil {
-		return journal.Claim{}, false, nil
+		return record.Claim{}, false, nil
 	}
 	c, err = journal.DecodeClaim(v)
 	if err != nil {
-		return journal.Claim{}, false, fmt.Errorf("decode claim %d: %w", token, err)
+		return record.Claim{}, false, fmt.Errorf("decode claim %d: %w", token, err)
 	}
 	return c, true, nil
 }
 
 // PutClaim stores c under its token.
-func (t *Tx) PutClaim(c journal.Claim) error {
+func (t *Tx) PutClaim(c record.Claim) error {
 	t.wrote()
 	return t.tx.Bucket(bucketClaims).Put(u64(c.Token), journal.EncodeClaim(c))
 }
@@ -245,7 +246,7 @@ func (t *Tx) DeleteRequest(agent, id string) error {
 }
 
 // Defaults returns the tree-wide settings chosen at init.
-func (t *Tx) Defaults() (journal.Defaults, error) {
+func (t *Tx) Defaults() (record.Defaults, error) {
 	d, err := journal.DecodeDefaults(t.tx.Bucket(bucketMeta).Get([]byte(keyDefaults)))
 	if err != nil {
 		return d, fmt.Errorf("decode defaults: %w", err)
@@ -278,7 +279,7 @@ func (t *Tx) Reset() error {
 		}
 	}
 	meta := t.tx.Bucket(bucketMeta)
-	for _, s := range journal.States {
+	for _, s := range record.States {
 		if err := meta.Delete([]byte(keyCountPfx + string(s))); err != nil {
 			return err
 		}
@@ -302,7 +303,7 @@ func (t *Tx) IndexSizes() (ready, expiry int) {
 }
 
 // ForEachClaim calls fn for every stored claim, in token order.
-func (t *Tx) ForEachClaim(fn func(journal.Claim) error) error {
+func (t *Tx) ForEachClaim(fn func(record.Claim) error) error {
 	return t.tx.Bucket(bucketClaims).ForEach(func(k, v []byte) error {
 		c, err := journal.DecodeClaim(v)
 		if err != nil {

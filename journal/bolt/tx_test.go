@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func TestTx_NextTokenStrictlyIncreases(t *testing.T) {
@@ -156,7 +157,7 @@ func newJournalAt(t *testing.T, now time.Time) *boltstore.DB {
 func TestTx_ReadyOrder(t *testing.T) {
 	db, _ := newJournal(t)
 	// Put in an order unrelated to the expected one; seq is the age.
-	recs := []journal.Task{
+	recs := []record.Task{
 		available("p0-old", 0, 3),
 		available("neg", -5, 1),
 		available("max", math.MaxInt64, 9),
@@ -188,7 +189,7 @@ func TestTx_ReadyOrder(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if c := tx.Counts()[journal.Available]; c != len(want)-i {
+			if c := tx.Counts()[record.Available]; c != len(want)-i {
 				t.Errorf("Counts[available] = %d, want %d", c, len(want)-i)
 			}
 			return tx.PutTask(&old, claimed(old, uint64(100+i), t0.Add(time.Minute)))
@@ -229,7 +230,7 @@ func TestTx_ReadyIndexFollowsRecord(t *testing.T) {
 	})
 	// Done leaves the index; requeue puts it back.
 	d := b2
-	d.State = journal.Done
+	d.State = record.Done
 	update(t, db, func(tx journal.Tx) error { return tx.PutTask(&b2, d) })
 	view(t, db, func(tx journal.Tx) error {
 		if id, _ := tx.(*boltstore.Tx).NextReady(); id != "a" {
@@ -252,7 +253,7 @@ func TestTx_ExpiryIndex(t *testing.T) {
 		"d0":  t0.Add(-time.Hour),      // long expired
 	}
 	tokens := map[string]uint64{"d3": 10, "d1": 11, "d2": 12, "d1b": 13, "d0": 14}
-	recs := map[string]journal.Task{}
+	recs := map[string]record.Task{}
 	update(t, db, func(tx journal.Tx) error {
 		seq := uint64(0)
 		for _, id := range []string{"d3", "d1", "d2", "d1b", "d0"} {
@@ -300,7 +301,7 @@ func TestTx_ExpiryIndex(t *testing.T) {
 	l.Deadline = t0.Add(time.Hour)
 	hb.Lease = &l
 	done := recs["d0"]
-	done.State, done.Lease = journal.Done, nil
+	done.State, done.Lease = record.Done, nil
 	update(t, db, func(tx journal.Tx) error {
 		old := recs["d1"]
 		if err := tx.PutTask(&old, hb); err != nil {
@@ -326,18 +327,18 @@ func TestTx_Counts(t *testing.T) {
 	b := available("b", 0, 2)
 	c := available("c", 0, 3)
 	update(t, db, func(tx journal.Tx) error {
-		for _, r := range []journal.Task{a, b, c} {
+		for _, r := range []record.Task{a, b, c} {
 			if err := tx.PutTask(nil, r); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	check := func(want map[journal.State]int) {
+	check := func(want map[record.State]int) {
 		t.Helper()
 		view(t, db, func(tx journal.Tx) error {
 			got := tx.Counts()
-			for _, s := range journal.States {
+			for _, s := range record.States {
 				if got[s] != want[s] {
 					t.Errorf("Counts[%s] = %d, want %d", s, got[s], want[s])
 				}
@@ -345,26 +346,26 @@ func TestTx_Counts(t *testing.T) {
 			return nil
 		})
 	}
-	check(map[journal.State]int{journal.Available: 3})
+	check(map[record.State]int{record.Available: 3})
 	ac := claimed(a, 1, t0.Add(time.Minute))
 	bf := b
-	bf.State = journal.Failed
+	bf.State = record.Failed
 	update(t, db, func(tx journal.Tx) error {
 		if err := tx.PutTask(&a, ac); err != nil {
 			return err
 		}
 		return tx.PutTask(&b, bf)
 	})
-	check(map[journal.State]int{journal.Available: 1, journal.Claimed: 1, journal.Failed: 1})
+	check(map[record.State]int{record.Available: 1, record.Claimed: 1, record.Failed: 1})
 	ad := ac
-	ad.State, ad.Lease = journal.Done, nil
+	ad.State, ad.Lease = record.Done, nil
 	update(t, db, func(tx journal.Tx) error { return tx.PutTask(&ac, ad) })
-	check(map[journal.State]int{journal.Available: 1, journal.Done: 1, journal.Failed: 1})
+	check(map[record.State]int{record.Available: 1, record.Done: 1, record.Failed: 1})
 	// Rewriting a record in the same state keeps the count.
 	c2 := c
 	c2.Priority = 3
 	update(t, db, func(tx journal.Tx) error { return tx.PutTask(&c, c2) })
-	check(map[journal.State]int{journal.Available: 1, journal.Done: 1, journal.Failed: 1})
+	check(map[record.State]int{record.Available: 1, record.Done: 1, record.Failed: 1})
 }
 
 func TestTx_TaskRoundTrip(t *testing.T) {
@@ -372,7 +373,7 @@ func TestTx_TaskRoundTrip(t *testing.T) {
 	rec := claimed(available("t1", 7, 42), 1234, t0.Add(90*time.Second))
 	rec.Attempts = 2
 	rec.Lease.RequestID = "req-1"
-	rec.Last = &journal.LeaseEnd{Token: 1000, Agent: "old", At: t0.Add(-time.Minute), By: journal.EvReap, Reason: "lease expired"}
+	rec.Last = &record.LeaseEnd{Token: 1000, Agent: "old", At: t0.Add(-time.Minute), By: record.EvReap, Reason: "lease expired"}
 	update(t, db, func(tx journal.Tx) error { return tx.PutTask(nil, rec) })
 	view(t, db, func(tx journal.Tx) error {
 		got, ok, err := tx.Task("t1")
@@ -386,7 +387,7 @@ func TestTx_TaskRoundTrip(t *testing.T) {
 			t.Errorf("Task(unknown) = ok %v, err %v", ok, err)
 		}
 		var ids []string
-		if err := tx.ForEachTask(func(r journal.Task) error { ids = append(ids, r.ID); return nil }); err != nil {
+		if err := tx.ForEachTask(func(r record.Task) error { ids = append(ids, r.ID); return nil }); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(ids, []string{"t1"}) {
@@ -398,9 +399,9 @@ func TestTx_TaskRoundTrip(t *testing.T) {
 
 func TestTx_Claims(t *testing.T) {
 	db, _ := newJournal(t)
-	cs := []journal.Claim{
+	cs := []record.Claim{
 		{Token: 30, Task: "b", Agent: "x", At: t0},
-		{Token: 10, Task: "a", Agent: "y", At: t0, RequestID: "r", Ended: &journal.LeaseEnd{Token: 10, Agent: "y", At: t0.Add(time.Second), By: journal.EvRevoke}},
+		{Token: 10, Task: "a", Agent: "y", At: t0, RequestID: "r", Ended: &record.LeaseEnd{Token: 10, Agent: "y", At: t0.Add(time.Second), By: record.EvRevoke}},
 		{Token: 20, Task: "a", Agent: "z", At: t0},
 	}
 	update(t, db, func(tx journal.Tx) error {
@@ -420,7 +421,7 @@ func TestTx_Claims(t *testing.T) {
 			t.Errorf("Claim(never issued) = ok %v, err %v", ok, err)
 		}
 		var order []uint64
-		if err := tx.ForEachClaim(func(c journal.Claim) error { order = append(order, c.Token); return nil }); err != nil {
+		if err := tx.ForEachClaim(func(c record.Claim) error { order = append(order, c.Token); return nil }); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(order, []uint64{10, 20, 30}) {
@@ -435,7 +436,7 @@ func TestTx_Reset(t *testing.T) {
 	var token uint64
 	update(t, db, func(tx journal.Tx) error {
 		for i, id := range []string{"a", "b", "c"} {
-			if _, err := tx.Append(journal.Event{Time: t0, Type: journal.EvAdd, Task: id, To: journal.Available}); err != nil {
+			if _, err := tx.Append(record.Event{Time: t0, Type: record.EvAdd, Task: id, To: record.Available}); err != nil {
 				return err
 			}
 			if err := tx.PutTask(nil, available(id, 0, uint64(i+1))); err != nil {
@@ -450,7 +451,7 @@ func TestTx_Reset(t *testing.T) {
 		if err := tx.PutTask(&a, claimed(a, token, t0.Add(time.Minute))); err != nil {
 			return err
 		}
-		return tx.PutClaim(journal.Claim{Token: token, Task: "a", Agent: "x", At: t0})
+		return tx.PutClaim(record.Claim{Token: token, Task: "a", Agent: "x", At: t0})
 	})
 	var treeID string
 	view(t, db, func(tx journal.Tx) error { treeID = tx.(*boltstore.Tx).TreeID(); return nil })
@@ -478,7 +479,7 @@ func TestTx_Reset(t *testing.T) {
 		}
 		// Kept: events, the token counter, the settings and the tree id.
 		n := 0
-		if err := tx.Events(1, func(journal.Event) (bool, error) { n++; return true, nil }); err != nil {
+		if err := tx.Events(1, func(record.Event) (bool, error) { n++; return true, nil }); err != nil {
 			return err
 		}
 		if n != 3 {
@@ -501,7 +502,7 @@ func TestTx_Reset(t *testing.T) {
 		if id, _ := tx.(*boltstore.Tx).NextReady(); id != "z" {
 			t.Errorf("NextReady after Reset and a new put = %q, want z", id)
 		}
-		if tx.Counts()[journal.Available] != 1 {
+		if tx.Counts()[record.Available] != 1 {
 			t.Errorf("Counts after Reset and a new put = %v", tx.Counts())
 		}
 		return nil
@@ -527,8 +528,8 @@ func TestTx_ManyTasksIndexes(t *testing.T) {
 		if want := fmt.Sprintf("t%03d", n-1); id != want {
 			t.Errorf("NextReady = %s, want %s", id, want)
 		}
-		if tx.Counts()[journal.Available] != n {
-			t.Errorf("Counts[available] = %d, want %d", tx.Counts()[journal.Available], n)
+		if tx.Counts()[record.Available] != n {
+			t.Errorf("Counts[available] = %d, want %d", tx.Counts()[record.Available], n)
 		}
 		return nil
 	})

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // Defaults are the settings a store given to Run must have been created
 // with.
-var Defaults = journal.Defaults{TTL: 10 * time.Minute, MaxAttempts: 3}
+var Defaults = record.Defaults{TTL: 10 * time.Minute, MaxAttempts: 3}
 
 // T0 is the time the records of the suite carry. A store given to Run must
 // have been created with its token counter at or below T0 in microseconds.
@@ -64,18 +65,18 @@ func view(t *testing.T, s journal.Store, fn func(journal.Tx) error) {
 	}
 }
 
-func available(id string, priority int64, seq uint64) journal.Task {
-	return journal.Task{ID: id, State: journal.Available, Priority: priority, MaxAttempts: 3, Seq: seq, Created: T0, Updated: T0}
+func available(id string, priority int64, seq uint64) record.Task {
+	return record.Task{ID: id, State: record.Available, Priority: priority, MaxAttempts: 3, Seq: seq, Created: T0, Updated: T0}
 }
 
-func claimed(rec journal.Task, token uint64, deadline time.Time) journal.Task {
-	rec.State = journal.Claimed
-	rec.Lease = &journal.Lease{Token: token, Agent: "agent-" + rec.ID, ClaimedAt: T0, Deadline: deadline, TTL: time.Minute}
+func claimed(rec record.Task, token uint64, deadline time.Time) record.Task {
+	rec.State = record.Claimed
+	rec.Lease = &record.Lease{Token: token, Agent: "agent-" + rec.ID, ClaimedAt: T0, Deadline: deadline, TTL: time.Minute}
 	return rec
 }
 
 // put stores recs as new tasks in one transaction.
-func put(t *testing.T, s journal.Store, recs ...journal.Task) {
+func put(t *testing.T, s journal.Store, recs ...record.Task) {
 	t.Helper()
 	update(t, s, func(tx journal.Tx) error {
 		for _, r := range recs {
@@ -119,7 +120,7 @@ func testTasks(t *testing.T, s journal.Store) {
 			t.Errorf("Task(nope) = ok %v, %v; want not found, no error", ok, err)
 		}
 		var ids []string
-		if err := tx.ForEachTask(func(r journal.Task) error { ids = append(ids, r.ID); return nil }); err != nil {
+		if err := tx.ForEachTask(func(r record.Task) error { ids = append(ids, r.ID); return nil }); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(ids, []string{"a", "b"}) {
@@ -134,7 +135,7 @@ func testTasks(t *testing.T, s journal.Store) {
 		if got, _, _ := tx.Task("b"); !reflect.DeepEqual(got, b2) {
 			t.Errorf("Task(b) after replace = %+v; want %+v", got, b2)
 		}
-		want := map[journal.State]int{journal.Available: 1, journal.Claimed: 1, journal.Done: 0, journal.Failed: 0}
+		want := map[record.State]int{record.Available: 1, record.Claimed: 1, record.Done: 0, record.Failed: 0}
 		if c := tx.Counts(); !reflect.DeepEqual(c, want) {
 			t.Errorf("Counts = %v; want %v", c, want)
 		}
@@ -191,9 +192,9 @@ func testExpiry(t *testing.T, s journal.Store) {
 	})
 	// A lease extended moves in the index; a task done leaves it.
 	ext := early
-	ext.Lease = &journal.Lease{Token: 2, Agent: "x", ClaimedAt: T0, Deadline: T0.Add(time.Hour)}
+	ext.Lease = &record.Lease{Token: 2, Agent: "x", ClaimedAt: T0, Deadline: T0.Add(time.Hour)}
 	done := mid
-	done.State, done.Lease = journal.Done, nil
+	done.State, done.Lease = record.Done, nil
 	update(t, s, func(tx journal.Tx) error {
 		if err := tx.PutTask(&early, ext); err != nil {
 			return err
@@ -209,9 +210,9 @@ func testExpiry(t *testing.T, s journal.Store) {
 }
 
 func testClaims(t *testing.T, s journal.Store) {
-	c2 := journal.Claim{Token: 20, Task: "t", Agent: "a", At: T0, RequestID: "r"}
-	c1 := journal.Claim{Token: 10, Task: "u", Agent: "b", At: T0,
-		Ended: &journal.LeaseEnd{Token: 10, Agent: "b", At: T0.Add(time.Second), By: journal.EvReap, Reason: "lease expired"}}
+	c2 := record.Claim{Token: 20, Task: "t", Agent: "a", At: T0, RequestID: "r"}
+	c1 := record.Claim{Token: 10, Task: "u", Agent: "b", At: T0,
+		Ended: &record.LeaseEnd{Token: 10, Agent: "b", At: T0.Add(time.Second), By: record.EvReap, Reason: "lease expired"}}
 	update(t, s, func(tx journal.Tx) error {
 		if err := tx.PutClaim(c2); err != nil {
 			return err
@@ -226,7 +227,7 @@ func testClaims(t *testing.T, s journal.Store) {
 			t.Errorf("Claim(11) = ok %v, %v; want not found", ok, err)
 		}
 		var toks []uint64
-		if err := tx.ForEachClaim(func(c journal.Claim) error { toks = append(toks, c.Token); return nil }); err != nil {
+		if err := tx.ForEachClaim(func(c record.Claim) error { toks = append(toks, c.Token); return nil }); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(toks, []uint64{10, 20}) {
@@ -270,12 +271,12 @@ func testRequests(t *testing.T, s journal.Store) {
 	})
 }
 
-func appendEvents(t *testing.T, s journal.Store, ids ...string) (out []journal.Event) {
+func appendEvents(t *testing.T, s journal.Store, ids ...string) (out []record.Event) {
 	t.Helper()
 	update(t, s, func(tx journal.Tx) error {
 		out = nil
 		for _, id := range ids {
-			ev, err := tx.Append(journal.Event{Seq: 999, Time: T0, Type: journal.EvAdd, Task: id, To: journal.Available})
+			ev, err := tx.Append(record.Event{Seq: 999, Time: T0, Type: record.EvAdd, Task: id, To: record.Available})
 			if err != nil {
 				return err
 			}
@@ -286,7 +287,7 @@ func appendEvents(t *testing.T, s journal.Store, ids ...string) (out []journal.E
 	return out
 }
 
-func seqs(evs []journal.Event) []uint64 {
+func seqs(evs []record.Event) []uint64 {
 	var out []uint64
 	for _, ev := range evs {
 		out = append(out, ev.Seq)
@@ -301,9 +302,9 @@ func testEvents(t *testing.T, s journal.Store) {
 	}
 	appendEvents(t, s, "a", "c", "a")
 	view(t, s, func(tx journal.Tx) error {
-		var fwd, back, ofA []journal.Event
-		collect := func(to *[]journal.Event) func(journal.Event) (bool, error) {
-			return func(ev journal.Event) (bool, error) { *to = append(*to, ev); return true, nil }
+		var fwd, back, ofA []record.Event
+		collect := func(to *[]record.Event) func(record.Event) (bool, error) {
+			return func(ev record.Event) (bool, error) { *to = append(*to, ev); return true, nil }
 		}
 		if err := tx.Events(2, collect(&fwd)); err != nil {
 			return err
@@ -323,18 +324,18 @@ func testEvents(t *testing.T, s journal.Store) {
 		if got := seqs(ofA); !reflect.DeepEqual(got, []uint64{5, 3, 1}) {
 			t.Errorf("TaskEventsBackward(a) = %v; want [5 3 1]", got)
 		}
-		var two []journal.Event
-		if err := tx.Events(1, func(ev journal.Event) (bool, error) { two = append(two, ev); return len(two) < 2, nil }); err != nil {
+		var two []record.Event
+		if err := tx.Events(1, func(ev record.Event) (bool, error) { two = append(two, ev); return len(two) < 2, nil }); err != nil {
 			return err
 		}
 		if len(two) != 2 {
 			t.Errorf("Events went on after fn returned false: %d events", len(two))
 		}
-		if ev := fwd[0]; ev.Task != "b" || ev.Type != journal.EvAdd || !ev.Time.Equal(T0) {
+		if ev := fwd[0]; ev.Task != "b" || ev.Type != record.EvAdd || !ev.Time.Equal(T0) {
 			t.Errorf("event 2 = %+v; want b's add at T0", ev)
 		}
 		stop := errors.New("stop")
-		if err := tx.EventsBackward(func(journal.Event) (bool, error) { return true, stop }); !errors.Is(err, stop) {
+		if err := tx.EventsBackward(func(record.Event) (bool, error) { return true, stop }); !errors.Is(err, stop) {
 			t.Errorf("EventsBackward did not return fn's error: %v", err)
 		}
 		return nil
@@ -436,7 +437,7 @@ func testWrites(t *testing.T, s journal.Store) {
 			t.Errorf("PutTask did not count in Writes")
 		}
 		n = tx.Writes()
-		if _, err := tx.Append(journal.Event{Time: T0, Type: journal.EvAdd, Task: "a", To: journal.Available}); err != nil {
+		if _, err := tx.Append(record.Event{Time: T0, Type: record.EvAdd, Task: "a", To: record.Available}); err != nil {
 			return err
 		}
 		if tx.Writes() <= n {
@@ -468,7 +469,7 @@ func testReset(t *testing.T, s journal.Store) {
 	rec := claimed(available("a", 0, 1), 0, T0.Add(time.Minute))
 	var tok uint64
 	update(t, s, func(tx journal.Tx) (err error) {
-		if _, err := tx.Append(journal.Event{Time: T0, Type: journal.EvAdd, Task: "a", To: journal.Available}); err != nil {
+		if _, err := tx.Append(record.Event{Time: T0, Type: record.EvAdd, Task: "a", To: record.Available}); err != nil {
 			return err
 		}
 		if tok, err = tx.NextToken(T0); err != nil {
@@ -481,7 +482,7 @@ func testReset(t *testing.T, s journal.Store) {
 		if err := tx.PutTask(nil, available("b", 0, 2)); err != nil {
 			return err
 		}
-		if err := tx.PutClaim(journal.Claim{Token: tok, Task: "a", Agent: "x", At: T0, RequestID: "r"}); err != nil {
+		if err := tx.PutClaim(record.Claim{Token: tok, Task: "a", Agent: "x", At: T0, RequestID: "r"}); err != nil {
 			return err
 		}
 		return tx.PutRequest("x", "r", tok)
@@ -509,7 +510,7 @@ func testReset(t *testing.T, s journal.Store) {
 			t.Errorf("LastToken after Reset = %d; want %d (kept)", tx.LastToken(), tok)
 		}
 		n := 0
-		if err := tx.Events(1, func(journal.Event) (bool, error) { n++; return true, nil }); err != nil || n != 1 {
+		if err := tx.Events(1, func(record.Event) (bool, error) { n++; return true, nil }); err != nil || n != 1 {
 			t.Errorf("events after Reset: %d, %v; want the 1 kept", n, err)
 		}
 		return nil
@@ -525,7 +526,7 @@ type snapshot struct {
 	task     bool
 	token    uint64
 	events   int
-	counts   map[journal.State]int
+	counts   map[record.State]int
 	request  bool
 	claim    bool
 	lastSeqs []uint64
@@ -536,7 +537,7 @@ func snap(tx journal.Tx) snapshot {
 	_, s.task, _ = tx.Task("t")
 	_, s.claim, _ = tx.Claim(s.token + 1)
 	_, s.request = tx.Request("a", "r")
-	tx.Events(1, func(journal.Event) (bool, error) { s.events++; return true, nil })
+	tx.Events(1, func(record.Event) (bool, error) { s.events++; return true, nil })
 	evs, _ := tx.LastCommit()
 	s.lastSeqs = seqs(evs)
 	return s
@@ -545,7 +546,7 @@ func snap(tx journal.Tx) snapshot {
 // write makes every kind of change: a task, an event, a token, a claim and
 // a request.
 func write(tx journal.Tx) error {
-	if _, err := tx.Append(journal.Event{Time: T0, Type: journal.EvClaim, Task: "t", To: journal.Claimed}); err != nil {
+	if _, err := tx.Append(record.Event{Time: T0, Type: record.EvClaim, Task: "t", To: record.Claimed}); err != nil {
 		return err
 	}
 	tok, err := tx.NextToken(T0)
@@ -555,7 +556,7 @@ func write(tx journal.Tx) error {
 	if err := tx.PutTask(nil, claimed(available("t", 0, 1), tok, T0.Add(time.Minute))); err != nil {
 		return err
 	}
-	if err := tx.PutClaim(journal.Claim{Token: tok, Task: "t", Agent: "a", At: T0, RequestID: "r"}); err != nil {
+	if err := tx.PutClaim(record.Claim{Token: tok, Task: "t", Agent: "a", At: T0, RequestID: "r"}); err != nil {
 		return err
 	}
 	return tx.PutRequest("a", "r", tok)
@@ -606,11 +607,11 @@ func testRerun(t *testing.T, s journal.Store) {
 	})
 	view(t, s, func(tx journal.Tx) error {
 		n := 0
-		tx.Events(1, func(journal.Event) (bool, error) { n++; return true, nil })
+		tx.Events(1, func(record.Event) (bool, error) { n++; return true, nil })
 		if n != before.events+1 {
 			t.Errorf("%d events after %d run(s) of one Update; want %d", n, runs, before.events+1)
 		}
-		if c := tx.Counts()[journal.Claimed]; c != 1 {
+		if c := tx.Counts()[record.Claimed]; c != 1 {
 			t.Errorf("Counts[claimed] = %d; want 1", c)
 		}
 		return nil

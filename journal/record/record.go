@@ -1,18 +1,35 @@
-package journal
+// Package record holds the domain's words: a task and its State, the
+// Lease on it, the Claim behind every token, the Event that changes it and
+// the tree's Defaults. It is a leaf that every layer imports (journal and
+// its stores keep these records, fence decides on them, the CLI prints
+// them) and that nothing re-exports; it imports nothing of fencectl's.
+//
+// The JSON tags are the records' JSON form (fencectl show, log and the
+// journals written before the binary codec); package journal's codec is
+// the stored form. Neither may change without a migration.
+package record
 
 import "time"
 
 // State is where a task is in its lifecycle. Each state has one directory of
-// the same name in the tree; package fence documents who moves a task out of
-// each state.
+// the same name in the tree (fence.DirOf); docs/lifecycle.md draws the moves.
 type State string
 
-// The four task states.
 const (
+	// Available tasks wait in available/. They leave it by a claim (to
+	// Claimed), by any agent.
 	Available State = "available"
-	Claimed   State = "claimed"
-	Done      State = "done"
-	Failed    State = "failed"
+	// Claimed tasks sit in claimed/ under a lease. They leave it by complete
+	// (Done), release or fail below max attempts (Available), fail at max
+	// attempts (Failed), all with the current token; by reap once the lease
+	// expired (Available or Failed); and by an operator's revoke (Available).
+	Claimed State = "claimed"
+	// Done tasks sit in done/. Only an operator's requeue moves them (to
+	// Available).
+	Done State = "done"
+	// Failed tasks reached max attempts and sit in failed/, the dead letter
+	// directory. Only an operator's requeue moves them (to Available).
+	Failed State = "failed"
 )
 
 // States lists every state in lifecycle order.
