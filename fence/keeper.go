@@ -109,7 +109,7 @@ func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
 	}
 	length := cfg.TTL
 	if length == 0 {
-		length = cfg.Deadline.Sub(Now())
+		length = cfg.Deadline.Sub(t.now())
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = max(length/3, time.Millisecond)
@@ -120,7 +120,7 @@ func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
 	if cfg.Tick == 0 {
 		cfg.Tick = DefaultKeeperTick
 	}
-	now := Now()
+	now := t.now()
 	return &LeaseKeeper{
 		tree: t, cfg: cfg, deadline: cfg.Deadline,
 		nextBeat: now.Add(cfg.Interval), nextCheck: now.Add(cfg.CheckInterval),
@@ -225,7 +225,7 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 			wrote = true
 		case <-tick.C:
 		}
-		if step, _ := k.runOnce(ctx, Now(), wrote); step == StepLost {
+		if step, _ := k.runOnce(ctx, k.tree.now(), wrote); step == StepLost {
 			return
 		}
 	}

@@ -51,7 +51,9 @@ var recoverOrder = []State{Done, Failed, Claimed, Available}
 // mistyped --dir must not plant one), a readable journal (replay is the
 // repair for that) and a journal of another schema version (a newer
 // fencectl's journal is healthy, and rebuilding it would free every lease).
-func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverReport, error) {
+// Of o, only Timeout (the wait for the lock) and Clock apply.
+func Recover(root string, d journal.Defaults, o Options) (RecoverReport, error) {
+	timeout, clock := o.lockTimeout(), o.clock()
 	rep := RecoverReport{Counts: map[State]int{}, Freed: []string{}, Findings: []Finding{}}
 	if err := checkDefaults(d); err != nil {
 		return rep, err
@@ -77,7 +79,7 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	if exists, err := boltstore.Exists(meta); err != nil {
 		return rep, err
 	} else if exists {
-		db, err := boltstore.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: Now})
+		db, err := boltstore.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: clock})
 		if err == nil {
 			err = db.Verify()
 			db.Close()
@@ -93,12 +95,12 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 			d = old
 		}
 	}
-	seed, err := tokenFloor(meta)
+	seed, err := tokenFloor(meta, clock())
 	if err != nil {
 		return rep, err
 	}
 	if _, err := os.Lstat(path); err == nil {
-		aside := path + damagedSuffix + Now().UTC().Format("20060102T150405Z")
+		aside := path + damagedSuffix + clock().UTC().Format("20060102T150405Z")
 		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE); err != nil {
 			return rep, fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
 		}
@@ -139,7 +141,7 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 	}
 	sort.Strings(ids)
 
-	db, err := boltstore.Open(meta, journal.OpenOptions{Timeout: timeout, BoltLockOnly: true, Clock: Now})
+	db, err := boltstore.Open(meta, journal.OpenOptions{Timeout: timeout, BoltLockOnly: true, Clock: clock})
 	if err != nil {
 		return rep, err
 	}
@@ -183,7 +185,7 @@ func Recover(root string, d journal.Defaults, timeout time.Duration) (RecoverRep
 		return rep, fmt.Errorf("rebuild the journal: %w", err)
 	}
 	crashAt("recover:after-commit")
-	t := &Tree{root: rep.Root, metaDir: meta, mirror: m, batch: &batcher{}}
+	t := &Tree{root: rep.Root, metaDir: meta, mirror: m, opts: Options{Timeout: timeout, Clock: clock}, batch: &batcher{}}
 	b := m.NewBatch()
 	for _, mv := range moves {
 		if err := t.place(b, mv); err != nil {
@@ -230,11 +232,11 @@ const damagedSuffix = ".damaged-"
 // the token ceiling's files (.fence/tokens, and .fence-tokens in the root,
 // which outlives `rm -rf .fence`), whatever the journal files in meta
 // still show (journal.db and the copies earlier recovers set aside,
-// however damaged), and the clock, for trees older than the ceiling. A
+// however damaged), and the clock (now), for trees older than the ceiling. A
 // ceiling file that exists but cannot be read is an error: starting
 // without it could reissue old tokens.
-func tokenFloor(meta string) (uint64, error) {
-	floor := uint64(Now().UnixMicro())
+func tokenFloor(meta string, now time.Time) (uint64, error) {
+	floor := uint64(now.UnixMicro())
 	ceiling, found, err := journal.ReadCeiling(meta)
 	if err != nil {
 		return 0, err

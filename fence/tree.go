@@ -40,6 +40,9 @@ type Options struct {
 	// Backend is the store that holds the journal; nil is the bbolt store
 	// in .fence/journal.db.
 	Backend journal.Backend
+	// Clock is the time every rule reads (see clock.go); nil is the system
+	// clock. A store with a clock of its own judges expiry by that instead.
+	Clock func() time.Time
 }
 
 // Notice is a side report: something found and handled, or left alone.
@@ -74,13 +77,7 @@ func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }
 // journal. On an existing tree it checks the journal and changes nothing;
 // created says which happened.
 func Init(root string, d journal.Defaults) (created bool, err error) {
-	return InitTimeout(root, d, DefaultTimeout)
-}
-
-// InitTimeout is Init with a bound on the wait for the lock of an
-// existing tree's journal.
-func InitTimeout(root string, d journal.Defaults, timeout time.Duration) (created bool, err error) {
-	res, err := InitTree(root, d, timeout)
+	res, err := InitTree(root, d, Options{})
 	return res.Created, err
 }
 
@@ -96,9 +93,12 @@ type InitResult struct {
 // refuses, changing nothing, a directory that holds task files but no
 // journal: an empty journal would hide them, and recover is the way back.
 // The journal is made under the tree's lock, so of several inits at once
-// exactly one creates it and the others report what it made.
-func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResult, error) {
+// exactly one creates it and the others report what it made. Of o, only
+// Timeout (the wait for the lock) and Clock (the token counter starts
+// above it) apply.
+func InitTree(root string, d journal.Defaults, o Options) (InitResult, error) {
 	res := InitResult{Defaults: d}
+	timeout, clock := o.lockTimeout(), o.clock()
 	if err := checkDefaults(d); err != nil {
 		return res, err
 	}
@@ -123,7 +123,7 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 	}
 	defer m.Close()
 	if exists { // an existing tree: a reader, under the shared lock
-		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: Now})
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		return res, err
 	}
 	lock, err := boltstore.AcquireLock(filepath.Join(meta, boltstore.LockName), true, timeout)
@@ -134,14 +134,14 @@ func InitTree(root string, d journal.Defaults, timeout time.Duration) (InitResul
 	if exists, err = boltstore.Exists(meta); err != nil {
 		return res, err
 	} else if exists { // another init won the race (we hold the lock: bbolt's alone)
-		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: Now})
+		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: clock})
 		return res, err
 	}
 	if err := refuseOrphanTasks(abs); err != nil {
 		return res, err
 	}
 	boltstore.SweepCreating(meta)
-	seed, err := tokenFloor(meta)
+	seed, err := tokenFloor(meta, clock())
 	if err != nil {
 		return res, err
 	}
@@ -189,9 +189,7 @@ func Open(root string, o Options) (*Tree, error) {
 		return nil, err
 	}
 	m.Crash, m.Fault = crashAt, renameFault
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
+	o.Timeout, o.Clock = o.lockTimeout(), o.clock()
 	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, batch: &batcher{writerSlot: &writerSlot{}}}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify("warning", abs, warning)
@@ -266,7 +264,7 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 // open opens the tree's journal: for reading (under the shared lock), or
 // for writing, with the writer's turn.
 func (t *Tree) open(readOnly bool) (journal.Store, error) {
-	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly, Clock: Now})
+	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly, Clock: t.opts.Clock})
 }
 
 // commit appends ev, folds it into the task's record and the token's claim

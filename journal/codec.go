@@ -26,7 +26,7 @@ import (
 // change; nothing needs a migration.
 //
 // Times are stored as instants in UTC (every time the journal records comes
-// from fence.Now, which is UTC); decoding returns them in UTC.
+// from the tree's clock, UTC by default); decoding returns them in UTC.
 
 // codecV1 starts every binary record. It can never start a JSON record.
 const codecV1 = 0x01

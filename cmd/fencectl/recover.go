@@ -48,7 +48,7 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 			if d.TTL <= 0 || d.MaxAttempts < 1 {
 				return usagef("--ttl must be positive and --max-attempts at least 1")
 			}
-			rep, err := fence.Recover(c.String("dir"), d, c.Duration("timeout"))
+			rep, err := fence.Recover(c.String("dir"), d, setupOptions(c))
 			if err != nil {
 				return err
 			}
