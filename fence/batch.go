@@ -93,9 +93,10 @@ func (t *Tree) openWriter() (journal.Store, error) {
 
 // parkWriter ends a group's use of db: parked for the next group if the
 // group went through, closed otherwise (after a failure nothing about the
-// handle is trusted) or when bbolt's polling lock is the only lock.
+// handle is trusted) or when the store cannot park it (bbolt's polling
+// lock is the only lock).
 func (t *Tree) parkWriter(db journal.Store, healthy bool) {
-	if healthy && !t.opts.BoltLockOnly && db.Park() == nil {
+	if healthy && db.Park() == nil {
 		if old := t.batch.idle.Swap(&parked{db}); old != nil {
 			old.db.Close()
 		}

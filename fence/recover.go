@@ -79,7 +79,7 @@ func Recover(root string, d journal.Defaults, o Options) (RecoverReport, error) 
 	if exists, err := boltstore.Exists(meta); err != nil {
 		return rep, err
 	} else if exists {
-		db, err := boltstore.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: clock})
+		db, err := lockHeld.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		if err == nil {
 			err = db.Verify()
 			db.Close()
@@ -141,7 +141,7 @@ func Recover(root string, d journal.Defaults, o Options) (RecoverReport, error) 
 	}
 	sort.Strings(ids)
 
-	db, err := boltstore.Open(meta, journal.OpenOptions{Timeout: timeout, BoltLockOnly: true, Clock: clock})
+	db, err := lockHeld.Open(meta, journal.OpenOptions{Timeout: timeout, Clock: clock})
 	if err != nil {
 		return rep, err
 	}

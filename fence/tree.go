@@ -34,9 +34,6 @@ type Options struct {
 	// result: inbox entries it could not adopt, files it had to put back.
 	// nil drops them.
 	Notify func(Notice)
-	// BoltLockOnly skips the blocking flock on .fence/lock and relies on
-	// bbolt's polling file lock: for measuring the difference only.
-	BoltLockOnly bool
 	// Backend is the store that holds the journal; nil is the bbolt store
 	// in .fence/journal.db.
 	Backend journal.Backend
@@ -123,7 +120,7 @@ func InitTree(root string, d journal.Defaults, o Options) (InitResult, error) {
 	}
 	defer m.Close()
 	if exists { // an existing tree: a reader, under the shared lock
-		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
+		res.Defaults, err = readDefaults(boltstore.Backend{}, meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		return res, err
 	}
 	lock, err := boltstore.AcquireLock(filepath.Join(meta, boltstore.LockName), true, timeout)
@@ -134,7 +131,7 @@ func InitTree(root string, d journal.Defaults, o Options) (InitResult, error) {
 	if exists, err = boltstore.Exists(meta); err != nil {
 		return res, err
 	} else if exists { // another init won the race (we hold the lock: bbolt's alone)
-		res.Defaults, err = readDefaults(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: clock})
+		res.Defaults, err = readDefaults(lockHeld, meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		return res, err
 	}
 	if err := refuseOrphanTasks(abs); err != nil {
@@ -152,10 +149,14 @@ func InitTree(root string, d journal.Defaults, o Options) (InitResult, error) {
 	return res, nil
 }
 
+// lockHeld opens a bbolt journal for init and recover, which hold
+// .fence/lock already.
+var lockHeld = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
+
 // readDefaults opens the journal in meta with o and reads the tree's
 // settings.
-func readDefaults(meta string, o journal.OpenOptions) (d journal.Defaults, err error) {
-	db, err := boltstore.Open(meta, o)
+func readDefaults(store journal.Backend, meta string, o journal.OpenOptions) (d journal.Defaults, err error) {
+	db, err := store.Open(meta, o)
 	if err != nil {
 		return d, err
 	}
@@ -264,7 +265,7 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 // open opens the tree's journal: for reading (under the shared lock), or
 // for writing, with the writer's turn.
 func (t *Tree) open(readOnly bool) (journal.Store, error) {
-	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, BoltLockOnly: t.opts.BoltLockOnly, Clock: t.opts.Clock})
+	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, Clock: t.opts.Clock})
 }
 
 // commit appends ev, folds it into the task's record and the token's claim
