@@ -12,9 +12,6 @@ import (
 // builds exit the process there when FENCE_CRASH names it.
 func crashAt(point string) {}
 
-// TestHooks reports whether this binary was built with the test hooks.
-const TestHooks = false
-
 // renameFault fails chosen renames in test builds (see hooks_fencetest.go);
 // nil here, so release builds never ask.
 var renameFault func(from fsmirror.Dir, name string) unix.Errno

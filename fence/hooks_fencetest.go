@@ -15,9 +15,6 @@ import (
 	"github.com/fencectl/fencectl/fsmirror"
 )
 
-// TestHooks reports whether this binary was built with the test hooks.
-const TestHooks = true
-
 // crashAt exits the process at a named point when FENCE_CRASH lists it.
 // Points look like "claim:after-commit"; a listed name matches the whole
 // point or the part after the colon ("after-commit" matches every op).

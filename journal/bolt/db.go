@@ -334,10 +334,6 @@ func (db *DB) checkVersion() error {
 // Path returns the journal file's path.
 func (db *DB) Path() string { return db.path }
 
-// Bolt exposes the underlying bbolt handle for consistency checks in tests
-// and in `replay`.
-func (db *DB) Bolt() *bbolt.DB { return db.b }
-
 // Verify reads the whole journal: bbolt's own consistency check, then
 // every record, claim and event decoded. Any damage found is a
 // *CorruptError. recover uses it to decide whether a journal can be kept.
