@@ -4,13 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
@@ -99,15 +98,8 @@ func Recover(root string, d journal.Defaults, o Options) (RecoverReport, error) 
 	if err != nil {
 		return rep, err
 	}
-	if _, err := os.Lstat(path); err == nil {
-		aside := path + damagedSuffix + clock().UTC().Format("20060102T150405Z")
-		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE); err != nil {
-			return rep, fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
-		}
-		if err := syncDir(meta); err != nil {
-			return rep, err
-		}
-		rep.KeptAside = aside
+	if rep.KeptAside, err = boltstore.SetAside(meta, clock()); err != nil {
+		return rep, err
 	}
 	boltstore.SweepCreating(meta)
 	if err := boltstore.CreateSeeded(meta, d, seed); err != nil {
@@ -117,29 +109,12 @@ func Recover(root string, d journal.Defaults, o Options) (RecoverReport, error) 
 	crashAt("recover:after-create")
 
 	// What the directories hold.
-	where := map[string][]State{}
-	for _, s := range States {
-		entries, err := m.List(DirOf(s))
-		if err != nil {
-			return rep, err
-		}
-		for _, e := range entries {
-			if err := fsmirror.ValidateID(e.Name); err != nil || e.Kind != fsmirror.Regular {
-				why := string(e.Kind) + ": not a regular file, never followed; left in place"
-				if err != nil {
-					why = err.Error() + "; left in place"
-				}
-				rep.Findings = append(rep.Findings, Finding{Kind: "invalid_entry", Task: e.Name, Dir: string(DirOf(s)), Detail: why})
-				continue
-			}
-			where[e.Name] = append(where[e.Name], s)
-		}
+	sc, err := scanStateDirs(m, "left in place")
+	if err != nil {
+		return rep, err
 	}
-	ids := make([]string, 0, len(where))
-	for id := range where {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	rep.Findings = append(rep.Findings, sc.invalid...)
+	ids := slices.Sorted(maps.Keys(sc.where))
 
 	db, err := lockHeld.Open(meta, journal.OpenOptions{Timeout: timeout, Clock: clock})
 	if err != nil {
@@ -153,29 +128,29 @@ func Recover(root string, d journal.Defaults, o Options) (RecoverReport, error) 
 		moves, extra, rep.Freed, rep.Counts = nil, nil, []string{}, map[State]int{}
 		now := tx.Now()
 		for _, id := range ids {
-			found := where[id]
+			found := sc.where[id]
 			keep := found[0]
 			for _, s := range recoverOrder {
-				if containsState(found, s) {
-					keep = s
+				if containsDir(found, DirOf(s)) {
+					keep = DirOf(s)
 					break
 				}
 			}
-			to := keep
-			if keep == Claimed {
+			to, _ := stateOfDir(keep)
+			if to == Claimed {
 				to = Available
 				rep.Freed = append(rep.Freed, id)
 			}
-			ev := adoptEvent(id, DirOf(keep), to, d.MaxAttempts, now)
+			ev := adoptEvent(id, keep, to, d.MaxAttempts, now)
 			ev.Reason = "recover"
 			if _, _, err := commit(tx, nil, ev); err != nil {
 				return err
 			}
 			rep.Counts[to]++
-			moves = append(moves, move{id: id, from: DirOf(keep), to: DirOf(to)})
-			for _, s := range found {
-				if s != keep {
-					extra = append(extra, extraCopy{id: id, dir: DirOf(s)})
+			moves = append(moves, move{id: id, from: keep, to: DirOf(to)})
+			for _, dir := range found {
+				if dir != keep {
+					extra = append(extra, extraCopy{id: id, dir: dir})
 				}
 			}
 		}
@@ -205,27 +180,6 @@ func Recover(root string, d journal.Defaults, o Options) (RecoverReport, error) 
 	return rep, nil
 }
 
-func containsState(list []State, s State) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func syncDir(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-// damagedSuffix names a journal that recover set aside.
-const damagedSuffix = ".damaged-"
-
 // tokenFloor is where a new journal of the tree whose journal directory
 // is meta starts its token counter: above every token the tree can have
 // issued, from everything that survives the loss of a journal. That is
@@ -244,11 +198,8 @@ func tokenFloor(meta string, now time.Time) (uint64, error) {
 	if found && ceiling >= floor {
 		floor = ceiling + 1
 	}
-	olds, _ := filepath.Glob(filepath.Join(meta, boltstore.FileName+damagedSuffix+"*"))
-	for _, p := range append(olds, boltstore.Path(meta)) {
-		if tok, ok := boltstore.SalvageToken(p); ok && tok >= floor {
-			floor = tok + 1
-		}
+	if tok, ok := boltstore.SalvageTokens(meta); ok && tok >= floor {
+		floor = tok + 1
 	}
 	return floor, nil
 }
