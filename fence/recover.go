@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -228,27 +227,4 @@ func checkTaskTree(root string) error {
 		}
 	}
 	return nil
-}
-
-// refuseOrphanTasks refuses to init a directory whose state directories
-// hold entries while it has no journal: those are a tree's tasks, and an
-// empty journal would hide them (claims would find nothing to claim).
-// recover is what adopts them.
-func refuseOrphanTasks(root string) error {
-	var found []string
-	for _, d := range fsmirror.StateDirs {
-		f, err := os.Open(filepath.Join(root, string(d)))
-		if err != nil {
-			continue // missing (init makes it), or not a directory (init reports it)
-		}
-		names, _ := f.Readdirnames(1)
-		f.Close()
-		if len(names) > 0 {
-			found = append(found, fmt.Sprintf("%s/%s", d, names[0]))
-		}
-	}
-	if len(found) == 0 {
-		return nil
-	}
-	return invalidf(InputRoot, RuleOrphanTasks, root, "%s holds task files (%s) but no journal: init would make an empty journal that hides them; nothing changed.", root, strings.Join(found, ", "))
 }

@@ -16,9 +16,8 @@ import (
 // one version byte (codecV1), then the fields in a fixed order, integers as
 // varints, strings length-prefixed, times as UTC instants. A claim decodes
 // and encodes four or five records, and with encoding/json that was half of
-// the work a group commit does per operation (2.6 µs to decode one task,
-// 1.3 µs to encode it) plus, in every new process, the reflection that
-// builds json's type tables.
+// the work a group commit does per operation, plus, in every new process,
+// the reflection that builds json's type tables.
 //
 // Journals written before this encoding hold JSON records, which always
 // start with '{'. Decoding looks at the first byte and reads either, so
