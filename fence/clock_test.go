@@ -1,14 +1,12 @@
-//go:build fencetest
-
 package fence_test
 
-// Lease expiry, tested on the settable clock of the fencetest build
-// (FENCE_TEST_NOW) instead of sleeping. Without the tag this file is not
-// compiled; with it, each test still checks that the hooks are there.
+// Lease expiry, tested on a clock the test sets (Options.Clock) instead of
+// sleeping.
 
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,17 +14,24 @@ import (
 	"github.com/fencectl/fencectl/journal/record"
 )
 
-// setNow sets fence.Now() for the rest of the test.
+// fakeNow is the time testClock tells, while a test has set it; nil
+// means the system clock. newTreeWith gives every tree testClock.
+var fakeNow atomic.Pointer[time.Time]
+
+// testClock is the Options.Clock of the trees the tests make.
+func testClock() time.Time {
+	if p := fakeNow.Load(); p != nil {
+		return *p
+	}
+	return time.Now().UTC()
+}
+
+// setNow stops testClock at now for the rest of the test.
 func setNow(t *testing.T, now time.Time) {
 	t.Helper()
-	if !fence.TestHooks {
-		t.Fatal("needs -tags fencetest: the clock is not settable in this build")
-	}
-	t.Setenv("FENCE_TEST_CLOCK", "")
-	t.Setenv("FENCE_TEST_NOW", now.UTC().Format(time.RFC3339Nano))
-	if got := fence.Now(); !got.Equal(now) {
-		t.Fatalf("fence.Now() = %v after setting %v", got, now)
-	}
+	now = now.UTC()
+	fakeNow.Store(&now)
+	t.Cleanup(func() { fakeNow.Store(nil) })
 }
 
 // clockTree is newTree with the clock at base.

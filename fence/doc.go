@@ -14,7 +14,7 @@
 // # Only the token authorises
 //
 // A token names one claim. Every mutation of a claimed task shows it and is
-// checked inside the same bbolt write transaction that makes the change, so
+// checked inside the same journal write transaction that makes the change, so
 // an agent whose lease was reaped, revoked or taken over is refused and
 // nothing changes. Agent names are labels: recorded, shown, never compared.
 //
@@ -24,4 +24,21 @@
 // leaves the tree one commit behind, and the next writer finishes the moves
 // of the last commit before doing anything else (settle.go). `Replay` is the
 // full repair.
+//
+// # Where things are
+//
+//   - the pure rules: rules.go (transitions, authorisation, expiry),
+//     state.go and types.go (the words), errors.go (the typed refusals);
+//   - the Tree and its operations: tree.go (Open, Options), init.go,
+//     ops.go (add, claim, the fenced calls, reap, revoke, requeue),
+//     query.go (status, show, log), request.go (claim request ids);
+//   - the write path: groupcommit.go (one transaction, one commit and one
+//     set of directory syncs for many callers), adopt.go (inbox/ first);
+//   - repair: settle.go (finish the last commit's moves), replay.go (the
+//     full check and repair), recover.go (rebuild a lost journal), and
+//     scan.go (the directory listing both of those read);
+//   - the lease keeper: keeper.go;
+//   - the clock: clock.go (Options.Clock, injected; nothing reads the
+//     environment); hooks.go and hooks_fencetest.go hold the crash points
+//     that only test builds have.
 package fence

@@ -58,17 +58,17 @@ func TestInvalidInput_FieldsNotFlags(t *testing.T) {
 			return err
 		}, fence.InputLimit, fence.RuleRange, -1},
 		{"init with zero attempts", func() error {
-			_, err := fence.InitTree(filepath.Join(root, "a"), record.Defaults{TTL: time.Minute}, time.Second)
+			_, err := fence.InitTree(filepath.Join(root, "a"), record.Defaults{TTL: time.Minute}, fence.Options{Timeout: time.Second})
 			return err
 		}, fence.InputMaxAttempts, fence.RuleRange, 0},
 		{"recover with a zero lease", func() error {
 			// Recover validates its settings as init does: it used to
 			// write a journal whose leases last 0.
-			_, err := fence.Recover(tree.Root(), record.Defaults{MaxAttempts: 1}, time.Second)
+			_, err := fence.Recover(tree.Root(), record.Defaults{MaxAttempts: 1}, fence.Options{Timeout: time.Second})
 			return err
 		}, fence.InputTTL, fence.RuleRange, time.Duration(0)},
 		{"recover of nothing", func() error {
-			_, err := fence.Recover(filepath.Join(root, "none"), record.Defaults{TTL: time.Minute, MaxAttempts: 1}, time.Second)
+			_, err := fence.Recover(filepath.Join(root, "none"), record.Defaults{TTL: time.Minute, MaxAttempts: 1}, fence.Options{Timeout: time.Second})
 			return err
 		}, fence.InputRoot, fence.RuleNoTree, filepath.Join(root, "none")},
 	}

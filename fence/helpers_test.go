@@ -80,11 +80,14 @@ func newTree(t *testing.T) *fence.Tree {
 func newTreeWith(t *testing.T, d record.Defaults, o fence.Options) (*fence.Tree, *notices) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "tree")
-	created, err := fence.Init(root, d)
+	if o.Clock == nil {
+		o.Clock = testClock
+	}
+	res, err := fence.InitTree(root, d, fence.Options{Clock: o.Clock})
 	if err != nil {
 		t.Fatalf("Init: %v", err)
 	}
-	if !created {
+	if !res.Created {
 		t.Fatalf("Init of a new root reported an existing tree")
 	}
 	n := &notices{}

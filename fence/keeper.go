@@ -62,16 +62,16 @@ func (e *LeaseAtRiskError) Error() string {
 
 func (e *LeaseAtRiskError) Unwrap() error { return e.Err }
 
-// KeeperStep says what one runOnce did.
-type KeeperStep int
+// keeperStep says what one runOnce did.
+type keeperStep int
 
 // What runOnce can do.
 const (
-	StepIdle      KeeperStep = iota // nothing was due
-	StepHeartbeat                   // a heartbeat succeeded
-	StepCheck                       // a read-only check found the lease current
-	StepRetry                       // a heartbeat or check failed for now (busy, I/O); will retry
-	StepLost                        // the lease is lost or at risk; Lost() is closed
+	stepIdle      keeperStep = iota // nothing was due
+	stepHeartbeat                   // a heartbeat succeeded
+	stepCheck                       // a read-only check found the lease current
+	stepRetry                       // a heartbeat or check failed for now (busy, I/O); will retry
+	stepLost                        // the lease is lost or at risk; Lost() is closed
 )
 
 // LeaseKeeper keeps one lease alive in the background and says, as soon as
@@ -110,7 +110,7 @@ func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
 	}
 	length := cfg.TTL
 	if length == 0 {
-		length = cfg.Deadline.Sub(Now())
+		length = cfg.Deadline.Sub(t.now())
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = max(length/3, time.Millisecond)
@@ -121,7 +121,7 @@ func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
 	if cfg.Tick == 0 {
 		cfg.Tick = DefaultKeeperTick
 	}
-	now := Now()
+	now := t.now()
 	return &LeaseKeeper{
 		tree: t, cfg: cfg, deadline: cfg.Deadline,
 		nextBeat: now.Add(cfg.Interval), nextCheck: now.Add(cfg.CheckInterval),
@@ -226,7 +226,7 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 			wrote = true
 		case <-tick.C:
 		}
-		if step, _ := k.runOnce(ctx, Now(), wrote); step == StepLost {
+		if step, _ := k.runOnce(ctx, k.tree.now(), wrote); step == stepLost {
 			return
 		}
 	}
@@ -239,18 +239,18 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 // heartbeat with the same token and a shorter --ttl (CMD's own, say) moves
 // it, and then the keeper heartbeats at once rather than trusting a
 // deadline that is no longer true.
-func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged bool) (KeeperStep, error) {
+func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged bool) (keeperStep, error) {
 	k.mu.Lock()
 	if k.lostErr != nil {
 		k.mu.Unlock()
-		return StepLost, k.lostErr
+		return stepLost, k.lostErr
 	}
 	deadline, nextBeat := k.deadline, k.nextBeat
 	beatDue, checkDue := !now.Before(nextBeat), journalChanged || !now.Before(k.nextCheck)
 	k.mu.Unlock()
 
 	req := FencedRequest{ID: k.cfg.Task, Token: k.cfg.Token, Agent: k.cfg.Agent, TTL: k.cfg.TTL}
-	step := StepIdle
+	step := stepIdle
 	var err error
 	if checkDue && !beatDue {
 		var rec record.Task
@@ -263,7 +263,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		}
 		k.mu.Unlock()
 		if err == nil {
-			step = StepCheck
+			step = stepCheck
 			// The next heartbeat would come after the point where the
 			// holder must stop: send it now.
 			beatDue = !nextBeat.Before(deadline.Add(-k.cfg.StopBefore))
@@ -279,7 +279,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 			k.nextCheck = now.Add(k.cfg.CheckInterval)
 			k.lastErr = nil
 			k.mu.Unlock()
-			return StepHeartbeat, nil
+			return stepHeartbeat, nil
 		}
 		k.mu.Lock()
 		k.nextBeat = now.Add(min(time.Second, max(k.cfg.Interval/4, k.cfg.Tick)))
@@ -290,7 +290,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 	case errors.As(err, &stale):
 		return k.lose(err)
 	case err != nil:
-		step = StepRetry
+		step = stepRetry
 		k.mu.Lock()
 		k.lastErr = err
 		k.mu.Unlock()
@@ -346,12 +346,12 @@ func SettledByHolder(err error) (string, bool) {
 	return "", false
 }
 
-func (k *LeaseKeeper) lose(err error) (KeeperStep, error) {
+func (k *LeaseKeeper) lose(err error) (keeperStep, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.lostErr == nil {
 		k.lostErr = err
 		close(k.lost)
 	}
-	return StepLost, k.lostErr
+	return stepLost, k.lostErr
 }

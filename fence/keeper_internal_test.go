@@ -50,7 +50,7 @@ func TestKeeper_DefaultsAndIdle(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", k.cfg)
 	}
 	step, err := k.runOnce(context.Background(), time.Now(), false)
-	if step != StepIdle || err != nil {
+	if step != stepIdle || err != nil {
 		t.Errorf("runOnce right after start = %v, %v; want idle", step, err)
 	}
 }
@@ -58,7 +58,7 @@ func TestKeeper_DefaultsAndIdle(t *testing.T) {
 func TestKeeper_HeartbeatWhenDue(t *testing.T) {
 	_, k, c := keeperTree(t, KeeperConfig{})
 	step, err := k.runOnce(context.Background(), time.Now().Add(21*time.Minute), false)
-	if step != StepHeartbeat || err != nil {
+	if step != stepHeartbeat || err != nil {
 		t.Fatalf("runOnce with a heartbeat due = %v, %v; want a heartbeat", step, err)
 	}
 	if !k.Deadline().After(c.Deadline) {
@@ -73,7 +73,7 @@ func TestKeeper_RevokeIsSeenOnJournalChange(t *testing.T) {
 	}
 	step, err := k.runOnce(context.Background(), time.Now(), true)
 	var stale *StaleTokenError
-	if step != StepLost || !errors.As(err, &stale) || stale.LostBy != "revoked" {
+	if step != stepLost || !errors.As(err, &stale) || stale.LostBy != "revoked" {
 		t.Fatalf("runOnce after a revoke = %v, %v; want lost (revoked)", step, err)
 	}
 	select {
@@ -96,13 +96,13 @@ func TestKeeper_BusyJournalPutsLeaseAtRisk(t *testing.T) {
 	// A heartbeat is due but the journal is busy: retry, not lost, while
 	// there is time.
 	step, err := k.runOnce(context.Background(), time.Now().Add(21*time.Minute), false)
-	if step != StepRetry || !errors.Is(err, ErrBusy) {
+	if step != stepRetry || !errors.Is(err, ErrBusy) {
 		t.Fatalf("busy heartbeat with time left = %v, %v; want retry after busy", step, err)
 	}
 	// Past deadline - StopBefore with no heartbeat through: at risk.
 	step, err = k.runOnce(context.Background(), c.Deadline.Add(-9*time.Minute), false)
 	var risk *LeaseAtRiskError
-	if step != StepLost || !errors.As(err, &risk) || !errors.Is(err, ErrBusy) {
+	if step != stepLost || !errors.As(err, &risk) || !errors.Is(err, ErrBusy) {
 		t.Fatalf("busy past the risk point = %v, %v; want lost, at risk, because busy", step, err)
 	}
 }
@@ -161,7 +161,7 @@ func TestKeeper_HeartbeatsLeakNothing(t *testing.T) {
 	now := time.Now()
 	beat := func() {
 		now = now.Add(21 * time.Minute)
-		if step, err := k.runOnce(ctx, now, false); step != StepHeartbeat || err != nil {
+		if step, err := k.runOnce(ctx, now, false); step != stepHeartbeat || err != nil {
 			t.Fatalf("runOnce = %v, %v; want a heartbeat", step, err)
 		}
 	}
@@ -192,7 +192,7 @@ func TestKeeper_FollowsDeadlineMovedByTheSameToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	step, err := k.runOnce(ctx, time.Now(), true)
-	if step != StepCheck || err != nil {
+	if step != stepCheck || err != nil {
 		t.Fatalf("check after the shortening heartbeat = %v, %v; want a check", step, err)
 	}
 	if got := k.Deadline(); got.After(time.Now().Add(41*time.Minute)) || got.Before(time.Now().Add(39*time.Minute)) {
@@ -207,7 +207,7 @@ func TestKeeper_FollowsDeadlineMovedByTheSameToken(t *testing.T) {
 	defer lock.Release()
 	step, err = k.runOnce(ctx, time.Now().Add(31*time.Minute), false)
 	var risk *LeaseAtRiskError
-	if step != StepLost || !errors.As(err, &risk) {
+	if step != stepLost || !errors.As(err, &risk) {
 		t.Fatalf("busy past the real deadline's risk point = %v, %v; want lost, at risk", step, err)
 	}
 	if _, ok := SettledByHolder(err); ok {
@@ -224,7 +224,7 @@ func TestKeeper_HeartbeatsAtOnceWhenTheDeadlineComesTooSoon(t *testing.T) {
 		t.Fatal(err)
 	}
 	step, err := k.runOnce(ctx, time.Now(), true)
-	if step != StepHeartbeat || err != nil {
+	if step != stepHeartbeat || err != nil {
 		t.Fatalf("check after a 3s heartbeat = %v, %v; want a heartbeat at once", step, err)
 	}
 	if got := k.Deadline(); got.Before(time.Now().Add(59 * time.Minute)) {
@@ -255,7 +255,7 @@ func TestKeeper_SettledByTheHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			step, err := k.runOnce(ctx, time.Now(), true)
-			if step != StepLost {
+			if step != stepLost {
 				t.Fatalf("runOnce after %s = %v, %v; want the keeper to end", how, step, err)
 			}
 			got, ok := SettledByHolder(k.Err())
@@ -293,11 +293,11 @@ func TestKeeper_OwnHeartbeatDoesNotTriggerTheNext(t *testing.T) {
 	_, k, _ := keeperTree(t, KeeperConfig{TTL: time.Hour, Interval: 45 * time.Minute, StopBefore: 20 * time.Minute})
 	ctx := context.Background()
 	now := time.Now()
-	if step, err := k.runOnce(ctx, now, true); step != StepHeartbeat || err != nil {
+	if step, err := k.runOnce(ctx, now, true); step != stepHeartbeat || err != nil {
 		t.Fatalf("first check with a too-long interval = %v, %v; want one heartbeat", step, err)
 	}
 	for i := range 3 {
-		if step, err := k.runOnce(ctx, now, true); step != StepCheck || err != nil {
+		if step, err := k.runOnce(ctx, now, true); step != stepCheck || err != nil {
 			t.Fatalf("check %d after the keeper's own heartbeat = %v, %v; want a check, no heartbeat", i, step, err)
 		}
 	}

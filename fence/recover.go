@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
+	"slices"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
@@ -52,7 +50,9 @@ var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, re
 // mistyped --dir must not plant one), a readable journal (replay is the
 // repair for that) and a journal of another schema version (a newer
 // fencectl's journal is healthy, and rebuilding it would free every lease).
-func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverReport, error) {
+// Of o, only Timeout (the wait for the lock) and Clock apply.
+func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
+	timeout, clock := o.lockTimeout(), o.clock()
 	rep := RecoverReport{Counts: map[record.State]int{}, Freed: []string{}, Findings: []Finding{}}
 	if err := checkDefaults(d); err != nil {
 		return rep, err
@@ -78,7 +78,7 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 	if exists, err := boltstore.Exists(meta); err != nil {
 		return rep, err
 	} else if exists {
-		db, err := boltstore.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, BoltLockOnly: true, Clock: Now})
+		db, err := lockHeld.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		if err == nil {
 			err = db.Verify()
 			db.Close()
@@ -94,19 +94,12 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 			d = old
 		}
 	}
-	seed, err := tokenFloor(meta)
+	seed, err := tokenFloor(meta, clock())
 	if err != nil {
 		return rep, err
 	}
-	if _, err := os.Lstat(path); err == nil {
-		aside := path + damagedSuffix + Now().UTC().Format("20060102T150405Z")
-		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE); err != nil {
-			return rep, fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
-		}
-		if err := syncDir(meta); err != nil {
-			return rep, err
-		}
-		rep.KeptAside = aside
+	if rep.KeptAside, err = boltstore.SetAside(meta, clock()); err != nil {
+		return rep, err
 	}
 	boltstore.SweepCreating(meta)
 	if err := boltstore.CreateSeeded(meta, d, seed); err != nil {
@@ -116,71 +109,54 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 	crashAt("recover:after-create")
 
 	// What the directories hold.
-	where := map[string][]record.State{}
-	dirs := map[record.State]fsmirror.Dir{} // the four states' directories
-	for _, s := range record.States {
-		dir, err := DirOf(s)
-		if err != nil {
-			return rep, err
-		}
-		dirs[s] = dir
-		entries, err := m.List(dir)
-		if err != nil {
-			return rep, err
-		}
-		for _, e := range entries {
-			if err := fsmirror.ValidateID(e.Name); err != nil || e.Kind != fsmirror.Regular {
-				why := string(e.Kind) + ": not a regular file, never followed; left in place"
-				if err != nil {
-					why = err.Error() + "; left in place"
-				}
-				rep.Findings = append(rep.Findings, Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: why})
-				continue
-			}
-			where[e.Name] = append(where[e.Name], s)
-		}
+	sc, err := scanStateDirs(m, "left in place")
+	if err != nil {
+		return rep, err
 	}
-	ids := make([]string, 0, len(where))
-	for id := range where {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	rep.Findings = append(rep.Findings, sc.invalid...)
+	ids := slices.Sorted(maps.Keys(sc.where))
 
-	db, err := boltstore.Open(meta, journal.OpenOptions{Timeout: timeout, BoltLockOnly: true, Clock: Now})
+	db, err := lockHeld.Open(meta, journal.OpenOptions{Timeout: timeout, Clock: clock})
 	if err != nil {
 		return rep, err
 	}
 	defer db.Close()
 	var moves []move
 	var extra []extraCopy
+	stateDirs := map[record.State]fsmirror.Dir{}
+	for _, s := range record.States {
+		if stateDirs[s], err = DirOf(s); err != nil {
+			return rep, err
+		}
+	}
 	err = db.Update(func(tx journal.Tx) error {
 		// Each run (a store may retry) starts afresh.
 		moves, extra, rep.Freed, rep.Counts = nil, nil, []string{}, map[record.State]int{}
 		now := tx.Now()
 		for _, id := range ids {
-			found := where[id]
+			found := sc.where[id]
 			keep := found[0]
 			for _, s := range recoverOrder {
-				if containsState(found, s) {
-					keep = s
+				if containsDir(found, stateDirs[s]) {
+					keep = stateDirs[s]
 					break
 				}
 			}
-			to := keep
-			if keep == record.Claimed {
+			to, _ := stateOfDir(keep)
+			if to == record.Claimed {
 				to = record.Available
 				rep.Freed = append(rep.Freed, id)
 			}
-			ev := adoptEvent(id, dirs[keep], to, d.MaxAttempts, now)
+			ev := adoptEvent(id, keep, to, d.MaxAttempts, now)
 			ev.Reason = "recover"
 			if _, _, err := commit(tx, nil, ev); err != nil {
 				return err
 			}
 			rep.Counts[to]++
-			moves = append(moves, move{id: id, from: dirs[keep], to: dirs[to]})
-			for _, s := range found {
-				if s != keep {
-					extra = append(extra, extraCopy{id: id, dir: dirs[s]})
+			moves = append(moves, move{id: id, from: keep, to: stateDirs[to]})
+			for _, dir := range found {
+				if dir != keep {
+					extra = append(extra, extraCopy{id: id, dir: dir})
 				}
 			}
 		}
@@ -190,7 +166,7 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 		return rep, fmt.Errorf("rebuild the journal: %w", err)
 	}
 	crashAt("recover:after-commit")
-	t := &Tree{root: rep.Root, metaDir: meta, mirror: m, batch: &batcher{}}
+	t := &Tree{root: rep.Root, metaDir: meta, mirror: m, opts: Options{Timeout: timeout, Clock: clock}, batch: &batcher{}}
 	b := m.NewBatch()
 	for _, mv := range moves {
 		if err := t.place(b, mv); err != nil {
@@ -210,38 +186,17 @@ func Recover(root string, d record.Defaults, timeout time.Duration) (RecoverRepo
 	return rep, nil
 }
 
-func containsState(list []record.State, s record.State) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func syncDir(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-// damagedSuffix names a journal that recover set aside.
-const damagedSuffix = ".damaged-"
-
 // tokenFloor is where a new journal of the tree whose journal directory
 // is meta starts its token counter: above every token the tree can have
 // issued, from everything that survives the loss of a journal. That is
 // the token ceiling's files (.fence/tokens, and .fence-tokens in the root,
 // which outlives `rm -rf .fence`), whatever the journal files in meta
 // still show (journal.db and the copies earlier recovers set aside,
-// however damaged), and the clock, for trees older than the ceiling. A
+// however damaged), and the clock (now), for trees older than the ceiling. A
 // ceiling file that exists but cannot be read is an error: starting
 // without it could reissue old tokens.
-func tokenFloor(meta string) (uint64, error) {
-	floor := uint64(Now().UnixMicro())
+func tokenFloor(meta string, now time.Time) (uint64, error) {
+	floor := uint64(now.UnixMicro())
 	ceiling, found, err := journal.ReadCeiling(meta)
 	if err != nil {
 		return 0, err
@@ -249,11 +204,8 @@ func tokenFloor(meta string) (uint64, error) {
 	if found && ceiling >= floor {
 		floor = ceiling + 1
 	}
-	olds, _ := filepath.Glob(filepath.Join(meta, boltstore.FileName+damagedSuffix+"*"))
-	for _, p := range append(olds, boltstore.Path(meta)) {
-		if tok, ok := boltstore.SalvageToken(p); ok && tok >= floor {
-			floor = tok + 1
-		}
+	if tok, ok := boltstore.SalvageTokens(meta); ok && tok >= floor {
+		floor = tok + 1
 	}
 	return floor, nil
 }
@@ -282,27 +234,4 @@ func checkTaskTree(root string) error {
 		}
 	}
 	return nil
-}
-
-// refuseOrphanTasks refuses to init a directory whose state directories
-// hold entries while it has no journal: those are a tree's tasks, and an
-// empty journal would hide them (claims would find nothing to claim).
-// recover is what adopts them.
-func refuseOrphanTasks(root string) error {
-	var found []string
-	for _, d := range fsmirror.StateDirs {
-		f, err := os.Open(filepath.Join(root, string(d)))
-		if err != nil {
-			continue // missing (init makes it), or not a directory (init reports it)
-		}
-		names, _ := f.Readdirnames(1)
-		f.Close()
-		if len(names) > 0 {
-			found = append(found, fmt.Sprintf("%s/%s", d, names[0]))
-		}
-	}
-	if len(found) == 0 {
-		return nil
-	}
-	return invalidf(InputRoot, RuleOrphanTasks, root, "%s holds task files (%s) but no journal: init would make an empty journal that hides them; nothing changed.", root, strings.Join(found, ", "))
 }

@@ -208,7 +208,7 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d available and %d claimed", ready, expiry, counts[record.Available], counts[record.Claimed])})
 	}
 	for _, f := range rep.Findings {
-		if f.Kind != FindingLogError {
+		if f.Kind != "log_error" {
 			st.rebuild = true
 		}
 	}
@@ -258,28 +258,12 @@ func sameJSON(a, b any) bool {
 // folded records.
 func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
-	where := map[string][]fsmirror.Dir{}
-	var order []string
-	for _, dir := range fsmirror.StateDirs {
-		entries, err := t.mirror.List(dir)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := fsmirror.ValidateID(e.Name); err != nil {
-				add(Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: err.Error() + "; left in place, move it out by hand"})
-				continue
-			}
-			if e.Kind != fsmirror.Regular {
-				add(Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: string(e.Kind) + ": not a regular file, never followed; left in place, move it out by hand"})
-				continue
-			}
-			if len(where[e.Name]) == 0 {
-				order = append(order, e.Name)
-			}
-			where[e.Name] = append(where[e.Name], dir)
-		}
+	sc, err := scanStateDirs(t.mirror, "left in place, move it out by hand")
+	if err != nil {
+		return err
 	}
+	rep.Findings = append(rep.Findings, sc.invalid...)
+	where, order := sc.where, sc.order
 	staging := map[string]bool{}
 	if entries, err := t.mirror.List(fsmirror.Staging); err == nil {
 		for _, e := range entries {

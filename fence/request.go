@@ -13,8 +13,8 @@ import (
 	"github.com/fencectl/fencectl/journal/record"
 )
 
-// RequestDir is where request locks live, under .fence/.
-const RequestDir = "requests"
+// requestDir is where request locks live, under .fence/.
+const requestDir = "requests"
 
 // RequestLock is a claim request id (--request-id) held by a live process:
 // an exclusive flock on .fence/requests/<hash of agent and id>. The kernel
@@ -52,7 +52,7 @@ func (t *Tree) LockRequest(agent, id string) (*RequestLock, error) {
 	if err := checkRequestID(id); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(t.metaDir, RequestDir)
+	dir := filepath.Join(t.metaDir, requestDir)
 	mode := os.FileMode(0o700)
 	if st, err := os.Stat(t.metaDir); err == nil {
 		mode = st.Mode().Perm()

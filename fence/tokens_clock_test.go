@@ -1,5 +1,3 @@
-//go:build fencetest
-
 package fence_test
 
 import (
@@ -16,10 +14,10 @@ import (
 func TestInit_AfterLostJournalStartsAboveCeiling(t *testing.T) {
 	setNow(t, base.Add(time.Hour))
 	root := filepath.Join(t.TempDir(), "tree")
-	if _, err := fence.Init(root, testDefaults); err != nil {
+	if _, err := fence.InitTree(root, testDefaults, fence.Options{Clock: testClock}); err != nil {
 		t.Fatal(err)
 	}
-	tree, err := fence.Open(root, fence.Options{})
+	tree, err := fence.Open(root, fence.Options{Clock: testClock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,10 +30,10 @@ func TestInit_AfterLostJournalStartsAboveCeiling(t *testing.T) {
 		}
 	}
 	setNow(t, base)
-	if created, err := fence.Init(root, testDefaults); err != nil || !created {
-		t.Fatalf("Init: %v, %v", created, err)
+	if res, err := fence.InitTree(root, testDefaults, fence.Options{Clock: testClock}); err != nil || !res.Created {
+		t.Fatalf("Init: %v, %v", res.Created, err)
 	}
-	tree, err = fence.Open(root, fence.Options{})
+	tree, err = fence.Open(root, fence.Options{Clock: testClock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@
 //	<root>/claimed/<id>
 //	<root>/done/<id>
 //	<root>/failed/<id>
-//	<root>/out/<id>/<name>    task outputs, written by WriteAtomic
+//	<root>/out/<id>/<name>    task outputs, staged, then published (Stage, Publish)
 //	<root>/.fence/            journal and lock (owned by other packages)
-//	<root>/.fence/tmp/        staging for new files (Stage, WriteAtomic)
+//	<root>/.fence/tmp/        staging for new files (Stage)
 //
 // A task id is a file name matching [A-Za-z0-9][A-Za-z0-9._-]{0,127}; see
 // ValidateID. Ids are validated before any path is built, so an id can never

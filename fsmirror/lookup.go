@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // Exists reports whether a regular file named id is in dir. It never
@@ -61,45 +58,4 @@ func (m *Mirror) Locate(id string) (Dir, int, error) {
 		return "", 0, fmt.Errorf("locate %s: no regular file in available, claimed, done, failed or inbox: %w", id, fs.ErrNotExist)
 	}
 	return first, n, nil
-}
-
-// OpenTask opens task file id in dir for reading. It opens with
-// O_NOFOLLOW|O_NONBLOCK and checks the result with fstat, so a symlink is
-// refused and a FIFO put in the file's place never blocks; anything but a
-// regular file gives a *NotRegularError.
-func (m *Mirror) OpenTask(dir Dir, id string) (*os.File, error) {
-	if err := ValidateID(id); err != nil {
-		return nil, err
-	}
-	dirfd, err := m.dirfd(dir)
-	if err != nil {
-		return nil, err
-	}
-	path := m.Path(dir, id)
-	// Check before opening too: opening a device can have side effects.
-	if err := m.checkRegular(dirfd, dir, id); err != nil {
-		return nil, err
-	}
-	fd, err := unix.Openat(dirfd, id, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err == unix.ELOOP {
-		return nil, &NotRegularError{Path: path, Kind: Symlink}
-	}
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	if k := kindOf(st.Mode); k != Regular {
-		unix.Close(fd)
-		return nil, &NotRegularError{Path: path, Kind: k}
-	}
-	// O_NONBLOCK only guarded the open; reads of a regular file never block.
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
 }

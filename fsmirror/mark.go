@@ -25,7 +25,7 @@ const MarkName = "mirrored"
 
 // markSize is the mark file's fixed size: the mark, spaces, a newline.
 // Overwriting a fixed-size record needs no truncate, which on ext4 waits
-// for the old block to be freed (1.2 ms measured, under the lock).
+// for the old block to be freed, under the lock.
 const markSize = 128
 
 // ReadMark returns the mark, or "" if there is none or it cannot be read.

@@ -57,8 +57,7 @@ func (m *Mirror) Unstage(name string) error {
 }
 
 // writeTemp writes r to a new, fsynced and closed file in .fence/tmp and
-// returns its name. It does not fsync the staging directory: Stage does, and
-// WriteAtomic renames the file away at once.
+// returns its name. It does not fsync the staging directory: Stage does.
 func (m *Mirror) writeTemp(prefix string, r io.Reader, maxBytes int64) (_ string, err error) {
 	dirfd, err := m.dirfd(Staging)
 	if err != nil {

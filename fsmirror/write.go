@@ -3,48 +3,16 @@ package fsmirror
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 
 	"golang.org/x/sys/unix"
 )
 
-// WriteAtomic writes r to out/<task>/<name>, replacing any file of that name:
-// outputs may be rewritten, and a reader sees the old content or the new,
-// never a mix. task and name follow the id rule. out/<task> is created if
-// missing (a symlink there is refused with a *NotDirectoryError). The data
-// is written to .fence/tmp, fsynced and renamed into place, then out/<task>
-// is fsynced, and out/ too if out/<task> was created.
-func (m *Mirror) WriteAtomic(task, name string, r io.Reader) error {
-	if err := ValidateID(task); err != nil {
-		return err
-	}
-	if err := validateName(name, "output name"); err != nil {
-		return err
-	}
-	if err := m.writeAtomic(task, name, r); err != nil {
-		return fmt.Errorf("write output %s: %w", m.Path(Out, task+"/"+name), err)
-	}
-	return nil
-}
-
-func (m *Mirror) writeAtomic(task, name string, r io.Reader) error {
-	tmp, err := m.writeTemp("out", r, -1)
-	if err != nil {
-		return err
-	}
-	defer m.release(tmp)
-	if err := m.publish(tmp, task, name); err != nil {
-		if fd, err := m.dirfd(Staging); err == nil {
-			unix.Unlinkat(fd, tmp, 0)
-		}
-		return err
-	}
-	return nil
-}
-
 // Publish renames the staged file (see Stage) to out/<task>/<name>,
-// replacing any file of that name, with the guarantees of WriteAtomic. It
+// replacing any file of that name: a reader sees the old content or the new,
+// never a mix. out/<task> is created if missing (a symlink there is refused
+// with a *NotDirectoryError), and fsynced, and out/ too if out/<task> was
+// created. It
 // is the second half of a fenced write: stage before taking the lock,
 // publish only once the token has been checked and the event committed. A
 // staged file that is gone gives an error matching fs.ErrNotExist.

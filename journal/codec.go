@@ -18,9 +18,8 @@ import (
 // one version byte (codecV1), then the fields in a fixed order, integers as
 // varints, strings length-prefixed, times as UTC instants. A claim decodes
 // and encodes four or five records, and with encoding/json that was half of
-// the work a group commit does per operation (2.6 µs to decode one task,
-// 1.3 µs to encode it) plus, in every new process, the reflection that
-// builds json's type tables.
+// the work a group commit does per operation, plus, in every new process,
+// the reflection that builds json's type tables.
 //
 // Journals written before this encoding hold JSON records, which always
 // start with '{'. Decoding looks at the first byte and reads either, so
@@ -28,7 +27,7 @@ import (
 // change; nothing needs a migration.
 //
 // Times are stored as instants in UTC (every time the journal records comes
-// from fence.Now, which is UTC); decoding returns them in UTC.
+// from the tree's clock, UTC by default); decoding returns them in UTC.
 
 // codecV1 starts every binary record. It can never start a JSON record.
 const codecV1 = 0x01

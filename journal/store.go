@@ -45,10 +45,6 @@ type Backend interface {
 type OpenOptions struct {
 	ReadOnly bool          // a reader: the shared lock, no writes
 	Timeout  time.Duration // how long to wait for the writer's turn before ErrBusy
-	// BoltLockOnly skips .fence/lock and relies on bbolt's own file lock,
-	// which polls every 50 ms. Only for measuring what the blocking flock
-	// buys (make bench); every process on a tree must use the same mode.
-	BoltLockOnly bool
 	// Clock is the local clock a store that has no clock of its own (bbolt)
 	// answers Tx.Now with; nil is time.Now.
 	Clock func() time.Time

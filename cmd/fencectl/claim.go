@@ -109,7 +109,7 @@ func printClaim(out *output, format string, res fence.ClaimResult) {
 			verb = "renewed"
 		}
 		fmt.Fprintf(w, "%s  %s\ntoken    %d\nagent    %s\npath     %s\ndeadline %s (%s)\n",
-			verb, res.Task.ID, res.Token, res.Agent, res.Path, fmtTime(res.Deadline), fmtLeft(res.Deadline.Sub(fence.Now())))
+			verb, res.Task.ID, res.Token, res.Agent, res.Path, fmtTime(res.Deadline), fmtLeft(res.Deadline.Sub(now())))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fencectl/fencectl/fence"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 )
 
 // globalFlags are accepted before or after the command name.
@@ -145,16 +146,29 @@ func lockTimeout(c *cli.Context) (time.Duration, error) {
 	return timeout, nil
 }
 
+// setupOptions are the fence.Options of init and recover, which take
+// --timeout as it is given: 0 or less tries the lock once.
+func setupOptions(c *cli.Context) fence.Options {
+	timeout := c.Duration("timeout")
+	if timeout <= 0 {
+		timeout = fence.NoWait
+	}
+	return fence.Options{Timeout: timeout, Clock: testClock}
+}
+
 // openTree opens the tree named by --dir / FENCE_DIR.
 func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 	timeout, err := lockTimeout(c)
 	if err != nil {
 		return nil, err
 	}
+	o := fence.Options{Timeout: timeout, Notify: out.notice, Clock: testClock}
 	// FENCE_LOCK_MODE=bbolt is for benchmarks only (see README): it drops
 	// the blocking flock to show what bbolt's 50 ms lock polling costs.
-	boltOnly := os.Getenv("FENCE_LOCK_MODE") == "bbolt"
-	return fence.Open(c.String("dir"), fence.Options{Timeout: timeout, Notify: out.notice, BoltLockOnly: boltOnly})
+	if os.Getenv("FENCE_LOCK_MODE") == "bbolt" {
+		o.Backend = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
+	}
+	return fence.Open(c.String("dir"), o)
 }
 
 // withTree opens the tree, runs fn and closes it (CloseAtExit when the

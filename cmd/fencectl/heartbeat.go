@@ -22,7 +22,7 @@ token; otherwise exit 3 and nothing changes. Heartbeat well inside the lease
    fencectl heartbeat build-42 --token "$FENCE_TOKEN" --ttl 10m`,
 		Flags: fencedFlags(&cli.DurationFlag{Name: "ttl", EnvVars: []string{"FENCE_TTL"}, Usage: "new lease length from now (default: the claim's own)"}),
 		Action: fencedAction(out, (*fence.Tree).Heartbeat, func(w io.Writer, r fence.Result) {
-			fmt.Fprintf(w, "%s: lease extended to %s (%s)\n", r.Task.ID, fmtTime(r.Task.Lease.Deadline), fmtLeft(r.Task.Lease.Deadline.Sub(fence.Now())))
+			fmt.Fprintf(w, "%s: lease extended to %s (%s)\n", r.Task.ID, fmtTime(r.Task.Lease.Deadline), fmtLeft(r.Task.Lease.Deadline.Sub(now())))
 		}),
 	}
 }

@@ -38,7 +38,7 @@ that has no journal is refused (exit 2): run recover to rebuild its journal.
 				return usagef("init takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
 			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
-			res, err := fence.InitTree(c.String("dir"), d, c.Duration("timeout"))
+			res, err := fence.InitTree(c.String("dir"), d, setupOptions(c))
 			if err != nil {
 				return err
 			}

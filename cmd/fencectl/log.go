@@ -65,7 +65,7 @@ func parseSince(s string) (time.Time, error) {
 		return t, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return fence.Now().Add(-d), nil
+		return now().Add(-d), nil
 	}
 	return time.Time{}, usagef("invalid --since %q: give a time (2026-11-21T09:00:00Z) or a duration ago (90m)", s)
 }

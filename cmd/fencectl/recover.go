@@ -46,7 +46,7 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 				return usagef("recover takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
 			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
-			rep, err := fence.Recover(c.String("dir"), d, c.Duration("timeout"))
+			rep, err := fence.Recover(c.String("dir"), d, setupOptions(c))
 			if err != nil {
 				return err
 			}

@@ -274,7 +274,7 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	t, cfg, out := s.t, s.cfg, s.out
 	length := claim.Task.Lease.TTL
 	if length <= 0 {
-		length = claim.Deadline.Sub(fence.Now())
+		length = claim.Deadline.Sub(now())
 	}
 	// Stop CMD a margin before the deadline, never after; and give it no
 	// more grace than a third of the lease.
@@ -367,16 +367,16 @@ wait:
 			}
 			stopped = true
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			now := fence.Now()
-			killAt = minTime(now.Add(grace), keeper.Deadline().Add(-margin))
+			stopAt := now()
+			killAt = minTime(stopAt.Add(grace), keeper.Deadline().Add(-margin))
 			if !out.json { // with --json the error object says it, once
-				fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", why, cfg.argv[0], max(killAt.Sub(now), 0).Round(time.Millisecond))
+				fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", why, cfg.argv[0], max(killAt.Sub(stopAt), 0).Round(time.Millisecond))
 			}
 		case sg := <-s.sigs:
 			if sig == nil {
 				sig = sg
 				_ = syscall.Kill(-pgid, sg.(syscall.Signal))
-				if at := fence.Now().Add(cfg.grace); killAt.IsZero() || at.Before(killAt) {
+				if at := now().Add(cfg.grace); killAt.IsZero() || at.Before(killAt) {
 					killAt = at
 				}
 			} else { // asked twice: stop now
@@ -385,7 +385,7 @@ wait:
 		case <-sigchld:
 			reapOrphans(spare)
 		case <-tick.C:
-			if !killAt.IsZero() && !fence.Now().Before(killAt) {
+			if !killAt.IsZero() && !now().Before(killAt) {
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				killAt = time.Time{}
 			}

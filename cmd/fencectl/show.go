@@ -32,7 +32,7 @@ func showCommand(out *output) *cli.Command {
 					fmt.Fprintf(w, "task      %s\nstate     %s\npath      %s\npriority  %d\nattempts  %d of %d\ncreated   %s\n",
 						r.ID, r.State, v.Path, r.Priority, r.Attempts, r.MaxAttempts, fmtTime(r.Created))
 					if l := r.Lease; l != nil {
-						fmt.Fprintf(w, "lease     token %d, agent %s, deadline %s (%s)\n", l.Token, printable(l.Agent), fmtTime(l.Deadline), fmtLeft(l.Deadline.Sub(fence.Now())))
+						fmt.Fprintf(w, "lease     token %d, agent %s, deadline %s (%s)\n", l.Token, printable(l.Agent), fmtTime(l.Deadline), fmtLeft(l.Deadline.Sub(now())))
 					}
 					if e := r.Last; e != nil {
 						fmt.Fprintf(w, "last      token %d of %s ended by %s at %s\n", e.Token, printable(e.Agent), e.By, fmtTime(e.At))

@@ -34,7 +34,7 @@ lost otherwise. The check to run before a side effect outside the tree.
 				j := newFenced(rec, t.Path(rec.ID, rec.State), req.Token, false, nil)
 				j.Current = true
 				out.print(j, func(w io.Writer) {
-					fmt.Fprintf(w, "%s: token %d is current; lease ends %s (%s)\n", rec.ID, req.Token, fmtTime(rec.Lease.Deadline), fmtLeft(rec.Lease.Deadline.Sub(fence.Now())))
+					fmt.Fprintf(w, "%s: token %d is current; lease ends %s (%s)\n", rec.ID, req.Token, fmtTime(rec.Lease.Deadline), fmtLeft(rec.Lease.Deadline.Sub(now())))
 				})
 				return nil
 			})

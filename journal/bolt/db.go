@@ -160,7 +160,24 @@ func fsyncPath(p string) error {
 
 // Backend is the bbolt store as a journal.Backend: the journal of a tree
 // is the file .fence/journal.db, guarded by the flock on .fence/lock.
-type Backend struct{}
+type Backend struct {
+	LockMode LockMode // how writers are kept apart; the zero value is LockFlock
+}
+
+// LockMode says which locks Open takes.
+type LockMode int
+
+const (
+	// LockFlock takes the blocking flock on .fence/lock first, so that
+	// bbolt's own lock, which polls every 50 ms, is free by the time it
+	// is taken. The default.
+	LockFlock LockMode = iota
+	// LockBoltOnly takes bbolt's polling lock alone: for a caller that
+	// holds .fence/lock already (init, recover), or to measure what the
+	// flock buys (make bench, FENCE_LOCK_MODE=bbolt). Every process on a
+	// tree must use the same mode. A handle opened so cannot be parked.
+	LockBoltOnly
+)
 
 var _ journal.Backend = Backend{}
 
@@ -170,9 +187,9 @@ func (Backend) Exists(dir string) (bool, error) { return Exists(dir) }
 // Path returns the journal file's path.
 func (Backend) Path(dir string) string { return Path(dir) }
 
-// Open is Open as a journal.Store.
-func (Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error) {
-	db, err := Open(dir, o)
+// Open is Open as a journal.Store, with b's lock mode.
+func (b Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error) {
+	db, err := open(dir, o, b.LockMode)
 	if err != nil {
 		return nil, err // never a typed nil in the interface
 	}
@@ -191,13 +208,15 @@ func (Backend) Watch(dir string) (journal.Watcher, error) {
 // Open takes the lock on dir/lock and opens dir/journal.db. A missing
 // journal is ErrNoJournal (Open never creates one); an unreadable one is a
 // *CorruptError; a journal of another schema is a *VersionError.
-func Open(dir string, o journal.OpenOptions) (db *DB, err error) {
+func Open(dir string, o journal.OpenOptions) (*DB, error) { return open(dir, o, LockFlock) }
+
+func open(dir string, o journal.OpenOptions, mode LockMode) (db *DB, err error) {
 	if _, err := os.Lstat(Path(dir)); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w at %s", journal.ErrNoJournal, Path(dir))
 	}
 	var lock *Lock
 	start := time.Now()
-	if !o.BoltLockOnly {
+	if mode != LockBoltOnly {
 		lock, err = AcquireLock(filepath.Join(dir, LockName), !o.ReadOnly, o.Timeout)
 		if err != nil && !(o.ReadOnly && readOnlyFS(err)) {
 			return nil, err
@@ -315,10 +334,6 @@ func (db *DB) checkVersion() error {
 
 // Path returns the journal file's path.
 func (db *DB) Path() string { return db.path }
-
-// Bolt exposes the underlying bbolt handle for consistency checks in tests
-// and in `replay`.
-func (db *DB) Bolt() *bbolt.DB { return db.b }
 
 // Verify reads the whole journal: bbolt's own consistency check, then
 // every record, claim and event decoded. Any damage found is a

@@ -33,11 +33,6 @@ func (t *Tx) Append(ev record.Event) (record.Event, error) {
 	return ev, nil
 }
 
-// NextSeq returns the seq the next appended event will get.
-func (t *Tx) NextSeq() uint64 {
-	return t.tx.Bucket(bucketEvents).Sequence() + 1
-}
-
 // finish records the range of events this transaction appended.
 func (t *Tx) finish() error {
 	if t.firstEvent == 0 {

@@ -15,8 +15,8 @@ import (
 // Park drops the locks but keeps bbolt open: the file mapped, its meta and
 // freelist read. A process that writes again soon (the library, one group
 // commit after another) takes the locks back with Resume and, if nobody
-// else committed meanwhile, skips opening bbolt again: about 50 µs and a
-// file mapping per group, all of it under the lock.
+// else committed meanwhile, skips opening bbolt again (reading its meta
+// pages and mapping the file) for every group, work done under the lock.
 //
 // A parked handle must not be used until Resume succeeds; Close it when
 // done. Only a writer handle opened with the blocking flock can be parked.

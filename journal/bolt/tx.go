@@ -127,16 +127,6 @@ func (t *Tx) Counts() map[record.State]int {
 	return c
 }
 
-// NextReady returns the id of the available task to claim next: highest
-// priority, then oldest. ok is false when nothing is available.
-func (t *Tx) NextReady() (id string, ok bool) {
-	k, v := t.tx.Bucket(bucketReady).Cursor().First()
-	if k == nil {
-		return "", false
-	}
-	return string(v), true
-}
-
 // Ready calls fn with the ids of available tasks in claim order (highest
 // priority, then oldest) until fn returns false.
 func (t *Tx) Ready(fn func(id string) (more bool)) {
@@ -252,11 +242,6 @@ func (t *Tx) Defaults() (record.Defaults, error) {
 		return d, fmt.Errorf("decode defaults: %w", err)
 	}
 	return d, nil
-}
-
-// TreeID returns the journal's unique id, made at init.
-func (t *Tx) TreeID() string {
-	return string(t.tx.Bucket(bucketMeta).Get([]byte(keyTreeID)))
 }
 
 // Reset empties every derived bucket (tasks, indexes, claims, requests,

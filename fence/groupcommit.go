@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"slices"
@@ -13,15 +14,113 @@ import (
 	"github.com/fencectl/fencectl/journal/record"
 )
 
-// Group commit.
+// The write path, with group commit.
 //
-// A process that serves many agents (the library with many goroutines)
-// would otherwise pay, per operation, a lock, two bbolt syncs and two
+// Every writer operation runs as fn in a journal transaction (write); its
+// events are folded into the records (commit); the file moves follow the
+// commit (settle.go). A process that serves many agents (the library with many goroutines)
+// would otherwise pay, per operation, a lock, a journal commit and two
 // directory fsyncs. Instead the first caller to arrive becomes the leader:
 // it takes the lock once, runs every queued operation in one transaction,
 // commits once, renames all files and fsyncs each directory once, then
 // answers everyone. Callers that arrive meanwhile queue for the next
 // group. Nobody is answered before their change is durable.
+
+// errNoChange makes write roll its transaction back without an error: the
+// call succeeded and there was nothing to record (an idempotent retry).
+var errNoChange = errors.New("no change")
+
+// write runs one writer operation: fn in a journal transaction, then the
+// file moves of the events it committed. Concurrent callers on one Tree
+// are committed in groups (below): one lock, one commit and one set of
+// directory fsyncs for all of them, each answered only once its change is
+// durable. committed reports whether fn's change reached the disk, so a
+// caller knows whether to clean up after a failure.
+func (t *Tree) write(ctx context.Context, op string, fn func(tx journal.Tx, now time.Time) ([]record.Event, error)) (evs []record.Event, committed bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	p := &pendingOp{op: op, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	t.batch.submit(t, p)
+	return p.evs, p.committed, p.err
+}
+
+// read runs fn in a read-only transaction under the shared lock.
+func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	db, err := t.open(true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.View(func(tx journal.Tx) error { return fn(tx, tx.Now()) })
+}
+
+// open opens the tree's journal: for reading (under the shared lock), or
+// for writing, with the writer's turn.
+func (t *Tree) open(readOnly bool) (journal.Store, error) {
+	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, Clock: t.opts.Clock})
+}
+
+// commit appends ev, folds it into the task's record and the token's claim
+// record, and stores both. prev is the record before (nil for add/adopt).
+func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, record.Event, error) {
+	ev, err := tx.Append(ev)
+	if err != nil {
+		return record.Task{}, ev, err
+	}
+	rec, err := Apply(prev, ev)
+	if err != nil {
+		return rec, ev, err
+	}
+	if err := tx.PutTask(prev, rec); err != nil {
+		return rec, ev, err
+	}
+	if ev.Token != 0 {
+		var prevClaim *record.Claim
+		if c, ok, err := tx.Claim(ev.Token); err != nil {
+			return rec, ev, err
+		} else if ok {
+			prevClaim = &c
+		}
+		if c, ok := ApplyClaim(prevClaim, ev); ok {
+			if err := tx.PutClaim(c); err != nil {
+				return rec, ev, err
+			}
+			if err := trackRequest(tx, c); err != nil {
+				return rec, ev, err
+			}
+		}
+	}
+	return rec, ev, nil
+}
+
+// trackRequest keeps the request index in step with a claim: a claim made
+// for a request id is findable by (agent, request id) while it is current,
+// and forgotten when it ends.
+func trackRequest(tx journal.Tx, c record.Claim) error {
+	if c.RequestID == "" {
+		return nil
+	}
+	if c.Ended != nil {
+		return tx.DeleteRequest(c.Agent, c.RequestID)
+	}
+	return tx.PutRequest(c.Agent, c.RequestID, c.Token)
+}
+
+// withTimeout returns a view of the tree whose lock waits are bounded by
+// d. It batches on its own, so its bound is never stretched by a group
+// that another caller leads, but shares the tree's parked journal handle
+// (it used to park one of its own, never closed: a mapping and two
+// descriptors leaked per keeper heartbeat). The view needs no Close.
+func (t *Tree) withTimeout(d time.Duration) *Tree {
+	c := *t
+	c.opts.Timeout = d
+	c.batch = &batcher{writerSlot: t.batch.writerSlot}
+	return &c
+}
 
 // pendingOp is one queued writer operation and, once done, its outcome.
 // fn may be run more than once (see commitGroup), each time in a fresh
@@ -94,9 +193,10 @@ func (t *Tree) openWriter() (journal.Store, error) {
 
 // parkWriter ends a group's use of db: parked for the next group if the
 // group went through, closed otherwise (after a failure nothing about the
-// handle is trusted) or when bbolt's polling lock is the only lock.
+// handle is trusted) or when the store cannot park it (bbolt's polling
+// lock is the only lock).
 func (t *Tree) parkWriter(db journal.Store, healthy bool) {
-	if healthy && !t.opts.BoltLockOnly && db.Park() == nil {
+	if healthy && db.Park() == nil {
 		if old := t.batch.idle.Swap(&parked{db}); old != nil {
 			old.db.Close()
 		}

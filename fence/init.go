@@ -1,0 +1,134 @@
+package fence
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// Init creates the tree at root (and root itself if missing) and its
+// journal. On an existing tree it checks the journal and changes nothing;
+// created says which happened.
+func Init(root string, d record.Defaults) (created bool, err error) {
+	res, err := InitTree(root, d, Options{})
+	return res.Created, err
+}
+
+// InitResult says what InitTree found or made.
+type InitResult struct {
+	Root     string
+	Created  bool            // false: the tree existed and nothing changed
+	Defaults record.Defaults // the tree's settings: d if created, else the existing ones
+}
+
+// InitTree is Init that also reports the tree's settings, which differ
+// from d when the tree already existed (or another init won a race). It
+// refuses, changing nothing, a directory that holds task files but no
+// journal: an empty journal would hide them, and recover is the way back.
+// The journal is made under the tree's lock, so of several inits at once
+// exactly one creates it and the others report what it made. Of o, only
+// Timeout (the wait for the lock) and Clock (the token counter starts
+// above it) apply.
+func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
+	res := InitResult{Defaults: d}
+	timeout, clock := o.lockTimeout(), o.clock()
+	if err := checkDefaults(d); err != nil {
+		return res, err
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return res, err
+	}
+	res.Root = abs
+	meta := filepath.Join(abs, string(fsmirror.Meta))
+	exists, err := boltstore.Exists(meta)
+	if err != nil {
+		return res, err
+	}
+	if !exists {
+		if err := refuseOrphanTasks(abs); err != nil {
+			return res, err
+		}
+	}
+	m, err := fsmirror.Create(abs)
+	if err != nil {
+		return res, err
+	}
+	defer m.Close()
+	if exists { // an existing tree: a reader, under the shared lock
+		res.Defaults, err = readDefaults(boltstore.Backend{}, meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
+		return res, err
+	}
+	lock, err := boltstore.AcquireLock(filepath.Join(meta, boltstore.LockName), true, timeout)
+	if err != nil {
+		return res, err
+	}
+	defer lock.Release()
+	if exists, err = boltstore.Exists(meta); err != nil {
+		return res, err
+	} else if exists { // another init won the race (we hold the lock: bbolt's alone)
+		res.Defaults, err = readDefaults(lockHeld, meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
+		return res, err
+	}
+	if err := refuseOrphanTasks(abs); err != nil {
+		return res, err
+	}
+	boltstore.SweepCreating(meta)
+	seed, err := tokenFloor(meta, clock())
+	if err != nil {
+		return res, err
+	}
+	if err := boltstore.CreateSeeded(meta, d, seed); err != nil {
+		return res, err
+	}
+	res.Created = true
+	return res, nil
+}
+
+// lockHeld opens a bbolt journal for init and recover, which hold
+// .fence/lock already.
+var lockHeld = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
+
+// readDefaults opens the journal in meta with o and reads the tree's
+// settings.
+func readDefaults(store journal.Backend, meta string, o journal.OpenOptions) (d record.Defaults, err error) {
+	db, err := store.Open(meta, o)
+	if err != nil {
+		return d, err
+	}
+	defer db.Close()
+	err = db.View(func(tx journal.Tx) error {
+		d, err = tx.Defaults()
+		return err
+	})
+	return d, err
+}
+
+// refuseOrphanTasks refuses to init a directory whose state directories
+// hold entries while it has no journal: those are a tree's tasks, and an
+// empty journal would hide them (claims would find nothing to claim).
+// recover is what adopts them.
+func refuseOrphanTasks(root string) error {
+	var found []string
+	for _, d := range fsmirror.StateDirs {
+		f, err := os.Open(filepath.Join(root, string(d)))
+		if err != nil {
+			continue // missing (init makes it), or not a directory (init reports it)
+		}
+		names, _ := f.Readdirnames(1)
+		f.Close()
+		if len(names) > 0 {
+			found = append(found, fmt.Sprintf("%s/%s", d, names[0]))
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return invalidf(InputRoot, RuleOrphanTasks, root, "%s holds task files (%s) but no journal: init would make an empty journal that hides them; nothing changed.", root, strings.Join(found, ", "))
+}

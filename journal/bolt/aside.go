@@ -1,0 +1,50 @@
+package bolt
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Damaged journals. recover rebuilds a journal that cannot be read; the
+// damaged file is never deleted but kept aside under a name of its own, and
+// the tokens it may have issued still count when the new journal picks its
+// first token.
+
+// damagedSuffix names a journal that SetAside kept.
+const damagedSuffix = ".damaged-"
+
+// SetAside renames the journal of dir to journal.db.damaged-<now>, never
+// over an existing file, and fsyncs dir, so that a new journal can be
+// created in its place. It returns the new path, or "" if dir holds no
+// journal file. The caller holds .fence/lock.
+func SetAside(dir string, now time.Time) (string, error) {
+	path := Path(dir)
+	if _, err := os.Lstat(path); err != nil {
+		return "", nil
+	}
+	aside := path + damagedSuffix + now.UTC().Format("20060102T150405Z")
+	if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE); err != nil {
+		return "", fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
+	}
+	if err := fsyncPath(dir); err != nil {
+		return "", err
+	}
+	return aside, nil
+}
+
+// SalvageTokens returns the highest token that the journal file of dir and
+// every copy SetAside kept there can have issued, however damaged (see
+// SalvageToken); ok is false if none of them shows one.
+func SalvageTokens(dir string) (token uint64, ok bool) {
+	olds, _ := filepath.Glob(filepath.Join(dir, FileName+damagedSuffix+"*"))
+	for _, p := range append(olds, Path(dir)) {
+		if tok, found := SalvageToken(p); found && (!ok || tok > token) {
+			token, ok = tok, true
+		}
+	}
+	return token, ok
+}
