@@ -56,7 +56,7 @@ func (t *Tree) adoptInbox(db journal.Store) {
 				continue
 			}
 			if dir, _, err := t.mirror.Locate(id); err == nil && dir != fsmirror.Inbox {
-				t.notify(NoticeInboxDuplicate, id, "a file "+string(dir)+"/"+id+" that the journal does not know has this id; left in inbox/ (run `fencectl replay`, or rename it)")
+				t.notify(NoticeInboxDuplicate, id, "a file "+string(dir)+"/"+id+" that the journal does not know has this id; left in inbox/")
 				continue
 			}
 			name, ok := staged[id] // staged by an earlier run of this function

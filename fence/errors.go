@@ -189,7 +189,21 @@ func invalidf(in Input, rule Rule, v any, format string, args ...any) error {
 
 // TaskFileError refuses an action on a task whose file is missing or is
 // not a regular file where the journal says it is. Nothing changed.
-type TaskFileError struct{ Err error }
+// Problem says which, so that a caller can say what to do about it.
+type TaskFileError struct {
+	Problem TaskFileProblem
+	Err     error
+}
+
+// TaskFileProblem is what is wrong with a task's file.
+type TaskFileProblem int
+
+// The problems a TaskFileError names.
+const (
+	FileOther      TaskFileProblem = iota // see Err
+	FileNotRegular                        // a symlink, FIFO or directory where the file should be
+	FileMissing                           // no file where the journal says it is
+)
 
 func (e *TaskFileError) Error() string { return e.Err.Error() }
 func (e *TaskFileError) Unwrap() error { return e.Err }

@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,5 +86,35 @@ func TestInvalidInput_FieldsNotFlags(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, "--") || strings.Contains(msg, "fencectl") {
 			t.Errorf("%s: %q speaks CLI", c.name, msg)
 		}
+	}
+}
+
+// TestTaskFileError_ProblemNotCommands (issue 10): a refusal over a task's
+// file says which problem as a field; the fencectl command that helps is
+// the CLI's to add, not part of the domain's message.
+func TestTaskFileError_ProblemNotCommands(t *testing.T) {
+	tree := newTree(t)
+	add(t, tree, "t1", 0)
+	file := tree.Path("t1", record.Available)
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/hostname", file); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tree.Claim(bg, fence.ClaimRequest{ID: "t1", Agent: "a"})
+	var fe *fence.TaskFileError
+	if !errors.As(err, &fe) || fe.Problem != fence.FileNotRegular {
+		t.Fatalf("claim of a symlinked task file = %v, want a TaskFileError of FileNotRegular", err)
+	}
+	if strings.Contains(err.Error(), "fencectl ") {
+		t.Errorf("the domain's message names a fencectl command: %s", err)
+	}
+	// Put the file back, so the tree passes the invariant check at cleanup.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

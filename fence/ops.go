@@ -348,15 +348,15 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 			id = cand
 			return false
 		case err != nil:
-			t.notify(NoticeSkipped, cand, err.Error()+"; not claimed (run `fencectl replay --check`)")
+			t.notify(NoticeSkipped, cand, err.Error()+"; not claimed")
 		default:
 			switch where, _, lerr := t.mirror.Locate(cand); {
 			case lerr == nil:
-				t.notify(NoticeSkipped, cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed (run `fencectl replay` to put it back)")
+				t.notify(NoticeSkipped, cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed")
 			case errors.Is(lerr, fs.ErrNotExist):
 				gone = append(gone, cand)
 			default:
-				t.notify(NoticeSkipped, cand, lerr.Error()+"; not claimed (run `fencectl replay --check`)")
+				t.notify(NoticeSkipped, cand, lerr.Error()+"; not claimed")
 			}
 		}
 		return true
@@ -386,10 +386,10 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 func (t *Tree) checkFile(id string, dir fsmirror.Dir, mustExist bool) error {
 	ok, err := t.mirror.Exists(dir, id)
 	if err != nil {
-		return &TaskFileError{Err: fmt.Errorf("%w; nothing changed (fencectl never follows symlinks in the tree: move the entry aside; `fencectl replay --check` lists such entries)", err)}
+		return &TaskFileError{Problem: FileNotRegular, Err: fmt.Errorf("%w; nothing changed", err)}
 	}
 	if !ok && mustExist {
-		return &TaskFileError{Err: fmt.Errorf("task file %s is missing; nothing changed (run `fencectl replay --check`)", t.mirror.Path(dir, id))}
+		return &TaskFileError{Problem: FileMissing, Err: fmt.Errorf("task file %s is missing; nothing changed", t.mirror.Path(dir, id))}
 	}
 	return nil
 }

@@ -165,7 +165,7 @@ func (t *Tree) ensure(m move) error {
 			return err
 		}
 	}
-	t.notify(NoticeMissingFile, m.id, "the journal has this task in "+string(m.to)+"/ but its file is in no directory; run `fencectl replay --check`")
+	t.notify(NoticeMissingFile, m.id, "the journal has this task in "+string(m.to)+"/ but its file is in no directory")
 	return nil
 }
 
@@ -215,7 +215,7 @@ func (t *Tree) settle(db journal.Store) error {
 		if err := t.ensure(m); err != nil {
 			// One task's file (EPERM, EXDEV, an occupied destination) must
 			// not stop every writer: report it and leave it for replay.
-			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for `fencectl replay` (run `fencectl replay --check` to see it)")
+			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for replay")
 			continue
 		}
 		t.notify(NoticeSettled, m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")

@@ -29,6 +29,7 @@ func classify(err error) errorObject {
 		atRisk   *fence.LeaseAtRiskError
 		start    *startError
 		readable *fence.JournalReadableError
+		file     *fence.TaskFileError
 	)
 	switch {
 	case errors.As(err, &stale):
@@ -59,6 +60,8 @@ func classify(err error) errorObject {
 	case errors.As(err, &invalid):
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 		obj.Message = reword(err, invalid, invalidMessage(invalid))
+	case errors.As(err, &file):
+		obj.Message += taskFileHints[file.Problem]
 	case errors.As(err, &readable):
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 		obj.Message = err.Error() + "; to bring the tree in line with it run `fencectl replay`"
@@ -114,4 +117,26 @@ func invalidMessage(e *fence.InvalidInputError) string {
 		name = strings.ReplaceAll(string(e.Input), "_", " ")
 	}
 	return e.Describe(name) + invalidHints[e.Rule]
+}
+
+// taskFileHints say what to do about a task's file that stopped an action.
+var taskFileHints = map[fence.TaskFileProblem]string{
+	fence.FileNotRegular: " (fencectl never follows symlinks in the tree: move the entry aside; `fencectl replay --check` lists such entries)",
+	fence.FileMissing:    " (run `fencectl replay --check`)",
+}
+
+// noticeHints say which command helps with what a notice reports; fence
+// says what it found and did, the CLI adds the command.
+var noticeHints = map[fence.NoticeKind]string{
+	fence.NoticeInboxDuplicate: " (run `fencectl replay`, or rename it)",
+	fence.NoticeSkipped:        " (`fencectl replay --check` shows why; `fencectl replay` repairs what it can)",
+	fence.NoticeMissingFile:    " (run `fencectl replay --check`)",
+	fence.NoticeNotSettled:     " (`fencectl replay --check` shows it; `fencectl replay` repairs it)",
+}
+
+// withHint is a notice as the CLI shows it: its detail and the command
+// that helps, if any.
+func withHint(n fence.Notice) fence.Notice {
+	n.Detail += noticeHints[n.Kind]
+	return n
 }

@@ -39,7 +39,7 @@ type output struct {
 	stdoutIsCMDs   bool  // run: stdout belongs to CMD, so notices go to stderr
 }
 
-func (o *output) notice(n fence.Notice) { o.notices = append(o.notices, n) }
+func (o *output) notice(n fence.Notice) { o.notices = append(o.notices, withHint(n)) }
 
 // flushNotices prints what the command noticed on the way: as text on
 // stderr, or with --json as {"notice",…} objects on stdout after the
