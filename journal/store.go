@@ -46,8 +46,9 @@ type Backend interface {
 	LockTree(dir string, timeout time.Duration) (TreeLock, error)
 }
 
-// TreeLock is the tree-wide lock, held: every Open of the tree's journal
-// by anyone else waits until Release.
+// TreeLock is the tree-wide lock, held: another LockTree of the tree waits
+// until Release, so of several inits at once exactly one creates the
+// journal. (The bbolt store's Open waits for it too.)
 type TreeLock interface {
 	// Open is Backend.Open for the lock's holder, who must not wait for
 	// the lock it holds.
