@@ -173,8 +173,8 @@ const (
 	// is taken. The default.
 	LockFlock LockMode = iota
 	// LockBoltOnly takes bbolt's polling lock alone: for a caller that
-	// holds .fence/lock already (init, recover), or to measure what the
-	// flock buys (make bench, FENCE_LOCK_MODE=bbolt). Every process on a
+	// holds .fence/lock already (the tree lock's Open), or to measure what
+	// the flock buys (make bench, FENCE_LOCK_MODE=bbolt). Every process on a
 	// tree must use the same mode. A handle opened so cannot be parked.
 	LockBoltOnly
 )
