@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
-	boltstore "github.com/fencectl/fencectl/journal/bolt"
 	"github.com/fencectl/fencectl/journal/record"
 )
 
@@ -33,11 +32,11 @@ type InitResult struct {
 // journal: an empty journal would hide them, and recover is the way back.
 // The journal is made under the tree's lock, so of several inits at once
 // exactly one creates it and the others report what it made. Of o, only
-// Timeout (the wait for the lock) and Clock (the token counter starts
-// above it) apply.
+// Backend, Timeout (the wait for the lock) and Clock (the token counter
+// starts above it) apply.
 func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	res := InitResult{Defaults: d}
-	timeout, clock := o.lockTimeout(), o.clock()
+	store, timeout, clock := o.backend(), o.lockTimeout(), o.clock()
 	if err := checkDefaults(d); err != nil {
 		return res, err
 	}
@@ -47,7 +46,7 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	}
 	res.Root = abs
 	meta := filepath.Join(abs, string(fsmirror.Meta))
-	exists, err := boltstore.Exists(meta)
+	exists, err := store.Exists(meta)
 	if err != nil {
 		return res, err
 	}
@@ -62,43 +61,38 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	}
 	defer m.Close()
 	if exists { // an existing tree: a reader, under the shared lock
-		res.Defaults, err = readDefaults(boltstore.Backend{}, meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
+		res.Defaults, err = readDefaults(func(o journal.OpenOptions) (journal.Store, error) { return store.Open(meta, o) }, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		return res, err
 	}
-	lock, err := boltstore.AcquireLock(filepath.Join(meta, boltstore.LockName), true, timeout)
+	lock, err := store.LockTree(meta, timeout)
 	if err != nil {
 		return res, err
 	}
 	defer lock.Release()
-	if exists, err = boltstore.Exists(meta); err != nil {
+	if exists, err = store.Exists(meta); err != nil {
 		return res, err
-	} else if exists { // another init won the race (we hold the lock: bbolt's alone)
-		res.Defaults, err = readDefaults(lockHeld, meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
+	} else if exists { // another init won the race
+		res.Defaults, err = readDefaults(lock.Open, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		return res, err
 	}
 	if err := refuseOrphanTasks(abs); err != nil {
 		return res, err
 	}
-	boltstore.SweepCreating(meta)
-	seed, err := tokenFloor(meta, clock())
+	seed, err := tokenFloor(meta, clock(), lock.Salvage())
 	if err != nil {
 		return res, err
 	}
-	if err := boltstore.CreateSeeded(meta, d, seed); err != nil {
+	if err := lock.Create(d, seed); err != nil {
 		return res, err
 	}
 	res.Created = true
 	return res, nil
 }
 
-// lockHeld opens a bbolt journal for init and recover, which hold
-// .fence/lock already.
-var lockHeld = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
-
-// readDefaults opens the journal in meta with o and reads the tree's
-// settings.
-func readDefaults(store journal.Backend, meta string, o journal.OpenOptions) (d record.Defaults, err error) {
-	db, err := store.Open(meta, o)
+// readDefaults opens the journal with open (the backend's, or the tree
+// lock's when held) and reads the tree's settings.
+func readDefaults(open func(journal.OpenOptions) (journal.Store, error), o journal.OpenOptions) (d record.Defaults, err error) {
+	db, err := open(o)
 	if err != nil {
 		return d, err
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
-	boltstore "github.com/fencectl/fencectl/journal/bolt"
 	"github.com/fencectl/fencectl/journal/record"
 )
 
@@ -50,9 +49,9 @@ var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, re
 // mistyped --dir must not plant one), a readable journal (replay is the
 // repair for that) and a journal of another schema version (a newer
 // fencectl's journal is healthy, and rebuilding it would free every lease).
-// Of o, only Timeout (the wait for the lock) and Clock apply.
+// Of o, only Backend, Timeout (the wait for the lock) and Clock apply.
 func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
-	timeout, clock := o.lockTimeout(), o.clock()
+	store, timeout, clock := o.backend(), o.lockTimeout(), o.clock()
 	rep := RecoverReport{Counts: map[record.State]int{}, Freed: []string{}, Findings: []Finding{}}
 	if err := checkDefaults(d); err != nil {
 		return rep, err
@@ -68,41 +67,40 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	m.Crash = crashAt
 	rep.Root = m.Root()
 	meta := filepath.Join(rep.Root, string(fsmirror.Meta))
-	lock, err := boltstore.AcquireLock(filepath.Join(meta, boltstore.LockName), true, timeout)
+	lock, err := store.LockTree(meta, timeout)
 	if err != nil {
 		return rep, err
 	}
 	defer lock.Release()
 
-	path := boltstore.Path(meta)
-	if exists, err := boltstore.Exists(meta); err != nil {
+	if exists, err := store.Exists(meta); err != nil {
 		return rep, err
 	} else if exists {
-		db, err := lockHeld.Open(meta, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
+		db, err := lock.Open(journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		if err == nil {
 			err = db.Verify()
 			db.Close()
 			if err == nil {
-				return rep, &JournalReadableError{Path: path}
+				return rep, &JournalReadableError{Path: store.Path(meta)}
 			}
 		}
 		var corrupt *journal.CorruptError
 		if !errors.As(err, &corrupt) {
 			return rep, err // a *VersionError among them: refused, untouched
 		}
-		if old, ok := boltstore.ReadDefaults(path); ok {
-			d = old
-		}
 	}
-	seed, err := tokenFloor(meta, clock())
+	salvaged := lock.Salvage()
+	if salvaged.DefaultsOK {
+		d = salvaged.Defaults
+	}
+	seed, err := tokenFloor(meta, clock(), salvaged)
 	if err != nil {
 		return rep, err
 	}
-	if rep.KeptAside, err = boltstore.SetAside(meta, clock()); err != nil {
+	if rep.KeptAside, err = lock.SetAside(clock()); err != nil {
 		return rep, err
 	}
-	boltstore.SweepCreating(meta)
-	if err := boltstore.CreateSeeded(meta, d, seed); err != nil {
+	if err := lock.Create(d, seed); err != nil {
 		return rep, err
 	}
 	rep.FirstToken = seed
@@ -116,7 +114,7 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	rep.Findings = append(rep.Findings, sc.invalid...)
 	ids := slices.Sorted(maps.Keys(sc.where))
 
-	db, err := lockHeld.Open(meta, journal.OpenOptions{Timeout: timeout, Clock: clock})
+	db, err := lock.Open(journal.OpenOptions{Timeout: timeout, Clock: clock})
 	if err != nil {
 		return rep, err
 	}
@@ -191,11 +189,11 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 // issued, from everything that survives the loss of a journal. That is
 // the token ceiling's files (.fence/tokens, and .fence-tokens in the root,
 // which outlives `rm -rf .fence`), whatever the journal files in meta
-// still show (journal.db and the copies earlier recovers set aside,
-// however damaged), and the clock (now), for trees older than the ceiling. A
-// ceiling file that exists but cannot be read is an error: starting
-// without it could reissue old tokens.
-func tokenFloor(meta string, now time.Time) (uint64, error) {
+// still show (salvaged: the journal and the copies earlier recovers set
+// aside, however damaged), and the clock (now), for trees older than the
+// ceiling. A ceiling file that exists but cannot be read is an error:
+// starting without it could reissue old tokens.
+func tokenFloor(meta string, now time.Time, salvaged journal.Salvaged) (uint64, error) {
 	floor := uint64(now.UnixMicro())
 	ceiling, found, err := journal.ReadCeiling(meta)
 	if err != nil {
@@ -204,8 +202,8 @@ func tokenFloor(meta string, now time.Time) (uint64, error) {
 	if found && ceiling >= floor {
 		floor = ceiling + 1
 	}
-	if tok, ok := boltstore.SalvageTokens(meta); ok && tok >= floor {
-		floor = tok + 1
+	if salvaged.TokenOK && salvaged.Token >= floor {
+		floor = salvaged.Token + 1
 	}
 	return floor, nil
 }

@@ -41,6 +41,15 @@ type Options struct {
 	Clock func() time.Time
 }
 
+// backend is o.Backend, or the bbolt store when none is chosen: the one
+// place fence names a backend.
+func (o Options) backend() journal.Backend {
+	if o.Backend != nil {
+		return o.Backend
+	}
+	return boltstore.Backend{}
+}
+
 // Notice is a side report: something found and handled, or left alone.
 type Notice struct {
 	Kind   NoticeKind `json:"notice"`
@@ -77,10 +86,7 @@ func Open(root string, o Options) (*Tree, error) {
 		return nil, err
 	}
 	meta := filepath.Join(abs, string(fsmirror.Meta))
-	store := o.Backend
-	if store == nil {
-		store = boltstore.Backend{}
-	}
+	store := o.backend()
 	if ok, err := store.Exists(meta); err != nil {
 		return nil, err
 	} else if !ok {

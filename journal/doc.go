@@ -1,8 +1,9 @@
 // Package journal is the storage port of fencectl's source of truth: the
-// interfaces every store implements (Backend, Store, Tx), the binary codec
-// the records of package journal/record are stored in, the token ceiling's
-// files and the errors shared by every backend. It imports no backend: the bbolt store is package journal/bolt, and the
-// contract a store must meet is package journal/journaltest.
+// interfaces every store implements (Backend, TreeLock, Store, Tx), the
+// binary codec the records of package journal/record are stored in, the
+// token ceiling's files and the errors shared by every backend. It imports
+// no backend: the bbolt store is package journal/bolt, and the contract a
+// store must meet is package journal/journaltest.
 //
 // # Transactions
 //
@@ -16,6 +17,12 @@
 // fence assumes no process-wide lock. A store that lets one writer in at a
 // time (bbolt, through a flock) says so with Store.Exclusive; fence's
 // crash finish ("only the last commit can be unfinished") relies on it.
+//
+// # Making and rebuilding
+//
+// init and recover make a journal, set a damaged one aside and salvage
+// its tokens only through Backend.LockTree: the held TreeLock keeps other
+// creators out, so each backend decides how a journal is built safely.
 //
 // # Time
 //

@@ -39,6 +39,47 @@ type Backend interface {
 	// Watch reports changes to the journal of dir, so that a lease holder
 	// learns of a revoke without polling.
 	Watch(dir string) (Watcher, error)
+	// LockTree takes the tree-wide exclusive lock that init and recover
+	// hold while they make or rebuild the journal of dir, waiting up to
+	// timeout (then ErrBusy). Making, setting aside and salvaging a
+	// journal go through the lock, so only its holder can do them.
+	LockTree(dir string, timeout time.Duration) (TreeLock, error)
+}
+
+// TreeLock is the tree-wide lock, held: another LockTree of the tree waits
+// until Release, so of several inits at once exactly one creates the
+// journal. (The bbolt store's Open waits for it too.)
+type TreeLock interface {
+	// Open is Backend.Open for the lock's holder, who must not wait for
+	// the lock it holds.
+	Open(o OpenOptions) (Store, error)
+	// Create makes a new, empty journal with the tree's defaults d and the
+	// token counter at seed (LastToken is seed). It fails with fs.ErrExist
+	// if a journal is there; what a create that crashed left is cleared.
+	Create(d record.Defaults, seed uint64) error
+	// SetAside moves the journal out of the way, never deleting it, so that
+	// Create can make a new one; its tokens still count in Salvage. It
+	// returns where the journal went, or "" if there was none.
+	SetAside(now time.Time) (string, error)
+	// Salvage reads what the journal, however damaged, and every journal
+	// SetAside kept still show. It never fails: what cannot be read is
+	// left out.
+	Salvage() Salvaged
+	// Release gives the lock up.
+	Release() error
+}
+
+// Salvaged is what damaged journals still show; recover builds the new
+// journal from it.
+type Salvaged struct {
+	// Token is the highest token the journal or a journal set aside can
+	// have issued; TokenOK is false if none shows one.
+	Token   uint64
+	TokenOK bool
+	// Defaults are the current journal's settings; DefaultsOK is false if
+	// they cannot be read (nor are valid).
+	Defaults   record.Defaults
+	DefaultsOK bool
 }
 
 // OpenOptions say how to open a journal.

@@ -14,14 +14,14 @@ import (
 // the tokens it may have issued still count when the new journal picks its
 // first token.
 
-// damagedSuffix names a journal that SetAside kept.
+// damagedSuffix names a journal that setAside kept.
 const damagedSuffix = ".damaged-"
 
-// SetAside renames the journal of dir to journal.db.damaged-<now>, never
+// setAside renames the journal of dir to journal.db.damaged-<now>, never
 // over an existing file, and fsyncs dir, so that a new journal can be
 // created in its place. It returns the new path, or "" if dir holds no
 // journal file. The caller holds .fence/lock.
-func SetAside(dir string, now time.Time) (string, error) {
+func setAside(dir string, now time.Time) (string, error) {
 	path := Path(dir)
 	if _, err := os.Lstat(path); err != nil {
 		return "", nil
@@ -36,10 +36,10 @@ func SetAside(dir string, now time.Time) (string, error) {
 	return aside, nil
 }
 
-// SalvageTokens returns the highest token that the journal file of dir and
-// every copy SetAside kept there can have issued, however damaged (see
+// salvageTokens returns the highest token that the journal file of dir and
+// every copy setAside kept there can have issued, however damaged (see
 // SalvageToken); ok is false if none of them shows one.
-func SalvageTokens(dir string) (token uint64, ok bool) {
+func salvageTokens(dir string) (token uint64, ok bool) {
 	olds, _ := filepath.Glob(filepath.Join(dir, FileName+damagedSuffix+"*"))
 	for _, p := range append(olds, Path(dir)) {
 		if tok, found := SalvageToken(p); found && (!ok || tok > token) {

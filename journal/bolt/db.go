@@ -74,12 +74,12 @@ func Exists(dir string) (bool, error) {
 // counter is seeded from now in microseconds. Create fails with fs.ErrExist
 // if a journal is already there.
 func Create(dir string, d record.Defaults, now time.Time) error {
-	return CreateSeeded(dir, d, uint64(now.UnixMicro()))
+	return createSeeded(dir, d, uint64(now.UnixMicro()))
 }
 
-// CreateSeeded is Create with the token counter starting at seed: recover
+// createSeeded is Create with the token counter starting at seed: recover
 // starts above every token the lost journal can have issued.
-func CreateSeeded(dir string, d record.Defaults, seed uint64) error {
+func createSeeded(dir string, d record.Defaults, seed uint64) error {
 	final := Path(dir)
 	if ok, err := Exists(dir); err != nil {
 		return err
@@ -138,10 +138,10 @@ func CreateSeeded(dir string, d record.Defaults, seed uint64) error {
 // creatingSuffix marks a journal being built by Create.
 const creatingSuffix = ".creating-"
 
-// SweepCreating removes the half-built journals that a Create killed
+// sweepCreating removes the half-built journals that a Create killed
 // before its rename left in dir. Only call it holding the lock that every
 // creator holds (init and recover do), so no live Create loses its file.
-func SweepCreating(dir string) {
+func sweepCreating(dir string) {
 	names, _ := filepath.Glob(filepath.Join(dir, FileName+creatingSuffix+"*"))
 	for _, n := range names {
 		_ = os.Remove(n)
@@ -173,8 +173,8 @@ const (
 	// is taken. The default.
 	LockFlock LockMode = iota
 	// LockBoltOnly takes bbolt's polling lock alone: for a caller that
-	// holds .fence/lock already (init, recover), or to measure what the
-	// flock buys (make bench, FENCE_LOCK_MODE=bbolt). Every process on a
+	// holds .fence/lock already (the tree lock's Open), or to measure what
+	// the flock buys (make bench, FENCE_LOCK_MODE=bbolt). Every process on a
 	// tree must use the same mode. A handle opened so cannot be parked.
 	LockBoltOnly
 )
@@ -490,9 +490,9 @@ func SalvageToken(path string) (token uint64, ok bool) {
 	return token, ok
 }
 
-// ReadDefaults reads the defaults of a journal file that may be damaged;
+// readDefaults reads the defaults of a journal file that may be damaged;
 // ok is false if they cannot be read.
-func ReadDefaults(path string) (d record.Defaults, ok bool) {
+func readDefaults(path string) (d record.Defaults, ok bool) {
 	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
 		return d, false
 	}

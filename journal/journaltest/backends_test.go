@@ -16,11 +16,13 @@ import (
 var backends = []struct {
 	name     string
 	newStore func(t *testing.T) journal.Store
+	backend  journal.Backend
+	newDir   func(t *testing.T) string // a tree's meta directory, no journal yet
 }{
-	{"bolt", newBolt},
+	{"bolt", newBolt, boltstore.Backend{}, newMetaDir},
 	// The bbolt store with every Update run twice, as an optimistic store
 	// retries: proves the suite checks re-runs.
-	{"bolt-retrying", func(t *testing.T) journal.Store { return journaltest.RetryingStore(newBolt(t)) }},
+	{"bolt-retrying", func(t *testing.T) journal.Store { return journaltest.RetryingStore(newBolt(t)) }, journaltest.Retrying(boltstore.Backend{}), newMetaDir},
 }
 
 func TestContract(t *testing.T) {
@@ -29,13 +31,26 @@ func TestContract(t *testing.T) {
 	}
 }
 
-// newBolt makes a bbolt journal in <tmp>/.fence, as a tree has it (the
-// token ceiling's root copy lands in <tmp>), and checks it at cleanup.
-func newBolt(t *testing.T) journal.Store {
+func TestBackendContract(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { journaltest.RunBackend(t, b.backend, b.newDir) })
+	}
+}
+
+// newMetaDir makes <tmp>/.fence, as init does before it creates the
+// journal.
+func newMetaDir(t *testing.T) string {
 	dir := filepath.Join(t.TempDir(), ".fence")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// newBolt makes a bbolt journal in <tmp>/.fence, as a tree has it (the
+// token ceiling's root copy lands in <tmp>), and checks it at cleanup.
+func newBolt(t *testing.T) journal.Store {
+	dir := newMetaDir(t)
 	if err := boltstore.Create(dir, journaltest.Defaults, journaltest.T0); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package journaltest is the contract of the storage port: the behaviour
-// package fence relies on from every journal.Store, as one test suite.
-// Each backend's tests call Run with a function that makes a fresh, empty
-// journal; a new backend proves itself by passing it.
+// package fence relies on from every journal.Store and journal.Backend, as
+// one test suite. Each backend's tests call Run with a function that makes
+// a fresh, empty journal, and RunBackend with the backend itself (making
+// and rebuilding journals); a new backend proves itself by passing both.
 package journaltest
 
 import (

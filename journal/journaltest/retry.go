@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"errors"
+	"time"
 
 	"github.com/fencectl/fencectl/journal"
 )
@@ -40,4 +41,24 @@ func (s retryingStore) Update(fn func(journal.Tx) error) error {
 		return err
 	}
 	return s.Store.Update(fn)
+}
+
+// LockTree wraps the stores opened under the lock too, so that recover's
+// rebuild is re-run like every other write.
+func (b retryingBackend) LockTree(dir string, timeout time.Duration) (journal.TreeLock, error) {
+	l, err := b.Backend.LockTree(dir, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return retryingLock{l}, nil
+}
+
+type retryingLock struct{ journal.TreeLock }
+
+func (l retryingLock) Open(o journal.OpenOptions) (journal.Store, error) {
+	s, err := l.TreeLock.Open(o)
+	if err != nil {
+		return nil, err
+	}
+	return RetryingStore(s), nil
 }
