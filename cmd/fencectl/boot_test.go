@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"github.com/rogpeppe/go-internal/testscript"
 	bolt "go.etcd.io/bbolt"
 )
@@ -63,7 +64,7 @@ func TestInit_RaceProcesses(t *testing.T) {
 				var out, errb bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &out, &errb
 				err := cmd.Run()
-				results[i] = result{exitCode(err), out.String(), errb.String(), ttl}
+				results[i] = result{clitest.ExitCode(err), out.String(), errb.String(), ttl}
 			}(i, ttl)
 		}
 		wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"github.com/fencectl/fencectl/fence"
 )
 
@@ -230,17 +231,17 @@ func TestJSON_BigTokensKeepTheirDigits(t *testing.T) {
 // carries a notice.
 func TestJSON_OutputsDecodeStrictly(t *testing.T) {
 	rt := newRunTree(t)
-	if err := os.Chmod(rt.dir, 0o777); err != nil {
+	if err := os.Chmod(rt.Dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	// step runs fencectl --json ARGS, wants exit code, and checks every
 	// line of stdout and stderr against the kinds allowed there.
 	step := func(code int, outKinds, errKinds []string, args ...string) (string, string) {
 		t.Helper()
-		c := rt.cmd(append([]string{"--json"}, args...)...)
+		c := rt.Cmd(append([]string{"--json"}, args...)...)
 		var stdout, stderr bytes.Buffer
 		c.Stdout, c.Stderr = &stdout, &stderr
-		if got := exitCode(c.Run()); got != code {
+		if got := clitest.ExitCode(c.Run()); got != code {
 			t.Fatalf("%v: exit %d, want %d\nstdout %s\nstderr %s", args, got, code, stdout.String(), stderr.String())
 		}
 		for _, s := range []struct {
@@ -306,7 +307,7 @@ func TestJSON_OutputsDecodeStrictly(t *testing.T) {
 	step(2, nil, one("error"), "claim", "--ttl", "-1s")
 	step(0, one("claim"), nil, "claim", "t3", "--ttl", "1m")
 	if testClock != nil { // the fencetest build: the lease expires on the test clock
-		rt.advance(2 * time.Minute)
+		rt.Advance(2 * time.Minute)
 		if out, _ := step(0, one("reap"), nil, "reap", "--dry-run"); !strings.Contains(out, `"task":"t3"`) {
 			t.Errorf("reap --dry-run does not list t3: %s", out)
 		}
@@ -319,12 +320,12 @@ func TestJSON_OutputsDecodeStrictly(t *testing.T) {
 	if _, stderr := step(3, nil, []string{"error", "notice"}, "run", "t4", "--", "sh", "-c", `"$FC" revoke t4 >/dev/null 2>&1; sleep 5`); !strings.Contains(stderr, `"run":{`) {
 		t.Errorf("run whose task was revoked: no summary in the error object: %s", stderr)
 	}
-	if err := os.WriteFile(filepath.Join(rt.dir, "available", "stray"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(rt.Dir, "available", "stray"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	step(exitDrift, one("replay"), one("error"), "replay", "--check")
 	step(0, one("replay"), nil, "replay")
-	if err := os.Remove(filepath.Join(rt.dir, ".fence", "journal.db")); err != nil {
+	if err := os.Remove(filepath.Join(rt.Dir, ".fence", "journal.db")); err != nil {
 		t.Fatal(err)
 	}
 	step(0, one("recover"), nil, "recover")

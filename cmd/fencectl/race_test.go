@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,25 +11,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
 
-// fencectlCmd runs the test binary as fencectl in its own process.
-func fencectlCmd(dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "FENCECTL_AS_MAIN=1", "FENCE_DIR="+dir, "FENCE_TIMEOUT=60s")
-	return cmd
-}
+// fencectlBin is this test binary acting as fencectl (see TestMain).
+var fencectlBin = clitest.Binary{Path: os.Args[0], Env: []string{"FENCECTL_AS_MAIN=1"}}
 
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
-}
+// fencectlCmd runs the test binary as fencectl in its own process.
+func fencectlCmd(dir string, args ...string) *exec.Cmd { return fencectlBin.Command(dir, args...) }
 
 // TestRace_ProcessesClaimAndComplete runs 8 processes of the real binary
 // that claim and complete 500 tasks concurrently, then checks that every
@@ -64,7 +53,7 @@ func TestRace_ProcessesClaimAndComplete(t *testing.T) {
 			defer wg.Done()
 			for {
 				out, err := fencectlCmd(dir, "claim", "--json", "--agent", agent).Output()
-				if exitCode(err) == exitNotAvailable {
+				if clitest.ExitCode(err) == exitNotAvailable {
 					errs <- nil
 					return
 				}

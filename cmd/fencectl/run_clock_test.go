@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,34 +20,34 @@ import (
 
 func TestRun_IgnoredTermGetsKillAfterGrace(t *testing.T) {
 	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
+	rt.OK("add", "--id", "t1")
 	marks := t.TempDir()
-	run, out := rt.startRun("t1", "--ttl", "60s", "--grace", "5s", "--", "sh", "-c", worker(marks, true))
-	pid, _ := strconv.Atoi(waitFile(t, marks+"/pid"))
-	rt.ok("revoke", "t1")
-	waitFile(t, marks+"/term")
+	run, out := rt.StartRun("t1", "--ttl", "60s", "--grace", "5s", "--", "sh", "-c", worker(marks, true))
+	pid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
+	rt.OK("revoke", "t1")
+	clitest.WaitFile(t, marks+"/term")
 	// Still alive: the grace has not passed on the test clock.
-	if !alive(pid) {
+	if !clitest.Alive(pid) {
 		t.Fatalf("CMD died before its grace ran out")
 	}
-	rt.advance(6 * time.Second)
-	if code := waitExit(t, run); code != exitFenced {
+	rt.Advance(6 * time.Second)
+	if code := clitest.WaitExit(t, run); code != exitFenced {
 		t.Fatalf("run exited %d, want 3\n%s", code, out)
 	}
-	if alive(pid) {
+	if clitest.Alive(pid) {
 		t.Errorf("CMD (pid %d) still alive after run ended", pid)
 	}
 }
 
 func TestRun_BusyJournalStopsCommandBeforeDeadline(t *testing.T) {
 	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
+	rt.OK("add", "--id", "t1")
 	marks := t.TempDir()
-	run, out := rt.startRun("t1", "--ttl", "30s", "--", "sh", "-c", worker(marks, false))
-	waitFile(t, marks+"/pid")
-	deadline := rt.now.Add(30 * time.Second)
+	run, out := rt.StartRun("t1", "--ttl", "30s", "--", "sh", "-c", worker(marks, false))
+	clitest.WaitFile(t, marks+"/pid")
+	deadline := rt.Now.Add(30 * time.Second)
 	// Another process holds the journal: no heartbeat can get through.
-	f, err := os.OpenFile(filepath.Join(rt.dir, ".fence", "lock"), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(rt.Dir, ".fence", "lock"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,15 +55,15 @@ func TestRun_BusyJournalStopsCommandBeforeDeadline(t *testing.T) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	rt.advance(20 * time.Second) // a heartbeat is due (every 10s) and fails; the lease is at risk
-	stoppedAt, err := time.Parse(time.RFC3339Nano, waitFile(t, marks+"/term"))
+	rt.Advance(20 * time.Second) // a heartbeat is due (every 10s) and fails; the lease is at risk
+	stoppedAt, err := time.Parse(time.RFC3339Nano, clitest.WaitFile(t, marks+"/term"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !stoppedAt.Before(deadline) {
 		t.Errorf("CMD was stopped at %s, not before the lease deadline %s", stoppedAt, deadline)
 	}
-	if code := waitExit(t, run); code != exitFenced {
+	if code := clitest.WaitExit(t, run); code != exitFenced {
 		t.Fatalf("run exited %d, want 3\n%s", code, out)
 	}
 	unix.Flock(int(f.Fd()), unix.LOCK_UN)
@@ -77,26 +78,26 @@ func TestRun_BusyJournalStopsCommandBeforeDeadline(t *testing.T) {
 // stopped (or, worse, left running past the real deadline).
 func TestRun_FollowsDeadlineShortenedByCommand(t *testing.T) {
 	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
+	rt.OK("add", "--id", "t1")
 	marks := t.TempDir()
 	script := `FENCE_TTL=3s "$FC" heartbeat "$FENCE_TASK" --token "$FENCE_TOKEN" > /dev/null || exit 9
 echo x > ` + marks + `/beat
 while [ ! -e ` + marks + `/go ]; do sleep 0.01; done`
-	run, out := rt.startRun("t1", "--ttl", "60s", "--", "sh", "-c", script)
-	waitFile(t, marks+"/beat")
-	want := rt.now.Add(60 * time.Second).Format(time.RFC3339)
+	run, out := rt.StartRun("t1", "--ttl", "60s", "--", "sh", "-c", script)
+	clitest.WaitFile(t, marks+"/beat")
+	want := rt.Now.Add(60 * time.Second).Format(time.RFC3339)
 	waitFor(t, "run's own heartbeat to undo the 3s one", func() bool {
-		d, _ := rt.show("t1")["lease"].(map[string]any)["deadline"].(string)
+		d, _ := rt.Show("t1")["lease"].(map[string]any)["deadline"].(string)
 		return d == want
 	})
-	rt.advance(10 * time.Second) // past the 3 s deadline
+	rt.Advance(10 * time.Second) // past the 3 s deadline
 	if err := os.WriteFile(marks+"/go", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := waitExit(t, run); code != 0 {
+	if code := clitest.WaitExit(t, run); code != 0 {
 		t.Fatalf("run exited %d, want 0 (the lease was kept)\n%s", code, out)
 	}
-	if st := rt.show("t1")["state"]; st != "done" {
+	if st := rt.Show("t1")["state"]; st != "done" {
 		t.Errorf("task is %v, want done", st)
 	}
 }
@@ -106,17 +107,17 @@ while [ ! -e ` + marks + `/go ]; do sleep 0.01; done`
 func TestRun_CommandSettlesItsOwnTask(t *testing.T) {
 	t.Run("complete-in-loop", func(t *testing.T) {
 		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
-		rt.ok("add", "--id", "t2")
-		code, out := rt.code("run", "--loop", "--", "sh", "-c", `echo "result of $FENCE_TASK" | "$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" --result - >/dev/null`)
+		rt.OK("add", "--id", "t1")
+		rt.OK("add", "--id", "t2")
+		code, out := rt.Code("run", "--loop", "--", "sh", "-c", `echo "result of $FENCE_TASK" | "$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" --result - >/dev/null`)
 		if code != 0 {
 			t.Fatalf("run --loop exited %d, want 0\n%s", code, out)
 		}
 		for _, id := range []string{"t1", "t2"} {
-			if st := rt.show(id)["state"]; st != "done" {
+			if st := rt.Show(id)["state"]; st != "done" {
 				t.Errorf("%s is %v, want done", id, st)
 			}
-			if b, err := os.ReadFile(filepath.Join(rt.dir, "out", id, "result")); err != nil || string(b) != "result of "+id+"\n" {
+			if b, err := os.ReadFile(filepath.Join(rt.Dir, "out", id, "result")); err != nil || string(b) != "result of "+id+"\n" {
 				t.Errorf("out/%s/result = %q, %v", id, b, err)
 			}
 		}
@@ -125,17 +126,17 @@ func TestRun_CommandSettlesItsOwnTask(t *testing.T) {
 		// The keeper sees the completion while CMD still runs: CMD is
 		// let finish, not killed.
 		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
+		rt.OK("add", "--id", "t1")
 		marks := t.TempDir()
-		run, out := rt.startRun("t1", "--", "sh", "-c", `"$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
+		run, out := rt.StartRun("t1", "--", "sh", "-c", `"$FC" complete "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
 echo x > `+marks+`/completed
 while [ ! -e `+marks+`/go ]; do sleep 0.01; done; touch `+marks+`/finished`)
-		waitFile(t, marks+"/completed")
-		rt.advance(2 * time.Second) // a periodic check is due: the keeper has seen it
+		clitest.WaitFile(t, marks+"/completed")
+		rt.Advance(2 * time.Second) // a periodic check is due: the keeper has seen it
 		if err := os.WriteFile(marks+"/go", nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if code := waitExit(t, run); code != 0 {
+		if code := clitest.WaitExit(t, run); code != 0 {
 			t.Fatalf("run exited %d, want 0\n%s", code, out)
 		}
 		if _, err := os.Stat(marks + "/finished"); err != nil {
@@ -147,30 +148,30 @@ while [ ! -e `+marks+`/go ]; do sleep 0.01; done; touch `+marks+`/finished`)
 	})
 	t.Run("release", func(t *testing.T) {
 		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
+		rt.OK("add", "--id", "t1")
 		marks := t.TempDir()
 		// CMD hands the task back and would go on: run must stop it,
 		// since the task may now go to another agent.
-		run, out := rt.startRun("t1", "--", "sh", "-c", `trap 'echo x > `+marks+`/term; exit 143' TERM
+		run, out := rt.StartRun("t1", "--", "sh", "-c", `trap 'echo x > `+marks+`/term; exit 143' TERM
 "$FC" release "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
 while :; do sleep 0.01; done`)
-		waitFile(t, marks+"/term")
-		if code := waitExit(t, run); code != 0 {
+		clitest.WaitFile(t, marks+"/term")
+		if code := clitest.WaitExit(t, run); code != 0 {
 			t.Fatalf("run exited %d, want 0\n%s", code, out)
 		}
-		m := rt.show("t1")
+		m := rt.Show("t1")
 		if m["state"] != "available" || m["attempts"].(float64) != 0 {
 			t.Errorf("task after release by CMD: %v, %v attempts; want available, 0", m["state"], m["attempts"])
 		}
 	})
 	t.Run("fail", func(t *testing.T) {
 		rt := newRunTree(t)
-		rt.ok("add", "--id", "t1")
-		code, out := rt.code("run", "t1", "--", "sh", "-c", `"$FC" fail "$FENCE_TASK" --token "$FENCE_TOKEN" --reason mine >/dev/null || exit 9`)
+		rt.OK("add", "--id", "t1")
+		code, out := rt.Code("run", "t1", "--", "sh", "-c", `"$FC" fail "$FENCE_TASK" --token "$FENCE_TOKEN" --reason mine >/dev/null || exit 9`)
 		if code != 1 {
 			t.Fatalf("run exited %d, want 1 (CMD failed its task)\n%s", code, out)
 		}
-		m := rt.show("t1")
+		m := rt.Show("t1")
 		if m["attempts"].(float64) != 1 || m["last_lease"].(map[string]any)["reason"] != "mine" {
 			t.Errorf("task after fail by CMD: %v", m)
 		}
@@ -181,17 +182,17 @@ while :; do sleep 0.01; done`)
 // and still notices a revoke at its periodic check.
 func TestRun_NoWatchIsReportedOnce(t *testing.T) {
 	rt := newRunTree(t)
-	rt.env = append(rt.env, "FENCE_TEST_NO_WATCH=1")
-	rt.ok("add", "--id", "t1")
-	rt.ok("add", "--id", "t2")
+	rt.Env = append(rt.Env, "FENCE_TEST_NO_WATCH=1")
+	rt.OK("add", "--id", "t1")
+	rt.OK("add", "--id", "t2")
 	marks := t.TempDir()
 	script := `if [ "$FENCE_TASK" = t1 ] && [ ! -e ` + marks + `/pid ]; then ` + worker(marks, false) + `; fi; exit 0`
-	run, out := rt.startRun("--loop", "--", "sh", "-c", script)
-	waitFile(t, marks+"/pid")
-	rt.ok("revoke", "t1")
-	rt.advance(2 * time.Second) // the periodic check is due
-	waitFile(t, marks+"/term")
-	if code := waitExit(t, run); code != 0 {
+	run, out := rt.StartRun("--loop", "--", "sh", "-c", script)
+	clitest.WaitFile(t, marks+"/pid")
+	rt.OK("revoke", "t1")
+	rt.Advance(2 * time.Second) // the periodic check is due
+	clitest.WaitFile(t, marks+"/term")
+	if code := clitest.WaitExit(t, run); code != 0 {
 		t.Fatalf("run --loop exited %d\n%s", code, out)
 	}
 	if n := strings.Count(out.String(), "cannot watch the journal"); n != 1 {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
 
 // Torture part 1b, crash points: every named crash point of the test build
@@ -68,31 +70,31 @@ const (
 // crashCmd runs fencectl with a crash point and returns its exit code and
 // output.
 func crashCmd(rt *runTree, point string, after int, args ...string) (int, string) {
-	c := rt.cmd(args...)
+	c := rt.Cmd(args...)
 	c.Env = append(c.Env, "FENCE_CRASH="+point)
 	if after > 0 {
 		c.Env = append(c.Env, fmt.Sprintf("FENCE_CRASH_AFTER=%d", after))
 	}
 	out, err := c.CombinedOutput()
-	return exitCode(err), string(out)
+	return clitest.ExitCode(err), string(out)
 }
 
 // mustCrash runs a command that must crash at point.
 func mustCrash(rt *runTree, point string, after int, args ...string) {
-	rt.t.Helper()
+	rt.T.Helper()
 	code, out := crashCmd(rt, point, after, args...)
 	if code != 99 || !strings.Contains(out, "test crash at") {
-		rt.t.Fatalf("fencectl %s with FENCE_CRASH=%s: exit %d, want 99 at the crash point\n%s", strings.Join(args, " "), point, code, out)
+		rt.T.Fatalf("fencectl %s with FENCE_CRASH=%s: exit %d, want 99 at the crash point\n%s", strings.Join(args, " "), point, code, out)
 	}
 }
 
 // tortDrop puts complete files into inbox/, as a user would.
 func tortDrop(rt *runTree, ids ...string) {
-	rt.t.Helper()
+	rt.T.Helper()
 	for _, id := range ids {
-		tmp := tortWrite(rt.t, filepath.Join(filepath.Dir(rt.dir), "drop-"+id), "dropped "+id+"\n")
-		if err := os.Rename(tmp, filepath.Join(rt.dir, "inbox", id)); err != nil {
-			rt.t.Fatal(err)
+		tmp := tortWrite(rt.T, filepath.Join(filepath.Dir(rt.Dir), "drop-"+id), "dropped "+id+"\n")
+		if err := os.Rename(tmp, filepath.Join(rt.Dir, "inbox", id)); err != nil {
+			rt.T.Fatal(err)
 		}
 	}
 }
@@ -101,17 +103,17 @@ func tortDrop(rt *runTree, ids ...string) {
 // might: two tasks in the wrong directory, and two files the journal does
 // not know (one in claimed/, which replay adopts as available).
 func crashDamage(rt *runTree) {
-	rt.t.Helper()
+	rt.T.Helper()
 	for _, id := range []string{"a1", "a2", "a3"} {
-		rt.ok("add", "--id", id)
+		rt.OK("add", "--id", id)
 	}
 	for _, mv := range [][2]string{{"available/a1", "done/a1"}, {"available/a2", "failed/a2"}} {
-		if err := os.Rename(filepath.Join(rt.dir, mv[0]), filepath.Join(rt.dir, mv[1])); err != nil {
-			rt.t.Fatal(err)
+		if err := os.Rename(filepath.Join(rt.Dir, mv[0]), filepath.Join(rt.Dir, mv[1])); err != nil {
+			rt.T.Fatal(err)
 		}
 	}
-	tortWrite(rt.t, filepath.Join(rt.dir, "done", "stray"), "stray\n")
-	tortWrite(rt.t, filepath.Join(rt.dir, "claimed", "stray2"), "stray2\n")
+	tortWrite(rt.T, filepath.Join(rt.Dir, "done", "stray"), "stray\n")
+	tortWrite(rt.T, filepath.Join(rt.Dir, "claimed", "stray2"), "stray2\n")
 }
 
 var crashDamagedWant = map[string]string{"a1": "available", "a2": "available", "a3": "available"}
@@ -125,25 +127,25 @@ func crashCases() []crashCase {
 		}
 		return m
 	}
-	claimed := func(rt *runTree) string { rt.ok("add", "--id", "t1"); return tortClaim(rt, "t1", "60s") }
+	claimed := func(rt *runTree) string { rt.OK("add", "--id", "t1"); return tortClaim(rt, "t1", "60s") }
 	expired := func(rt *runTree) string {
-		rt.ok("add", "--id", "t1")
+		rt.OK("add", "--id", "t1")
 		tok := tortClaim(rt, "t1", "10s")
-		rt.advance(20 * time.Second)
+		rt.Advance(20 * time.Second)
 		return tok
 	}
-	done := func(rt *runTree) { tok := claimed(rt); rt.ok("complete", "t1", "--token", tok) }
+	done := func(rt *runTree) { tok := claimed(rt); rt.OK("complete", "t1", "--token", tok) }
 	content := func(rt *runTree, name, text string) string {
-		return tortWrite(rt.t, filepath.Join(filepath.Dir(rt.dir), name), text)
+		return tortWrite(rt.T, filepath.Join(filepath.Dir(rt.Dir), name), text)
 	}
 	// retry repeats the crashed command: a fenced step repeated with the
 	// same token answers success and changes nothing.
 	retry := func(t *testing.T, rt *runTree, args []string) {
-		before := len(tortLog(t, tortCmd(rt.cmd)))
-		if code, out := rt.code(args...); code != 0 {
+		before := len(tortLog(t, tortCmd(rt.Cmd)))
+		if code, out := rt.Code(args...); code != 0 {
 			t.Errorf("retry of the crashed %s: exit %d, want 0 (it had gone through)\n%s", strings.Join(args, " "), code, out)
 		}
-		if n := len(tortLog(t, tortCmd(rt.cmd))); n != before {
+		if n := len(tortLog(t, tortCmd(rt.Cmd))); n != before {
 			t.Errorf("retry of the crashed %s added %d events, want none", args[0], n-before)
 		}
 	}
@@ -153,25 +155,25 @@ func crashCases() []crashCase {
 				return []string{"add", "--id", "n1", content(rt, "n1.txt", "content of n1\n")}
 			}},
 		{name: "claim", point: "claim:after-commit", pending: crashPendingYes, want: s("t1", "claimed"),
-			setup: func(rt *runTree) []string { rt.ok("add", "--id", "t1"); return []string{"claim", "t1", "--ttl", "60s"} }},
+			setup: func(rt *runTree) []string { rt.OK("add", "--id", "t1"); return []string{"claim", "t1", "--ttl", "60s"} }},
 		{name: "claim-after-reap", point: "claim:after-commit", pending: crashPendingYes, want: s("t1", "available", "t2", "claimed"),
 			setup: func(rt *runTree) []string {
 				expired(rt)
-				rt.ok("add", "--id", "t2")
+				rt.OK("add", "--id", "t2")
 				return []string{"claim", "t2", "--ttl", "60s"}
 			}},
 		{name: "claim-request-id", point: "claim:after-commit", pending: crashPendingYes, want: s("t1", "claimed"),
 			setup: func(rt *runTree) []string {
-				rt.ok("add", "--id", "t1")
+				rt.OK("add", "--id", "t1")
 				return []string{"claim", "--request-id", "r-1", "--agent", "holder", "--ttl", "60s"}
 			},
 			// The claimer never read its answer; asking again with the same
 			// request id gets the same claim back.
 			then: func(t *testing.T, rt *runTree, args []string) {
-				m := rt.show("t1")
+				m := rt.Show("t1")
 				want := m["lease"].(map[string]any)["token"]
 				var c map[string]any
-				if err := json.Unmarshal([]byte(rt.ok(append(args, "--json")...)), &c); err != nil {
+				if err := json.Unmarshal([]byte(rt.OK(append(args, "--json")...)), &c); err != nil {
 					t.Fatal(err)
 				}
 				if c["task"] != "t1" || c["token"] != want || c["renewed"] != true {
@@ -190,7 +192,7 @@ func crashCases() []crashCase {
 			setup: func(rt *runTree) []string { return []string{"fail", "t1", "--token", claimed(rt)} }},
 		{name: "fail-last-attempt", then: retry, point: "fail:after-commit", pending: crashPendingYes, want: s("t1", "failed"),
 			setup: func(rt *runTree) []string {
-				rt.ok("add", "--id", "t1", "--max-attempts", "1")
+				rt.OK("add", "--id", "t1", "--max-attempts", "1")
 				return []string{"fail", "t1", "--token", tortClaim(rt, "t1", "60s")}
 			}},
 		{name: "reap", point: "reap:after-commit", pending: crashPendingYes, want: s("t1", "available"),
@@ -217,11 +219,11 @@ func crashCases() []crashCase {
 				return []string{"add", "--id", "n1", content(rt, "n1.txt", "content of n1\n")}
 			}},
 		{name: "move-claim", point: "move:after-rename", want: s("t1", "claimed"),
-			setup: func(rt *runTree) []string { rt.ok("add", "--id", "t1"); return []string{"claim", "t1", "--ttl", "60s"} }},
+			setup: func(rt *runTree) []string { rt.OK("add", "--id", "t1"); return []string{"claim", "t1", "--ttl", "60s"} }},
 		{name: "move-claim-after-reap", point: "move:after-rename", pending: crashPendingAny, want: s("t1", "available", "t2", "claimed"),
 			setup: func(rt *runTree) []string {
 				expired(rt)
-				rt.ok("add", "--id", "t2")
+				rt.OK("add", "--id", "t2")
 				return []string{"claim", "t2", "--ttl", "60s"}
 			}},
 		{name: "move-complete-result", then: retry, point: "move:after-rename", want: s("t1", "done"), outputs: s("t1/result", "the result\n"), unpublished: []string{"t1/result"},
@@ -242,14 +244,14 @@ func crashCases() []crashCase {
 			setup: func(rt *runTree) []string { tortDrop(rt, "a1", "a2", "a3"); return []string{"reap"} }},
 		{name: "settle-move-after-claim-crash", point: "move:after-rename", want: s("t1", "claimed"),
 			setup: func(rt *runTree) []string {
-				rt.ok("add", "--id", "t1")
+				rt.OK("add", "--id", "t1")
 				mustCrash(rt, "claim:after-commit", 0, "claim", "t1", "--ttl", "60s")
 				return []string{"reap"}
 			}},
 		{name: "settle-then-own-move-after-claim-crash", point: "move:after-rename", after: 2, want: s("t1", "claimed", "t2", "claimed"),
 			setup: func(rt *runTree) []string {
-				rt.ok("add", "--id", "t1")
-				rt.ok("add", "--id", "t2")
+				rt.OK("add", "--id", "t1")
+				rt.OK("add", "--id", "t2")
 				mustCrash(rt, "claim:after-commit", 0, "claim", "t1", "--ttl", "60s")
 				// The first move is settling t1, the second its own claim's.
 				return []string{"claim", "t2", "--ttl", "60s"}
@@ -340,10 +342,10 @@ func crashSortedKeys(m map[string]bool) []string {
 // crashConverges checks the journal right after the crash, recovers with
 // mode (a writer, or replay) and checks that the tree converged.
 func crashConverges(t *testing.T, rt *runTree, c crashCase, mode string, args []string) {
-	mk := tortCmd(rt.cmd)
+	mk := tortCmd(rt.Cmd)
 	stateOf := func(id string) string {
-		code, out := rt.code("show", id, "--json")
-		if code == exitNoSuchTask {
+		code, out := rt.Code("show", id, "--json")
+		if code == clitest.ExitNoSuchTask {
 			return ""
 		}
 		var m map[string]any
@@ -359,15 +361,15 @@ func crashConverges(t *testing.T, rt *runTree, c crashCase, mode string, args []
 	}
 	code, fs, out := tortReplay(t, mk, true)
 	switch {
-	case c.pending == crashPendingYes && (code != exitDrift || len(fs) == 0):
+	case c.pending == crashPendingYes && (code != clitest.ExitDrift || len(fs) == 0):
 		t.Errorf("before recovery replay --check exit %d, want 7 with the moves the crash left undone:\n%s", code, out)
-	case c.pending == crashPendingAny && code != 0 && code != exitDrift:
+	case c.pending == crashPendingAny && code != 0 && code != clitest.ExitDrift:
 		t.Errorf("before recovery replay --check exit %d, want 0 or 7:\n%s", code, out)
 	case c.pending == crashPendingNo && code != 0:
 		t.Errorf("before recovery replay --check exit %d, want 0 (nothing was left undone):\n%s", code, out)
 	}
 	for _, o := range c.unpublished {
-		if _, err := os.Stat(filepath.Join(rt.dir, "out", o)); err == nil {
+		if _, err := os.Stat(filepath.Join(rt.Dir, "out", o)); err == nil {
 			t.Errorf("out/%s exists right after the crash, which came before its publication: the test does not test what it says", o)
 		}
 	}
@@ -380,12 +382,12 @@ func crashConverges(t *testing.T, rt *runTree, c crashCase, mode string, args []
 	case "add":
 		rec = []string{"add", "--id", "recovery-add"}
 	case "claim":
-		rt.ok("add", "--id", "zz-recovery") // also a writer: it settles first
+		rt.OK("add", "--id", "zz-recovery") // also a writer: it settles first
 		rec = []string{"claim", "zz-recovery", "--ttl", "60s"}
 	case "replay":
 		rec = []string{"replay"}
 	}
-	if code, out := rt.code(rec...); code != 0 {
+	if code, out := rt.Code(rec...); code != 0 {
 		t.Fatalf("recovery %s: exit %d\n%s", strings.Join(rec, " "), code, out)
 	}
 	tortCheckClean(t, mk, "after recovery by "+mode)
@@ -403,7 +405,7 @@ func crashConverges(t *testing.T, rt *runTree, c crashCase, mode string, args []
 		}
 	}
 	evs := tortLog(t, mk)
-	problems, _, _ := tortAudit(t, rt.dir, tortStates(evs))
+	problems, _, _ := tortAudit(t, rt.Dir, tortStates(evs))
 	for _, p := range problems {
 		t.Errorf("after recovery: %s", p)
 	}
@@ -412,29 +414,29 @@ func crashConverges(t *testing.T, rt *runTree, c crashCase, mode string, args []
 		t.Errorf("fencing history: %s", p)
 	}
 	for id, want := range c.content {
-		b, err := os.ReadFile(filepath.Join(rt.dir, final[id], id))
+		b, err := os.ReadFile(filepath.Join(rt.Dir, final[id], id))
 		if err != nil || string(b) != want {
 			t.Errorf("task file %s after recovery: %q, %v; want %q", id, b, err, want)
 		}
 	}
 	for o, want := range c.outputs {
-		b, err := os.ReadFile(filepath.Join(rt.dir, "out", o))
+		b, err := os.ReadFile(filepath.Join(rt.Dir, "out", o))
 		if err != nil || string(b) != want {
 			t.Errorf("out/%s after recovery: %q, %v; want %q", o, b, err, want)
 		}
 	}
-	if n := tortDirLen(rt.dir, "inbox"); n != 0 {
+	if n := tortDirLen(rt.Dir, "inbox"); n != 0 {
 		t.Errorf("inbox/ holds %d files after recovery", n)
 	}
-	if n := tortDirLen(rt.dir, ".fence/tmp"); n != 0 {
-		entries, _ := os.ReadDir(filepath.Join(rt.dir, ".fence", "tmp"))
+	if n := tortDirLen(rt.Dir, ".fence/tmp"); n != 0 {
+		entries, _ := os.ReadDir(filepath.Join(rt.Dir, ".fence", "tmp"))
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
 		t.Errorf(".fence/tmp holds %v after recovery: a staged file was neither published nor removed", names)
 	}
-	if n := tortDirLen(rt.dir, ".fence/quarantine"); n > 0 {
+	if n := tortDirLen(rt.Dir, ".fence/quarantine"); n > 0 {
 		t.Errorf(".fence/quarantine holds %d files: recovery found second copies", n)
 	}
 
@@ -444,8 +446,8 @@ func crashConverges(t *testing.T, rt *runTree, c crashCase, mode string, args []
 	}
 
 	// The tree keeps working: a new task goes through its whole life.
-	rt.ok("add", "--id", "life")
+	rt.OK("add", "--id", "life")
 	tok := tortClaim(rt, "life", "60s")
-	rt.ok("complete", "life", "--token", tok)
+	rt.OK("complete", "life", "--token", tok)
 	tortCheckClean(t, mk, "after a task's whole life following recovery")
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,7 +64,7 @@ func TestTorture_JournalDamage(t *testing.T) {
 			for _, args := range commands {
 				out, err := fencectlCmd(dir, args...).CombinedOutput()
 				text := string(out)
-				code := exitCode(err)
+				code := clitest.ExitCode(err)
 				if strings.Contains(text, "goroutine ") || strings.Contains(text, "panic:") {
 					t.Errorf("%v: a stack trace reached the user:\n%s", args, text)
 				}
@@ -74,7 +75,7 @@ func TestTorture_JournalDamage(t *testing.T) {
 					}
 					continue // the damage spared what this command reads
 				}
-				if code != exitError {
+				if code != clitest.ExitError {
 					t.Errorf("%v on a %s journal: exit %d, want 1\n%s", args, dm.name, code, text)
 				}
 				if !strings.Contains(text, "journal.db") || !strings.Contains(text, "recover") {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,7 +93,7 @@ func TestTorture_DiskFull(t *testing.T) {
 	mk := func(args ...string) *exec.Cmd { return fencectlCmd(dir, args...) }
 	run := func(args ...string) (int, string) {
 		out, err := mk(args...).CombinedOutput()
-		return exitCode(err), string(out)
+		return clitest.ExitCode(err), string(out)
 	}
 	ok := func(args ...string) string {
 		t.Helper()
@@ -148,7 +149,7 @@ func TestTorture_DiskFull(t *testing.T) {
 		if code == 0 {
 			continue
 		}
-		if code != exitError || !strings.Contains(out, "no space left on device") {
+		if code != clitest.ExitError || !strings.Contains(out, "no space left on device") {
 			t.Fatalf("heartbeat on a full disk: exit %d, want 0 or 1 with \"no space left on device\"\n%s", code, out)
 		}
 		break
@@ -166,7 +167,7 @@ func TestTorture_DiskFull(t *testing.T) {
 		code, out := run(args...)
 		after := tortSnapshotOf(t, mk, dir)
 		switch {
-		case code == exitError && strings.Contains(out, "no space left on device"):
+		case code == clitest.ExitError && strings.Contains(out, "no space left on device"):
 			failed++
 			outcomes[name] = "exit 1: " + strings.TrimSpace(strings.TrimPrefix(out, "fencectl: "))
 			if d := before.diff(after); d != "" {
@@ -207,9 +208,9 @@ func TestTorture_DiskFull(t *testing.T) {
 	// is left behind.
 	dir2 := filepath.Join(mnt, "tree2")
 	b, err := fencectlCmd(dir2, "init").CombinedOutput()
-	outcomes["init (new tree)"] = fmt.Sprintf("exit %d: %s", exitCode(err), strings.TrimSpace(string(b)))
-	if exitCode(err) != exitError || !strings.Contains(string(b), "no space left on device") {
-		t.Errorf("init of a new tree on the full disk: exit %d, want 1 naming \"no space left on device\"\n%s", exitCode(err), b)
+	outcomes["init (new tree)"] = fmt.Sprintf("exit %d: %s", clitest.ExitCode(err), strings.TrimSpace(string(b)))
+	if clitest.ExitCode(err) != clitest.ExitError || !strings.Contains(string(b), "no space left on device") {
+		t.Errorf("init of a new tree on the full disk: exit %d, want 1 naming \"no space left on device\"\n%s", clitest.ExitCode(err), b)
 	}
 	for _, f := range []string{"journal.db", "journal.db.creating"} {
 		if _, err := os.Lstat(filepath.Join(dir2, ".fence", f)); err == nil {
@@ -250,7 +251,7 @@ func TestTorture_DiskFull(t *testing.T) {
 	// finished: claim and complete all that is left.
 	for {
 		code, out := run("claim", "--json")
-		if code == exitNotAvailable {
+		if code == clitest.ExitNotAvailable {
 			break
 		}
 		if code != 0 {
@@ -264,7 +265,7 @@ func TestTorture_DiskFull(t *testing.T) {
 		ok("complete", c.Task, "--token", fmt.Sprint(c.Token))
 	}
 	for id, tk := range map[string]string{"t2": tok2, "t3": tok3, "t4": tok4} {
-		if code, out := run("complete", id, "--token", tk); code != 0 && code != exitFenced {
+		if code, out := run("complete", id, "--token", tk); code != 0 && code != clitest.ExitFenced {
 			t.Errorf("complete %s after the disk was freed: exit %d\n%s", id, code, out)
 		}
 	}

@@ -11,7 +11,9 @@
 // journal damage and loss (damage_test.go), hostile trees and inputs
 // (hostile_test.go), process trees under `fencectl run` (proctree_test.go)
 // and reserved words as task ids (reserved_test.go).
-// What they share is in helpers_test.go.
+// What they share is in helpers_test.go, and what they share with
+// cmd/fencectl's own tests (the tree on a test clock, process checks, the
+// reserved-id steps) in package clitest.
 //
 // # Running it
 //

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,11 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
 
 // fencectlBin is the real fencectl binary every test runs (see TestMain).
@@ -69,42 +67,9 @@ func buildFencectl(out string) error {
 	return nil
 }
 
-// fencectl's exit codes (README, "Exit codes"), and the environment
-// variable that forces run's containment, as the binary knows them.
-const (
-	exitOK           = 0
-	exitError        = 1
-	exitUsage        = 2
-	exitFenced       = 3
-	exitNotAvailable = 4
-	exitBusy         = 5
-	exitNoSuchTask   = 6
-	exitDrift        = 7
-
-	containEnv    = "FENCE_RUN_CONTAINMENT"
-	containCgroup = "cgroup"
-	containPidns  = "pidns"
-	containPgroup = "pgroup"
-)
-
 // fencectlCmd runs fencectl (fencectlBin) on the tree dir in its own process.
 func fencectlCmd(dir string, args ...string) *exec.Cmd {
-	cmd := exec.Command(fencectlBin, args...)
-	cmd.Env = append(os.Environ(), "FENCE_DIR="+dir, "FENCE_TIMEOUT=60s")
-	return cmd
-}
-
-// exitCode is the exit code of a command that ran (-1: it could not start,
-// or a signal ended it).
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
+	return clitest.Binary{Path: fencectlBin}.Command(dir, args...)
 }
 
 // ---- the report of make torture ----
@@ -158,7 +123,7 @@ func tortureReport(t testing.TB, part string, metrics map[string]any) {
 
 // ---- reading a tree: its log, its directories, replay --check ----
 
-// tortCmd makes a fencectl command for one tree (fencectlCmd, or runTree.cmd
+// tortCmd makes a fencectl command for one tree (fencectlCmd, or runTree.Cmd
 // with its test clock).
 type tortCmd func(args ...string) *exec.Cmd
 
@@ -217,11 +182,11 @@ func tortReplay(t testing.TB, mk tortCmd, check bool) (int, []tortFinding, strin
 	c := mk(args...)
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
-	code := exitCode(c.Run())
+	code := clitest.ExitCode(c.Run())
 	var rep struct {
 		Findings []tortFinding `json:"findings"`
 	}
-	if code == 0 || code == exitDrift {
+	if code == 0 || code == clitest.ExitDrift {
 		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 			t.Fatalf("replay output %q: %v", stdout.Bytes(), err)
 		}
@@ -360,13 +325,13 @@ func tortFencing(evs []tortEvent) (problems []string, doubleCompletions int) {
 
 // tortClaim claims id with a long lease and returns the token.
 func tortClaim(rt *runTree, id string, ttl string) string {
-	rt.t.Helper()
+	rt.T.Helper()
 	var c struct {
 		Token uint64 `json:"token"`
 	}
-	out := rt.ok("claim", id, "--json", "--ttl", ttl, "--agent", "holder")
+	out := rt.OK("claim", id, "--json", "--ttl", ttl, "--agent", "holder")
 	if err := json.Unmarshal([]byte(out), &c); err != nil || c.Token == 0 {
-		rt.t.Fatalf("claim %s: %q: %v", id, out, err)
+		rt.T.Fatalf("claim %s: %q: %v", id, out, err)
 	}
 	return fmt.Sprint(c.Token)
 }
@@ -434,272 +399,12 @@ func tortWaitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// tortLockWaiters returns the pids waiting in /proc/locks for a flock on the
-// file at path, and the pids holding one.
-func tortLockWaiters(t testing.TB, path string) (waiting, holding map[int]bool) {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	ino := ":" + strconv.FormatUint(st.Ino, 10)
-	b, err := os.ReadFile("/proc/locks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiting, holding = map[int]bool{}, map[int]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		blocked := len(f) > 1 && f[1] == "->"
-		if blocked {
-			f = append(f[:1], f[2:]...)
-		}
-		// 1: FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF
-		if len(f) < 6 || f[1] != "FLOCK" || !strings.HasSuffix(f[5], ino) {
-			continue
-		}
-		pid, err := strconv.Atoi(f[4])
-		if err != nil {
-			continue
-		}
-		if blocked {
-			waiting[pid] = true
-		} else {
-			holding[pid] = true
-		}
-	}
-	return waiting, holding
-}
-
 // ---- a tree on the test clock, and fencectl run ----
 
-// runTree is a tree driven through the real binary, with a test clock file
-// that every fencectl process (and the long-running `run`) reads when the
-// binary has the test hooks (the tests that move it carry the fencetest
-// tag). A copy of cmd/fencectl's own, which runs itself as fencectl.
-type runTree struct {
-	t     *testing.T
-	dir   string
-	clock string
-	now   time.Time
-	env   []string // more environment for every fencectl process
-}
+// runTree is a tree on a test clock driven through fencectlBin; the one
+// cmd/fencectl's tests use too (clitest.RunTree).
+type runTree = clitest.RunTree
 
 func newRunTree(t *testing.T) *runTree {
-	t.Helper()
-	base := t.TempDir()
-	rt := &runTree{t: t, dir: filepath.Join(base, "tree"), clock: filepath.Join(base, "clock"), now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	rt.setClock(rt.now)
-	rt.ok("init")
-	return rt
-}
-
-func (rt *runTree) setClock(at time.Time) {
-	rt.now = at
-	if err := os.WriteFile(rt.clock+".tmp", []byte(at.Format(time.RFC3339Nano)), 0o644); err != nil {
-		rt.t.Fatal(err)
-	}
-	if err := os.Rename(rt.clock+".tmp", rt.clock); err != nil {
-		rt.t.Fatal(err)
-	}
-}
-
-func (rt *runTree) advance(d time.Duration) { rt.setClock(rt.now.Add(d)) }
-
-func (rt *runTree) cmd(args ...string) *exec.Cmd {
-	c := fencectlCmd(rt.dir, args...)
-	c.Env = append(c.Env, "FENCE_TEST_CLOCK="+rt.clock, "FENCE_AGENT=tester", "FC="+fencectlBin)
-	c.Env = append(c.Env, rt.env...)
-	return c
-}
-
-// ok runs fencectl and fails the test unless it exits 0.
-func (rt *runTree) ok(args ...string) string {
-	rt.t.Helper()
-	out, err := rt.cmd(args...).CombinedOutput()
-	if err != nil {
-		rt.t.Fatalf("fencectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// code runs fencectl and returns its exit code and combined output.
-func (rt *runTree) code(args ...string) (int, string) {
-	out, err := rt.cmd(args...).CombinedOutput()
-	return exitCode(err), string(out)
-}
-
-func (rt *runTree) show(id string) map[string]any {
-	rt.t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal([]byte(rt.ok("show", id, "--json")), &m); err != nil {
-		rt.t.Fatal(err)
-	}
-	return m
-}
-
-// startRun starts `fencectl run` in the background.
-func (rt *runTree) startRun(args ...string) (*exec.Cmd, *strings.Builder) {
-	rt.t.Helper()
-	c := rt.cmd(append([]string{"run"}, args...)...)
-	var out strings.Builder
-	var mu sync.Mutex
-	c.Stdout, c.Stderr = lockedWriter{&mu, &out}, lockedWriter{&mu, &out}
-	if err := c.Start(); err != nil {
-		rt.t.Fatal(err)
-	}
-	rt.t.Cleanup(func() { c.Process.Kill() })
-	return c, &out
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *strings.Builder
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// waitFile waits for path to exist (an event the command under test
-// causes), failing after a generous bound.
-func waitFile(t *testing.T, path string) string {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			return strings.TrimSpace(string(b))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s never appeared", path)
-	return ""
-}
-
-// waitExit waits for c to end and returns its exit code.
-func waitExit(t *testing.T, c *exec.Cmd) int {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
-	select {
-	case err := <-done:
-		return exitCode(err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("fencectl run did not end")
-	}
-	return -1
-}
-
-// hostPid is shell code that writes the shell's pid, as the test sees it,
-// to path (atomically): not $$, which is 1 inside a PID namespace
-// (FENCE_RUN_CONTAINMENT=pidns), but what /proc, mounted for the test's
-// namespace, says. The trap comes first in worker: the pid file is the
-// signal that CMD is ready for SIGTERM.
-func hostPid(path string) string {
-	return `read -r _hp _ < /proc/self/stat; echo $_hp > ` + path + `.tmp; mv ` + path + `.tmp ` + path
-}
-
-// alive reports whether pid runs: it exists and is not a zombie waiting
-// for init to reap it (CMD's parent, fencectl run, may be gone).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
-}
-
-// ---- process trees under fencectl run ----
-
-// containments are the ways run can keep a command's process tree; the
-// helpers below start such a tree and check that nothing of it outlives
-// its task (copies of cmd/fencectl's run_tree_test.go).
-var containments = []string{containCgroup, containPidns, containPgroup}
-
-// treeKids are the processes treeScript starts besides CMD itself.
-var treeKids = []string{"bg", "setsid", "daemon"}
-
-// treeScript is a CMD that starts a process tree — a background child,
-// a setsid child, a daemon (double fork, setsid) — each recording its pid
-// (as the test sees it) in marks/NAME, then records its own in marks/cmd,
-// then does then.
-func treeScript(marks, then string) string {
-	spawn := filepath.Join(marks, "spawn.sh")
-	_ = os.WriteFile(spawn, []byte("#!/bin/sh\n"+hostPid(marks+`/$1`)+"\nexec sleep 1000 </dev/null >/dev/null 2>&1\n"), 0o755)
-	return `trap 'exit 143' TERM
-sh ` + spawn + ` bg &
-setsid sh ` + spawn + ` setsid &
-sh -c 'setsid sh ` + spawn + ` daemon &' &
-while [ ! -e ` + marks + `/bg ] || [ ! -e ` + marks + `/setsid ] || [ ! -e ` + marks + `/daemon ]; do sleep 0.01; done
-` + hostPid(marks+"/cmd") + `
-` + then
-}
-
-// treePids reads the pids treeScript recorded, and kills them all at the
-// test's end, whatever happened.
-func treePids(t *testing.T, marks string) map[string]int {
-	t.Helper()
-	pids := map[string]int{}
-	for _, name := range append([]string{"cmd"}, treeKids...) {
-		pid, err := strconv.Atoi(waitFile(t, filepath.Join(marks, name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pids[name] = pid
-	}
-	t.Cleanup(func() {
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
-	return pids
-}
-
-// requireContainment fails the test unless the forced containment can be
-// used here, and skips it (saying why) when the machine does not allow it:
-// run refuses a forced containment it cannot have, before any claim.
-func requireContainment(t *testing.T, rt *runTree, mode string) {
-	t.Helper()
-	code, out := rt.code("run", "--", "true")
-	switch {
-	case code == exitNotAvailable:
-	case code == exitError && strings.Contains(out, containEnv+"="+mode):
-		t.Skipf("this machine does not allow %s containment: %s", mode, out)
-	default:
-		t.Fatalf("run on an empty tree with %s=%s: exit %d, want 4\n%s", containEnv, mode, code, out)
-	}
-}
-
-// assertDead fails for every process in pids still alive (zombies are
-// dead), but those in except.
-func assertDead(t *testing.T, pids map[string]int, except map[string]bool) {
-	t.Helper()
-	for name, pid := range pids {
-		if !except[name] && alive(pid) {
-			t.Errorf("%s (pid %d) outlived its task", name, pid)
-		}
-	}
-}
-
-// waitDead waits (bounded) for the processes in pids to die: after a
-// SIGKILL of run, others (the guard, the kernel) kill them.
-func waitDead(t *testing.T, pids map[string]int, except map[string]bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		left := false
-		for name, pid := range pids {
-			left = left || (!except[name] && alive(pid))
-		}
-		if !left {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	assertDead(t, pids, except)
+	return clitest.NewRunTree(t, clitest.Binary{Path: fencectlBin})
 }

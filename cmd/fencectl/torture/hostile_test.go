@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"golang.org/x/sys/unix"
 )
 
@@ -214,7 +215,7 @@ func (h *hostile) runFor(limit time.Duration, tree string, stdin io.Reader, args
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = &stdout, &stderr, stdin
 	start := time.Now()
 	err := cmd.Run()
-	r := hstResult{code: exitCode(err), stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
+	r := hstResult{code: clitest.ExitCode(err), stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
 	if ctx.Err() != nil {
 		r.hung = true
 		h.hangs++
@@ -314,7 +315,7 @@ func hostileCases() []hostileCase {
 				{"show", "../x"}, {"complete", "../x", "--token", "5"}, {"log", "--task", "../x"},
 				{"revoke", ".."}, {"requeue", "."}, {"put", "t1", "../../outside/x", "--token", "5"},
 			} {
-				if err := refused(fmt.Sprint(args), h.run(tree, strings.NewReader("x"), args...), exitUsage, `\[A-Za-z0-9\]\[A-Za-z0-9._-\]\{0,127\}`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(tree, strings.NewReader("x"), args...), clitest.ExitUsage, `\[A-Za-z0-9\]\[A-Za-z0-9._-\]\{0,127\}`); err != nil {
 					return err
 				}
 			}
@@ -331,7 +332,7 @@ func hostileCases() []hostileCase {
 				{"add", "--id", h.secret}, {"claim", h.secret}, {"show", h.secret},
 				{"heartbeat", h.secret, "--token", "5"}, {"put", "t1", h.secret, "--token", "5"},
 			} {
-				if err := refused(fmt.Sprint(args), h.run(tree, strings.NewReader("overwrite"), args...), exitUsage, `not a path|must match`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(tree, strings.NewReader("overwrite"), args...), clitest.ExitUsage, `not a path|must match`); err != nil {
 					return err
 				}
 			}
@@ -353,7 +354,7 @@ func hostileCases() []hostileCase {
 			for _, id := range []string{"a\x1b[2Jb", "a\nb", "a\tb", "a\rb", "x\x07", "a\x7f", "\x1b]52;c;aGk=\x07"} {
 				for _, args := range [][]string{{"add", "--id", id}, {"claim", id}, {"show", id}, {"--json", "show", id}} {
 					r := h.run(tree, nil, args...)
-					if err := refused(fmt.Sprintf("%q", args), r, exitUsage, `must match|starts with`); err != nil {
+					if err := refused(fmt.Sprintf("%q", args), r, clitest.ExitUsage, `must match|starts with`); err != nil {
 						return err
 					}
 					if err := noControl(fmt.Sprintf("%q", args), r.stderr); err != nil {
@@ -367,7 +368,7 @@ func hostileCases() []hostileCase {
 			huge := strings.Repeat("a", 10*1024)
 			for _, args := range [][]string{{"add", "--id", huge}, {"claim", huge}, {"--json", "show", huge}, {"put", "t1", huge, "--token", "1"}} {
 				r := h.run(tree, nil, args...)
-				if err := refused(args[0], r, exitUsage); err != nil {
+				if err := refused(args[0], r, clitest.ExitUsage); err != nil {
 					return err
 				}
 				if len(r.stderr) > 1024 {
@@ -375,7 +376,7 @@ func hostileCases() []hostileCase {
 				}
 			}
 			r := h.run(tree, nil, "add", "--id", huge)
-			return refused("add", r, exitUsage, `10240 bytes`)
+			return refused("add", r, clitest.ExitUsage, `10240 bytes`)
 		}},
 		{"id_unicode_lookalikes", func(h *hostile, tree string) error {
 			if err := h.mustRun(tree, "add", "--id", "task"); err != nil {
@@ -384,7 +385,7 @@ func hostileCases() []hostileCase {
 			for _, id := range []string{"t\u0430sk", "ｔａｓｋ", "task\u200b", "tas\u212a", "\u202eksat", "ta\u0455k", "tas\u0301k"} {
 				for _, args := range [][]string{{"add", "--id", id}, {"claim", id}, {"show", id}} {
 					r := h.run(tree, nil, args...)
-					if err := refused(fmt.Sprintf("%q", args), r, exitUsage, `U\+[0-9A-F]{4}, not ASCII`); err != nil {
+					if err := refused(fmt.Sprintf("%q", args), r, clitest.ExitUsage, `U\+[0-9A-F]{4}, not ASCII`); err != nil {
 						return err
 					}
 				}
@@ -428,7 +429,7 @@ func hostileCases() []hostileCase {
 				return err
 			}
 			rc := h.run(tree, nil, "replay", "--check")
-			if rc.code != exitDrift || !strings.Contains(rc.stdout, "invalid_entry") {
+			if rc.code != clitest.ExitDrift || !strings.Contains(rc.stdout, "invalid_entry") {
 				return fmt.Errorf("replay --check does not report the odd entry: %s", rc)
 			}
 			return errors.Join(noControl("reap notices (text)", r.stderr), noControl("replay --check", rc.stdout+rc.stderr))
@@ -446,13 +447,13 @@ func hostileCases() []hostileCase {
 				return err
 			}
 			r := h.run(tree, nil, "claim")
-			if err := refused("claim (next)", r, exitNotAvailable, `t1.*symlink`); err != nil {
+			if err := refused("claim (next)", r, clitest.ExitNotAvailable, `t1.*symlink`); err != nil {
 				return err
 			}
-			if err := refused("replay --check", h.run(tree, nil, "replay", "--check"), exitDrift); err != nil {
+			if err := refused("replay --check", h.run(tree, nil, "replay", "--check"), clitest.ExitDrift); err != nil {
 				return err
 			}
-			if err := refused("replay", h.run(tree, nil, "replay"), exitDrift, ``); err != nil {
+			if err := refused("replay", h.run(tree, nil, "replay"), clitest.ExitDrift, ``); err != nil {
 				return err
 			}
 			if fi, err := os.Lstat(p); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
@@ -483,7 +484,7 @@ func hostileCases() []hostileCase {
 			if !strings.Contains(r.stdout, `"state":"claimed"`) {
 				return fmt.Errorf("refused mutations changed the task: %s", r)
 			}
-			return refused("replay --check", h.run(tree, nil, "replay", "--check"), exitDrift)
+			return refused("replay --check", h.run(tree, nil, "replay", "--check"), clitest.ExitDrift)
 		}},
 		{"symlink_fence_tmp", func(h *hostile, tree string) error {
 			p := filepath.Join(tree, ".fence", "tmp")
@@ -494,7 +495,7 @@ func hostileCases() []hostileCase {
 				return err
 			}
 			for _, args := range [][]string{{"add", "--id", "t1"}, {"status"}, {"claim"}, {"replay"}, {"init"}} {
-				if err := refused(fmt.Sprint(args), h.run(tree, strings.NewReader("x"), args...), exitError, `\.fence/tmp is a symlink`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(tree, strings.NewReader("x"), args...), clitest.ExitError, `\.fence/tmp is a symlink`); err != nil {
 					return err
 				}
 			}
@@ -506,7 +507,7 @@ func hostileCases() []hostileCase {
 			if err := os.Symlink(filepath.Join(h.outside, "dir"), p); err != nil {
 				return err
 			}
-			return refused("replay", h.run(tree, nil, "replay"), exitError, `\.fence/quarantine is a symlink`)
+			return refused("replay", h.run(tree, nil, "replay"), clitest.ExitError, `\.fence/quarantine is a symlink`)
 		}},
 		{"symlink_journal", func(h *hostile, tree string) error {
 			p := filepath.Join(tree, ".fence", "journal.db")
@@ -515,7 +516,7 @@ func hostileCases() []hostileCase {
 				return err
 			}
 			for _, args := range [][]string{{"status"}, {"add", "--id", "t1"}, {"claim"}, {"replay"}, {"replay", "--check"}, {"log"}, {"init"}} {
-				if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), exitError, `journal\.db.*symlink`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), clitest.ExitError, `journal\.db.*symlink`); err != nil {
 					return err
 				}
 			}
@@ -532,7 +533,7 @@ func hostileCases() []hostileCase {
 					return err
 				}
 				for _, args := range [][]string{{"status"}, {"add", "--id", "t1"}, {"claim"}} {
-					if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), exitError, `\.fence/lock`, `symlink|symbolic link`); err != nil {
+					if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), clitest.ExitError, `\.fence/lock`, `symlink|symbolic link`); err != nil {
 						return err
 					}
 				}
@@ -548,7 +549,7 @@ func hostileCases() []hostileCase {
 				return err
 			}
 			for _, args := range [][]string{{"status"}, {"add", "--id", "t1"}, {"init"}, {"replay"}} {
-				if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), exitError, `\.fence is a symlink`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), clitest.ExitError, `\.fence is a symlink`); err != nil {
 					return err
 				}
 			}
@@ -565,7 +566,7 @@ func hostileCases() []hostileCase {
 					return err
 				}
 				for _, args := range [][]string{{"status"}, {"add", "--id", "t1"}, {"claim"}} {
-					if err := refused(d+fmt.Sprint(args), h.run(tree, nil, args...), exitError, d+` is a symlink`); err != nil {
+					if err := refused(d+fmt.Sprint(args), h.run(tree, nil, args...), clitest.ExitError, d+` is a symlink`); err != nil {
 						return err
 					}
 				}
@@ -645,15 +646,15 @@ func hostileCases() []hostileCase {
 				return err
 			}
 			os.WriteFile(filepath.Join(av, "dir1", "inner"), []byte("x"), 0o644)
-			if err := refused("claim (next)", h.run(tree, nil, "claim"), exitNotAvailable); err != nil {
+			if err := refused("claim (next)", h.run(tree, nil, "claim"), clitest.ExitNotAvailable); err != nil {
 				return err
 			}
 			for _, id := range []string{"fifo1", "dir1"} {
-				if err := refused("claim "+id, h.run(tree, nil, "claim", id), exitNoSuchTask); err != nil {
+				if err := refused("claim "+id, h.run(tree, nil, "claim", id), clitest.ExitNoSuchTask); err != nil {
 					return err
 				}
 			}
-			if err := refused("replay --check", h.run(tree, nil, "replay", "--check"), exitDrift); err != nil {
+			if err := refused("replay --check", h.run(tree, nil, "replay", "--check"), clitest.ExitDrift); err != nil {
 				return err
 			}
 			r := h.run(tree, nil, "replay", "--check")
@@ -662,7 +663,7 @@ func hostileCases() []hostileCase {
 					return fmt.Errorf("replay --check does not report %q: %s", want, r)
 				}
 			}
-			if err := refused("replay", h.run(tree, nil, "replay"), exitDrift); err != nil {
+			if err := refused("replay", h.run(tree, nil, "replay"), clitest.ExitDrift); err != nil {
 				return err
 			}
 			if fi, err := os.Lstat(filepath.Join(av, "fifo1")); err != nil || fi.Mode()&fs.ModeNamedPipe == 0 {
@@ -689,13 +690,13 @@ func hostileCases() []hostileCase {
 			if err := refused("claim t1", h.run(tree, nil, "claim", "t1"), -1, `fifo`); err != nil {
 				return err
 			}
-			if err := refused("claim (next)", h.run(tree, nil, "claim"), exitNotAvailable, `t1.*fifo`); err != nil {
+			if err := refused("claim (next)", h.run(tree, nil, "claim"), clitest.ExitNotAvailable, `t1.*fifo`); err != nil {
 				return err
 			}
 			if r := h.run(tree, nil, "show", "t1"); r.code != 0 {
 				return fmt.Errorf("show: %s", r)
 			}
-			return refused("replay --check", h.run(tree, nil, "replay", "--check"), exitDrift)
+			return refused("replay --check", h.run(tree, nil, "replay", "--check"), clitest.ExitDrift)
 		}},
 		{"fifo_as_journal_or_root", func(h *hostile, tree string) error {
 			p := filepath.Join(tree, ".fence", "journal.db")
@@ -704,7 +705,7 @@ func hostileCases() []hostileCase {
 				return err
 			}
 			for _, args := range [][]string{{"status"}, {"add", "--id", "t1"}, {"init"}} {
-				if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), exitError, `not a regular file`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(tree, nil, args...), clitest.ExitError, `not a regular file`); err != nil {
 					return err
 				}
 			}
@@ -714,7 +715,7 @@ func hostileCases() []hostileCase {
 			}
 			// A --dir that is not a directory is bad input (issue 9, item 18).
 			for _, args := range [][]string{{"status"}, {"init"}, {"claim"}} {
-				if err := refused(fmt.Sprint(args), h.run(fifo, nil, args...), exitUsage, `not a directory`); err != nil {
+				if err := refused(fmt.Sprint(args), h.run(fifo, nil, args...), clitest.ExitUsage, `not a directory`); err != nil {
 					return err
 				}
 			}
@@ -789,7 +790,7 @@ func hostileCases() []hostileCase {
 			}
 			evil := "evil\x1b]0;pwned\x07\x1b[2J"
 			r := h.run(tree, nil, "claim", "t1", "--agent", evil, "--json")
-			if r.code == exitUsage {
+			if r.code == clitest.ExitUsage {
 				return nil // refused: fine
 			}
 			if r.code != 0 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"github.com/fencectl/fencectl/cmd/fencectl/torture/model"
 )
 
@@ -197,7 +198,7 @@ func TestTorture_Linearizability(t *testing.T) {
 		len(calls)-m.ticks, m.killed-int(r.crashed.Load()), r.crashed.Load(), m.ticks, workers, len(tasks), elapsed.Round(time.Millisecond), m.codes)
 	t.Logf("calls by kind and answer (k = killed): %s", linBreakdown(calls))
 	for _, c := range calls {
-		if !c.Killed && c.Kind != model.Tick && c.Code != exitOK && c.Code != exitFenced && c.Code != exitNotAvailable {
+		if !c.Killed && c.Kind != model.Tick && c.Code != clitest.ExitOK && c.Code != clitest.ExitFenced && c.Code != clitest.ExitNotAvailable {
 			t.Errorf("call #%d %s %s: exit %d, want 0, 3 or 4: %s", c.ID, c.Kind, c.Task, c.Code, c.Stderr)
 		}
 	}
@@ -460,7 +461,7 @@ func (r *linRunner) exec(client int, c *model.Call, args ...string) *model.Call 
 		r.killed.Add(1)
 		return c
 	}
-	c.Code = exitCode(err)
+	c.Code = clitest.ExitCode(err)
 	c.Stderr = strings.TrimSpace(stderr.String())
 	if c.Crash != "" && c.Code == 99 && strings.Contains(c.Stderr, "test crash at") {
 		c.Killed = true
@@ -475,7 +476,7 @@ func (r *linRunner) exec(client int, c *model.Call, args ...string) *model.Call 
 
 // parse reads a call's --json answer.
 func (r *linRunner) parse(c *model.Call, stdout []byte) {
-	if c.Code != exitOK {
+	if c.Code != clitest.ExitOK {
 		// Exactly one JSON object on stderr, naming the same code.
 		var obj struct {
 			Code int `json:"code"`
@@ -563,7 +564,7 @@ func (k *linKnowledge) issue(tok uint64, task string) {
 
 // learn records what a call's answer taught.
 func (r *linRunner) learn(c *model.Call) {
-	if c.Code != exitOK {
+	if c.Code != clitest.ExitOK {
 		return
 	}
 	k := &r.know
@@ -632,7 +633,7 @@ func (a *linAgent) step() {
 			task := a.task()
 			c = a.r.exec(a.id, &model.Call{Kind: model.Claim, Task: task}, "claim", task, "--ttl", linLeaseTTL.String(), "--json")
 		}
-		if !c.Killed && c.Code == exitOK {
+		if !c.Killed && c.Code == clitest.ExitOK {
 			a.held = &linHeld{token: c.OutToken, task: c.OutTask} // any earlier claim is abandoned
 		}
 	case x < 0.70:
@@ -655,7 +656,7 @@ func (a *linAgent) work() {
 	if a.rng.IntN(10) < 4 {
 		k := []model.Kind{model.Heartbeat, model.Verify, model.Put, model.Restore}[a.rng.IntN(4)]
 		c := a.tokenCall(k, h.task, h.token, model.StaleNone, 0)
-		if !c.Killed && c.Code == exitFenced {
+		if !c.Killed && c.Code == clitest.ExitFenced {
 			a.held = nil // lost it (revoked, or expired at a tick)
 		}
 		return
@@ -665,7 +666,7 @@ func (a *linAgent) work() {
 	switch {
 	case c.Killed:
 		// Outcome unknown: keep the claim; a later call tells.
-	case c.Code == exitOK:
+	case c.Code == clitest.ExitOK:
 		a.held = nil
 		if a.rng.IntN(4) == 0 {
 			a.tokenCall(k, h.task, h.token, model.StaleRetry, k)
@@ -724,7 +725,7 @@ func linBreakdown(calls []*model.Call) string {
 			key = "tick"
 		case c.Killed:
 			key = c.Kind.String() + ":k"
-		case c.Code != exitOK:
+		case c.Code != clitest.ExitOK:
 			var obj struct {
 				Reason string `json:"reason"`
 			}
@@ -778,7 +779,7 @@ func linFigures(calls []*model.Call) linMetrics {
 		if legit {
 			m.retries++
 		}
-		if !c.Killed && c.Code == exitOK && !(legit && c.Retry) {
+		if !c.Killed && c.Code == clitest.ExitOK && !(legit && c.Retry) {
 			m.staleAccepted++
 		}
 	}
@@ -835,7 +836,7 @@ func (r *linRunner) checkLog(calls []*model.Call) int {
 			}
 			continue
 		}
-		if (c.Kind == model.Claim || c.Kind == model.Next) && c.Code == exitOK {
+		if (c.Kind == model.Claim || c.Kind == model.Next) && c.Code == clitest.ExitOK {
 			ev, ok := claimOf[c.OutToken]
 			if !ok || ev.Task != c.OutTask || ev.Agent != c.Agent {
 				t.Errorf("call #%d claimed %s with token %d, but the log has %+v", c.ID, c.OutTask, c.OutToken, ev)
@@ -902,11 +903,11 @@ func linSelfCheck(t *testing.T, calls []*model.Call, tasks []string, cfg model.C
 	// later the lie, most on the whole tree.
 	for i := min(len(calls)/2, 1000); i < len(calls); i++ {
 		c := calls[i]
-		if c.Killed || c.Stale == model.StaleNone || c.Code != exitFenced || c.Kind == model.Restore || (c.Kind.Ends() && c.Kind == c.Ended) {
+		if c.Killed || c.Stale == model.StaleNone || c.Code != clitest.ExitFenced || c.Kind == model.Restore || (c.Kind.Ends() && c.Kind == c.Ended) {
 			continue
 		}
 		f := *c
-		f.Code, f.Stderr = exitOK, ""
+		f.Code, f.Stderr = clitest.ExitOK, ""
 		if f.Kind.Ends() {
 			f.State = "done"
 			if f.Kind != model.Complete {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
 
 // Torture part 6, the stuck lock: another process holds .fence/lock and
@@ -52,7 +54,7 @@ func stuckHoldWithFlock(t *testing.T, lockPath string, shared bool) *stuckHolder
 	}
 	stop := func() { syscall.Kill(-c.Process.Pid, syscall.SIGKILL); c.Wait() }
 	t.Cleanup(stop)
-	waitFile(t, ready)
+	clitest.WaitFile(t, ready)
 	return &stuckHolder{name: name, shared: shared, pid: stuckOwner(t, lockPath), stop: stop}
 }
 
@@ -60,7 +62,7 @@ func stuckHoldWithFlock(t *testing.T, lockPath string, shared bool) *stuckHolder
 // program (fencectl included) can find out about who holds it.
 func stuckOwner(t *testing.T, lockPath string) int {
 	t.Helper()
-	_, holding := tortLockWaiters(t, lockPath)
+	_, holding := clitest.LockWaiters(t, lockPath)
 	if len(holding) != 1 {
 		t.Fatalf("/proc/locks shows %d holders of %s, want 1: %v", len(holding), lockPath, holding)
 	}
@@ -72,12 +74,12 @@ func stuckOwner(t *testing.T, lockPath string) int {
 
 func TestTorture_StuckLock(t *testing.T) {
 	rt := newRunTree(t)
-	lockPath := filepath.Join(rt.dir, ".fence", "lock")
+	lockPath := filepath.Join(rt.Dir, ".fence", "lock")
 	for _, id := range []string{"t1", "t2", "t9"} {
-		rt.ok("add", "--id", id)
+		rt.OK("add", "--id", id)
 	}
 	tok := tortClaim(rt, "t1", "60s")
-	rt.ok("complete", "t9", "--token", tortClaim(rt, "t9", "60s"))
+	rt.OK("complete", "t9", "--token", tortClaim(rt, "t9", "60s"))
 	content := tortWrite(t, filepath.Join(t.TempDir(), "content"), "content\n")
 
 	writers := [][]string{
@@ -127,7 +129,7 @@ func TestTorture_StuckLock(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := rt.cmd(append(append([]string{}, args...), "--timeout", timeout.String())...)
+				c := rt.Cmd(append(append([]string{}, args...), "--timeout", timeout.String())...)
 				var out strings.Builder
 				c.Stdout, c.Stderr = &out, &out
 				start := time.Now()
@@ -140,7 +142,7 @@ func TestTorture_StuckLock(t *testing.T) {
 				overdue := time.AfterFunc(timeout+2*time.Second, func() { c.Process.Kill() })
 				err := c.Wait()
 				overdue.Stop()
-				results[i] = res{args, exitCode(err), out.String(), time.Since(start)}
+				results[i] = res{args, clitest.ExitCode(err), out.String(), time.Since(start)}
 			}()
 		}
 		wg.Wait()
@@ -168,12 +170,12 @@ func TestTorture_StuckLock(t *testing.T) {
 				continue
 			}
 			if isReader && h.shared {
-				if r.code != 0 && !(name == "verify" && r.code == exitFenced) {
+				if r.code != 0 && !(name == "verify" && r.code == clitest.ExitFenced) {
 					t.Errorf("%s: exit %d while the lock is only held shared, want it to work\n%s", what, r.code, r.out)
 				}
 				continue
 			}
-			if r.code != exitBusy {
+			if r.code != clitest.ExitBusy {
 				t.Errorf("%s: exit %d, want 5 (busy)\n%s", what, r.code, r.out)
 				continue
 			}
@@ -202,10 +204,10 @@ func TestTorture_StuckLock(t *testing.T) {
 			t.Errorf("[%s] %d busy messages do not name the lock file %s by its full path (a relative .fence/lock is wrong from any other directory) (%s); e.g.\n%s", h.name, len(noPath), lockPath, strings.Join(noPath, "; "), example)
 		}
 	}
-	before := tortSnapshotOf(t, tortCmd(rt.cmd), rt.dir)
+	before := tortSnapshotOf(t, tortCmd(rt.Cmd), rt.Dir)
 	same := func(when string) {
 		t.Helper()
-		if d := before.diff(tortSnapshotOf(t, tortCmd(rt.cmd), rt.dir)); d != "" {
+		if d := before.diff(tortSnapshotOf(t, tortCmd(rt.Cmd), rt.Dir)); d != "" {
 			t.Errorf("%s: the busy commands changed things: %s", when, d)
 		}
 	}
@@ -225,13 +227,13 @@ func TestTorture_StuckLock(t *testing.T) {
 	// 3. A fencectl frozen between its claim's commit and the rename holds
 	// it (the test build hangs it at the crash point).
 	mark := filepath.Join(t.TempDir(), "hung")
-	hung := rt.cmd("claim", "t2", "--agent", "hung", "--ttl", "60s")
+	hung := rt.Cmd("claim", "t2", "--agent", "hung", "--ttl", "60s")
 	hung.Env = append(hung.Env, "FENCE_CRASH=claim:after-commit", "FENCE_CRASH_ACTION=hang", "FENCE_CRASH_MARK="+mark)
 	if err := hung.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hung.Process.Kill() })
-	waitFile(t, mark)
+	clitest.WaitFile(t, mark)
 	h = &stuckHolder{name: "fencectl claim frozen after its commit", pid: stuckOwner(t, lockPath)}
 	if h.pid != hung.Process.Pid {
 		t.Errorf("/proc/locks names pid %d as the holder, the frozen fencectl is %d", h.pid, hung.Process.Pid)
@@ -241,12 +243,12 @@ func TestTorture_StuckLock(t *testing.T) {
 	// A writer killed while it waits (its content already staged) must not
 	// leave its staged copy behind for good.
 	big := tortWrite(t, filepath.Join(t.TempDir(), "big"), strings.Repeat("staged content\n", 4096))
-	waiter := rt.cmd("add", "--id", "n2", big, "--timeout", "60s")
+	waiter := rt.Cmd("add", "--id", "n2", big, "--timeout", "60s")
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
 	tortWaitFor(t, "the waiting add to stage its content", func() bool {
-		entries, _ := os.ReadDir(filepath.Join(rt.dir, ".fence", "tmp"))
+		entries, _ := os.ReadDir(filepath.Join(rt.Dir, ".fence", "tmp"))
 		return len(entries) > 0
 	})
 	waiter.Process.Kill()
@@ -256,22 +258,22 @@ func TestTorture_StuckLock(t *testing.T) {
 	// the move, and the tree works again.
 	hung.Process.Kill()
 	hung.Wait()
-	if st := rt.show("t2"); st["state"] != "claimed" {
+	if st := rt.Show("t2"); st["state"] != "claimed" {
 		t.Errorf("t2 is %v after the frozen claim, want claimed (its commit was durable)", st["state"])
 	}
-	rt.ok("reap")
-	tortCheckClean(t, tortCmd(rt.cmd), "after the frozen holder died and one writer ran")
-	if _, err := os.Stat(filepath.Join(rt.dir, "claimed", "t2")); err != nil {
+	rt.OK("reap")
+	tortCheckClean(t, tortCmd(rt.Cmd), "after the frozen holder died and one writer ran")
+	if _, err := os.Stat(filepath.Join(rt.Dir, "claimed", "t2")); err != nil {
 		t.Errorf("claimed/t2 after the next writer: %v", err)
 	}
-	rt.ok("replay")
-	if entries, _ := os.ReadDir(filepath.Join(rt.dir, ".fence", "tmp")); len(entries) != 0 {
+	rt.OK("replay")
+	if entries, _ := os.ReadDir(filepath.Join(rt.Dir, ".fence", "tmp")); len(entries) != 0 {
 		t.Errorf("after replay .fence/tmp still holds %s, staged by an add killed while it waited for the lock: nothing reports or removes it, so such files pile up for good", entries[0].Name())
 	}
-	rt.ok("heartbeat", "t1", "--token", tok)
-	rt.ok("complete", "t1", "--token", tok)
-	rt.ok("add", "--id", "after")
-	tortCheckClean(t, tortCmd(rt.cmd), "at the end")
+	rt.OK("heartbeat", "t1", "--token", tok)
+	rt.OK("complete", "t1", "--token", tok)
+	rt.OK("add", "--id", "after")
+	tortCheckClean(t, tortCmd(rt.Cmd), "at the end")
 
 	rep := map[string]any{"timeout_ms": timeout.Milliseconds(), "commands_checked": checked, "holders": 3}
 	for name, d := range maxTook {

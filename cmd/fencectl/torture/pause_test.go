@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,20 +72,20 @@ func TestTorture_PausedHolder(t *testing.T) {
 // pausedHolder freezes `run`, its command and five mutations in flight.
 func pausedHolder(t *testing.T, metrics map[string]any) {
 	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
+	rt.OK("add", "--id", "t1")
 	marks := t.TempDir()
 	script := `echo "$FENCE_TOKEN" > ` + marks + `/token.tmp; mv ` + marks + `/token.tmp ` + marks + `/token; ` + worker(marks, false)
-	run, runOut := rt.startRun("t1", "--ttl", "3s", "--agent", "paused", "--", "sh", "-c", script)
-	oldTok := waitFile(t, marks+"/token")
-	cmdPid, _ := strconv.Atoi(waitFile(t, marks+"/pid"))
-	if st := rt.show("t1"); st["state"] != "claimed" {
+	run, runOut := rt.StartRun("t1", "--ttl", "3s", "--agent", "paused", "--", "sh", "-c", script)
+	oldTok := clitest.WaitFile(t, marks+"/token")
+	cmdPid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
+	if st := rt.Show("t1"); st["state"] != "claimed" {
 		t.Fatalf("t1 is %v under run, want claimed", st["state"])
 	}
 
 	// The holder's own mutations are already on their way: started while
 	// the journal is busy (the test holds the lock), so each is parked
 	// in flock when the holder freezes.
-	lockPath := filepath.Join(rt.dir, ".fence", "lock")
+	lockPath := filepath.Join(rt.Dir, ".fence", "lock")
 	lf, err := os.OpenFile(lockPath, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 	}
 	var flights []inflight
 	for _, args := range inflightArgs {
-		c := rt.cmd(append(args, "--agent", "paused", "--json")...)
+		c := rt.Cmd(append(args, "--agent", "paused", "--json")...)
 		var out strings.Builder
 		c.Stdout, c.Stderr = &out, &out
 		if err := c.Start(); err != nil {
@@ -120,7 +121,7 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 	for _, f := range flights {
 		pid := f.cmd.Process.Pid
 		tortWaitFor(t, fmt.Sprintf("%s (pid %d) to wait for the lock", f.args[0], pid), func() bool {
-			w, _ := tortLockWaiters(t, lockPath)
+			w, _ := clitest.LockWaiters(t, lockPath)
 			return w[pid]
 		})
 	}
@@ -172,9 +173,9 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 	}
 
 	// The lease runs out; another agent claims (reaping it first).
-	rt.advance(10 * time.Second)
+	rt.Advance(10 * time.Second)
 	unix.Flock(int(lf.Fd()), unix.LOCK_UN)
-	code, out := rt.code("claim", "t1", "--agent", "taker", "--ttl", "60s", "--json", "--timeout", "5s")
+	code, out := rt.Code("claim", "t1", "--agent", "taker", "--ttl", "60s", "--json", "--timeout", "5s")
 	if code != 0 {
 		t.Fatalf("taker's claim while the holder is frozen: exit %d, want 0 (a frozen waiter must not own the lock)\n%s", code, out)
 	}
@@ -195,7 +196,7 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 	verdict := func(what string, code int, out string) {
 		attempts++
 		switch code {
-		case exitFenced:
+		case clitest.ExitFenced:
 		case 0:
 			accepted++
 			t.Errorf("STALE TOKEN ACCEPTED: %s with the frozen holder's token %s exited 0\n%s", what, oldTok, out)
@@ -204,19 +205,19 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 		}
 	}
 	for _, f := range flights {
-		code := waitExit(t, f.cmd)
+		code := clitest.WaitExit(t, f.cmd)
 		verdict("in-flight "+strings.Join(f.args[:1], " "), code, f.out.String())
-		if code == exitFenced && !strings.Contains(f.out.String(), `"code":3`) {
+		if code == clitest.ExitFenced && !strings.Contains(f.out.String(), `"code":3`) {
 			t.Errorf("in-flight %s: exit 3 without the JSON refusal on stderr:\n%s", f.args[0], f.out)
 		}
 	}
-	runCode := waitExit(t, run)
-	if runCode != exitFenced {
+	runCode := clitest.WaitExit(t, run)
+	if runCode != clitest.ExitFenced {
 		t.Errorf("fencectl run exited %d after waking, want 3 (lease lost)\n%s", runCode, runOut)
 	}
 	// The command is stopped at once: its lease is already past, so run
 	// may skip the grace and SIGKILL it before its TERM trap runs.
-	tortWaitFor(t, "the command to end", func() bool { return !alive(cmdPid) })
+	tortWaitFor(t, "the command to end", func() bool { return !clitest.Alive(cmdPid) })
 	t.Logf("fencectl run after waking:\n%s", runOut)
 	if !strings.Contains(runOut.String(), "SIGTERM") {
 		t.Errorf("run's stderr does not say it stopped the command:\n%s", runOut)
@@ -234,25 +235,25 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 		{"claim", "t1", "--token", oldTok},
 		{"claim", "--token", oldTok},
 	} {
-		code, out := rt.code(append(args, "--agent", "paused")...)
+		code, out := rt.Code(append(args, "--agent", "paused")...)
 		verdict(strings.Join(args[:1], " ")+" after waking", code, out)
 	}
 
 	// The journal and the tree: the taker holds t1, nothing of the frozen
 	// holder's got in, and the taker can finish.
-	m := rt.show("t1")
+	m := rt.Show("t1")
 	lease, _ := m["lease"].(map[string]any)
 	if m["state"] != "claimed" || lease == nil || lease["agent"] != "taker" || uint64(lease["token"].(float64)) != taken.Token {
 		t.Errorf("t1 after the frozen holder woke: %v, want claimed by taker with token %d", m, taken.Token)
 	}
-	if _, err := os.Stat(filepath.Join(rt.dir, "out", "t1")); !os.IsNotExist(err) {
-		entries, _ := os.ReadDir(filepath.Join(rt.dir, "out", "t1"))
+	if _, err := os.Stat(filepath.Join(rt.Dir, "out", "t1")); !os.IsNotExist(err) {
+		entries, _ := os.ReadDir(filepath.Join(rt.Dir, "out", "t1"))
 		t.Errorf("out/t1 exists (%d entries): the frozen holder wrote an output", len(entries))
 	}
-	if n := tortDirLen(rt.dir, ".fence/tmp"); n != 0 {
+	if n := tortDirLen(rt.Dir, ".fence/tmp"); n != 0 {
 		t.Errorf(".fence/tmp holds %d files: a refused put or complete --result left its staged content", n)
 	}
-	evs := tortLog(t, tortCmd(rt.cmd))
+	evs := tortLog(t, tortCmd(rt.Cmd))
 	var reaped bool
 	for _, ev := range evs {
 		if ev.Token == old && ev.Type == "reap" {
@@ -268,14 +269,14 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 	for _, p := range fencing {
 		t.Errorf("fencing history: %s", p)
 	}
-	rt.ok("complete", "t1", "--token", strconv.FormatUint(taken.Token, 10), "--agent", "taker")
-	if st := rt.show("t1")["state"]; st != "done" {
+	rt.OK("complete", "t1", "--token", strconv.FormatUint(taken.Token, 10), "--agent", "taker")
+	if st := rt.Show("t1")["state"]; st != "done" {
 		t.Errorf("t1 is %v after the taker completed it, want done", st)
 	}
-	tortCheckClean(t, tortCmd(rt.cmd), "after the paused-holder run")
+	tortCheckClean(t, tortCmd(rt.Cmd), "after the paused-holder run")
 
 	metrics["attempts"], metrics["accepted"], metrics["in_flight"] = attempts, accepted, len(flights)
-	metrics["run_exit"], metrics["command_stopped"] = runCode, !alive(cmdPid)
+	metrics["run_exit"], metrics["command_stopped"] = runCode, !clitest.Alive(cmdPid)
 }
 
 // pausedSupervisor freezes only `run`: its command goes on writing
@@ -284,13 +285,13 @@ func pausedHolder(t *testing.T, metrics map[string]any) {
 // run, once awake, must stop the command.
 func pausedSupervisor(t *testing.T, metrics map[string]any) {
 	rt := newRunTree(t)
-	rt.ok("add", "--id", "t1")
+	rt.OK("add", "--id", "t1")
 	marks := t.TempDir()
-	script := hostPid(marks+"/pid") + `
+	script := clitest.HostPid(marks+"/pid") + `
 echo "$FENCE_TOKEN" > ` + marks + `/token.tmp; mv ` + marks + `/token.tmp ` + marks + `/token
 echo mine > ` + marks + `/beat
 while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKEN" >/dev/null 2>&1; echo $? >> ` + marks + `/codes; sleep 0.01; done`
-	c := rt.cmd("run", "t1", "--ttl", "3s", "--agent", "supervised", "--", "sh", "-c", script)
+	c := rt.Cmd("run", "t1", "--ttl", "3s", "--agent", "supervised", "--", "sh", "-c", script)
 	c.Env = append(c.Env, "FC="+fencectlBin)
 	var runOut strings.Builder
 	c.Stdout, c.Stderr = &runOut, &runOut
@@ -298,8 +299,8 @@ while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKE
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(c.Process.Pid, syscall.SIGCONT); c.Process.Kill() })
-	oldTok := waitFile(t, marks+"/token")
-	cmdPid, _ := strconv.Atoi(waitFile(t, marks+"/pid"))
+	oldTok := clitest.WaitFile(t, marks+"/token")
+	cmdPid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
 	codes := func() []string {
 		b, _ := os.ReadFile(marks + "/codes")
 		return strings.Fields(string(b))
@@ -315,13 +316,13 @@ while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKE
 
 	// Freeze run, but not while it holds the lock for one of its lease
 	// checks: a frozen lock holder is the stuck-lock case, not this one.
-	lockPath := filepath.Join(rt.dir, ".fence", "lock")
+	lockPath := filepath.Join(rt.Dir, ".fence", "lock")
 	for try := 0; ; try++ {
 		if err := syscall.Kill(c.Process.Pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		tortWaitFor(t, "run to stop", func() bool { return tortProcState(c.Process.Pid) == 'T' })
-		if _, holding := tortLockWaiters(t, lockPath); !holding[c.Process.Pid] {
+		if _, holding := clitest.LockWaiters(t, lockPath); !holding[c.Process.Pid] {
 			break
 		}
 		if try == 100 {
@@ -330,8 +331,8 @@ while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKE
 		syscall.Kill(c.Process.Pid, syscall.SIGCONT)
 		tortWaitFor(t, "run to resume", func() bool { return tortProcState(c.Process.Pid) != 'T' })
 	}
-	rt.advance(10 * time.Second)
-	out := rt.ok("claim", "t1", "--agent", "taker", "--ttl", "60s", "--json", "--timeout", "5s")
+	rt.Advance(10 * time.Second)
+	out := rt.OK("claim", "t1", "--agent", "taker", "--ttl", "60s", "--json", "--timeout", "5s")
 	var taken struct {
 		Token uint64 `json:"token"`
 	}
@@ -340,22 +341,22 @@ while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKE
 	}
 	newTok := strconv.FormatUint(taken.Token, 10)
 	theirs := tortWrite(t, filepath.Join(t.TempDir(), "theirs"), "the taker's\n")
-	rt.ok("put", "t1", "beat", theirs, "--token", newTok)
+	rt.OK("put", "t1", "beat", theirs, "--token", newTok)
 	from := len(codes())
 	// The command goes on writing with its old token: three more tries.
 	tortWaitFor(t, "three more puts by the command", func() bool { return len(codes()) >= from+4 })
-	if b, err := os.ReadFile(filepath.Join(rt.dir, "out", "t1", "beat")); err != nil || string(b) != "the taker's\n" {
+	if b, err := os.ReadFile(filepath.Join(rt.Dir, "out", "t1", "beat")); err != nil || string(b) != "the taker's\n" {
 		t.Errorf("out/t1/beat is %q (%v) after the takeover, want the taker's: the stale holder overwrote it", b, err)
 	}
 
 	if err := syscall.Kill(c.Process.Pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	runCode := waitExit(t, c)
-	if runCode != exitFenced {
+	runCode := clitest.WaitExit(t, c)
+	if runCode != clitest.ExitFenced {
 		t.Errorf("run exited %d after waking, want 3\n%s", runCode, runOut.String())
 	}
-	tortWaitFor(t, "the command to end", func() bool { return !alive(cmdPid) })
+	tortWaitFor(t, "the command to end", func() bool { return !clitest.Alive(cmdPid) })
 	after := codes()[from:]
 	for i, code := range after {
 		if code == "0" {
@@ -364,7 +365,7 @@ while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKE
 	}
 
 	old, _ := strconv.ParseUint(oldTok, 10, 64)
-	evs := tortLog(t, tortCmd(rt.cmd))
+	evs := tortLog(t, tortCmd(rt.Cmd))
 	reapSeq, stalePuts, puts := uint64(0), 0, 0
 	for _, ev := range evs {
 		switch {
@@ -387,14 +388,14 @@ while :; do "$FC" put "$FENCE_TASK" beat ` + marks + `/beat --token "$FENCE_TOKE
 	if accepted != puts {
 		t.Errorf("the command's puts exited 0 %d times, the log has %d puts with its token", accepted, puts)
 	}
-	if b, err := os.ReadFile(filepath.Join(rt.dir, "out", "t1", "beat")); err != nil || string(b) != "the taker's\n" {
+	if b, err := os.ReadFile(filepath.Join(rt.Dir, "out", "t1", "beat")); err != nil || string(b) != "the taker's\n" {
 		t.Errorf("out/t1/beat is %q (%v) at the end, want the taker's", b, err)
 	}
 	fencing, _ := tortFencing(evs)
 	for _, p := range fencing {
 		t.Errorf("fencing history: %s", p)
 	}
-	tortCheckClean(t, tortCmd(rt.cmd), "after the frozen-supervisor run")
+	tortCheckClean(t, tortCmd(rt.Cmd), "after the frozen-supervisor run")
 	metrics["supervisor_puts_after_takeover"] = len(after)
 	metrics["supervisor_puts_accepted_after_takeover"] = stalePuts
 	metrics["supervisor_run_exit"] = runCode
@@ -412,5 +413,5 @@ func worker(dir string, ignoreTerm bool) string {
 	if ignoreTerm {
 		onTerm = `cat "$FENCE_TEST_CLOCK" > ` + dir + `/term`
 	}
-	return `trap '` + onTerm + `' TERM; ` + hostPid(dir+"/pid") + `; while :; do sleep 0.02; done`
+	return `trap '` + onTerm + `' TERM; ` + clitest.HostPid(dir+"/pid") + `; while :; do sleep 0.02; done`
 }

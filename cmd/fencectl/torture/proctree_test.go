@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
 
 // Torture part: process trees under `fencectl run`. Every task's command
@@ -26,25 +28,25 @@ func TestTorture_ProcessTrees(t *testing.T) {
 	metrics := map[string]any{}
 	var modes []string
 	runs, checked, escaped := 0, 0, 0
-	for _, mode := range containments {
+	for _, mode := range clitest.Containments {
 		t.Run(mode, func(t *testing.T) {
 			rt := newRunTree(t)
-			rt.env = append(rt.env, containEnv+"="+mode)
-			requireContainment(t, rt, mode)
+			rt.Env = append(rt.Env, clitest.ContainEnv+"="+mode)
+			clitest.RequireContainment(t, rt, mode)
 			modes = append(modes, mode)
 			scenarios := []string{"exit", "revoke", "sigkill", "fail"}
 			for i := 0; i < perMode; i++ {
 				id := fmt.Sprintf("t%03d", i)
-				rt.ok("add", "--id", id)
+				rt.OK("add", "--id", id)
 				var earlier []map[string]int
 				for attempt, how := range []string{scenarios[i%len(scenarios)], "exit"} {
-					if attempt == 1 && rt.show(id)["state"] == "done" {
+					if attempt == 1 && rt.Show(id)["state"] == "done" {
 						break
 					}
 					// Nothing of an earlier run of this task may live when
 					// it runs again.
 					for _, pids := range earlier {
-						assertDead(t, pids, pgroupEscapes(mode, "sigkill"))
+						clitest.AssertDead(t, pids, pgroupEscapes(mode, "sigkill"))
 					}
 					pids, ok := tortTreeRun(t, rt, id, how)
 					runs++
@@ -52,17 +54,17 @@ func TestTorture_ProcessTrees(t *testing.T) {
 					if !ok {
 						return
 					}
-					if mode == containPgroup && how == "sigkill" {
+					if mode == clitest.ContainPgroup && how == "sigkill" {
 						escaped += 2
 					}
 					earlier = append(earlier, pids)
 				}
-				if st := rt.show(id)["state"]; st != "done" {
+				if st := rt.Show(id)["state"]; st != "done" {
 					t.Errorf("%s is %v after its runs, want done", id, st)
 				}
 			}
 			// No task completed twice; the tree is consistent.
-			log := rt.ok("log", "--json")
+			log := rt.OK("log", "--json")
 			for i := 0; i < perMode; i++ {
 				id := fmt.Sprintf(`"task":"t%03d"`, i)
 				n := 0
@@ -75,10 +77,10 @@ func TestTorture_ProcessTrees(t *testing.T) {
 					t.Errorf("t%03d completed %d times", i, n)
 				}
 			}
-			rt.ok("replay", "--check")
+			rt.OK("replay", "--check")
 		})
 	}
-	metrics["containments"] = strings.Join(modes, "+")
+	metrics["clitest.Containments"] = strings.Join(modes, "+")
 	metrics["runs"], metrics["processes_checked"], metrics["escaped_pgroup_sigkill"] = runs, checked, escaped
 	tortureReport(t, "process_trees", metrics)
 }
@@ -86,7 +88,7 @@ func TestTorture_ProcessTrees(t *testing.T) {
 // pgroupEscapes are the processes the pgroup containment cannot stop when
 // run is killed with SIGKILL (documented).
 func pgroupEscapes(mode, how string) map[string]bool {
-	if mode == containPgroup && how == "sigkill" {
+	if mode == clitest.ContainPgroup && how == "sigkill" {
 		return map[string]bool{"setsid": true, "daemon": true}
 	}
 	return nil
@@ -102,24 +104,24 @@ func tortTreeRun(t *testing.T, rt *runTree, id, how string) (map[string]int, boo
 		"exit": "exit 0", "fail": "exit 1",
 		"revoke": "while :; do sleep 0.01; done", "sigkill": "while :; do sleep 0.01; done",
 	}[how]
-	run, out := rt.startRun(id, "--ttl", "30s", "--", "sh", "-c", treeScript(marks, then))
-	pids := treePids(t, marks)
-	want := map[string]int{"exit": 0, "fail": 1, "revoke": exitFenced}
+	run, out := rt.StartRun(id, "--ttl", "30s", "--", "sh", "-c", clitest.TreeScript(marks, then))
+	pids := clitest.TreePids(t, marks)
+	want := map[string]int{"exit": 0, "fail": 1, "revoke": clitest.ExitFenced}
 	switch how {
 	case "revoke":
-		rt.ok("revoke", id)
+		rt.OK("revoke", id)
 	case "sigkill":
 		run.Process.Kill()
-		waitExit(t, run)
-		waitDead(t, pids, pgroupEscapes(rtMode(rt), how))
-		rt.advance(31 * time.Second) // the lease runs out: the next claim reaps it
+		clitest.WaitExit(t, run)
+		clitest.WaitDead(t, pids, pgroupEscapes(rtMode(rt), how))
+		rt.Advance(31 * time.Second) // the lease runs out: the next claim reaps it
 		return pids, !t.Failed()
 	}
-	if code := waitExit(t, run); code != want[how] {
+	if code := clitest.WaitExit(t, run); code != want[how] {
 		t.Errorf("run of %s (%s) exited %d, want %d\n%s", id, how, code, want[how], out)
 	}
 	// run ends only after everything of the task is dead.
-	assertDead(t, pids, nil)
+	clitest.AssertDead(t, pids, nil)
 	if _, err := os.Stat(filepath.Join(marks, "cmd")); err != nil {
 		t.Errorf("the command of %s never started: %v", id, err)
 	}
@@ -128,8 +130,8 @@ func tortTreeRun(t *testing.T, rt *runTree, id, how string) (map[string]int, boo
 
 // rtMode is the containment forced on rt's processes.
 func rtMode(rt *runTree) string {
-	for _, e := range rt.env {
-		if m, ok := strings.CutPrefix(e, containEnv+"="); ok {
+	for _, e := range rt.Env {
+		if m, ok := strings.CutPrefix(e, clitest.ContainEnv+"="); ok {
 			return m
 		}
 	}

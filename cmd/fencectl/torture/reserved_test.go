@@ -2,8 +2,6 @@ package torture
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -11,12 +9,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
 
 // TestTorture_ReservedIDs (torture suite): every word the CLI parser knows
 // (command names, flag names, help, h, version…; see reservedWords) used
 // as a task id with every command that takes one, through the real binary
-// (see idSteps): each must be read as the id, never as help or a
+// (see clitest.IDSteps): each must be read as the id, never as help or a
 // subcommand. make test runs a few words; make torture all of them.
 // cmd/fencectl's TestArgs_ReservedWordsAreIDs does the same in process,
 // with the words taken from the app itself.
@@ -35,12 +35,12 @@ func TestTorture_ReservedIDs(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
-		return exitCode(err), stdout.String(), stderr.String()
+		return clitest.ExitCode(err), stdout.String(), stderr.String()
 	}
 	start := time.Now()
 	misread := map[string]bool{}
 	for _, w := range words {
-		for _, err := range checkReservedID(binary, w) {
+		for _, err := range clitest.CheckReservedID(binary, w) {
 			misread[w] = true
 			t.Errorf("id %q: %v", w, err)
 		}
@@ -51,8 +51,8 @@ func TestTorture_ReservedIDs(t *testing.T) {
 	}
 	metrics := map[string]any{
 		"words":          len(words),
-		"steps_per_word": len(idSteps()),
-		"invocations":    len(words) * len(idSteps()),
+		"steps_per_word": len(clitest.IDSteps()),
+		"invocations":    len(words) * len(clitest.IDSteps()),
 		"misread_ids":    len(bad),
 		"seconds":        time.Since(start).Seconds(),
 	}
@@ -141,91 +141,4 @@ func helpSection(help, heading string) []string {
 		}
 	}
 	return lines
-}
-
-// cliRunner runs fencectl with args on a tree and returns its outcome.
-type cliRunner func(args ...string) (code int, stdout, stderr string)
-
-// idStep is one command given the word w as a task id; tok is the token of
-// w's current claim (0 if none). want is the exit code that shows w was
-// read as an id (help would exit 0 with no JSON), and the JSON result (or
-// error) must name task w.
-type idStep struct {
-	cmd  string
-	args func(w string, tok uint64) []string
-	want int
-}
-
-// idSteps walk one task, named by a reserved word, through every command
-// that takes an id, the refusals included.
-func idSteps() []idStep {
-	bad := func(tok uint64) string { return fmt.Sprint(tok + 1000003) } // never issued
-	tk := func(tok uint64) string { return fmt.Sprint(tok) }
-	return []idStep{
-		{"add", func(w string, _ uint64) []string { return []string{"add", "--id", w, "--json"} }, 0},
-		{"show", func(w string, _ uint64) []string { return []string{"show", w, "--json"} }, 0},
-		{"log", func(w string, _ uint64) []string { return []string{"log", "--task", w, "--json"} }, 0},
-		{"requeue", func(w string, _ uint64) []string { return []string{"requeue", w, "--json"} }, exitNotAvailable},
-		{"revoke", func(w string, _ uint64) []string { return []string{"revoke", w, "--json"} }, exitNotAvailable},
-		{"claim", func(w string, _ uint64) []string { return []string{"claim", w, "--json"} }, 0},
-		{"verify", func(w string, tok uint64) []string { return []string{"verify", w, "--token", bad(tok), "--json"} }, exitFenced},
-		{"verify", func(w string, tok uint64) []string { return []string{"verify", w, "--token", tk(tok), "--json"} }, 0},
-		{"heartbeat", func(w string, tok uint64) []string { return []string{"heartbeat", w, "--token", bad(tok), "--json"} }, exitFenced},
-		{"heartbeat", func(w string, tok uint64) []string { return []string{"heartbeat", w, "--token", tk(tok), "--json"} }, 0},
-		{"put", func(w string, tok uint64) []string { return []string{"put", w, w, "--token", bad(tok), "--json"} }, exitFenced},
-		{"put", func(w string, tok uint64) []string { return []string{"put", w, w, "--token", tk(tok), "--json"} }, 0},
-		{"complete", func(w string, tok uint64) []string { return []string{"complete", w, "--token", bad(tok), "--json"} }, exitFenced},
-		{"release", func(w string, tok uint64) []string { return []string{"release", w, "--token", bad(tok), "--json"} }, exitFenced},
-		{"fail", func(w string, tok uint64) []string { return []string{"fail", w, "--token", bad(tok), "--json"} }, exitFenced},
-		{"release", func(w string, tok uint64) []string { return []string{"release", w, "--token", tk(tok), "--json"} }, 0},
-		{"claim", func(w string, _ uint64) []string { return []string{"claim", w, "--json"} }, 0},
-		{"fail", func(w string, tok uint64) []string { return []string{"fail", w, "--token", tk(tok), "--json"} }, 0},
-		{"claim", func(w string, _ uint64) []string { return []string{"claim", w, "--json"} }, 0},
-		{"revoke", func(w string, _ uint64) []string { return []string{"revoke", w, "--json"} }, 0},
-		{"claim", func(w string, _ uint64) []string { return []string{"claim", w, "--json"} }, 0},
-		{"complete", func(w string, tok uint64) []string { return []string{"complete", w, "--token", tk(tok), "--json"} }, 0},
-		{"requeue", func(w string, _ uint64) []string { return []string{"requeue", w, "--json"} }, 0},
-		{"run", func(w string, _ uint64) []string { return []string{"run", w, "--json", "--", "true"} }, 0},
-		{"show", func(w string, _ uint64) []string { return []string{"show", w, "--json"} }, 0},
-	}
-}
-
-// checkReservedID runs every step for word w on tree and returns what went
-// wrong (nil: w was read as an id everywhere). A step "misreads" when its
-// exit code is not the one an id gives, or its JSON names another task.
-func checkReservedID(run cliRunner, w string) []error {
-	var errs []error
-	var tok uint64
-	for _, s := range idSteps() {
-		args := s.args(w, tok)
-		code, stdout, stderr := run(args...)
-		if code != s.want {
-			errs = append(errs, fmt.Errorf("fencectl %s: exit %d, want %d (the word read as something else?)\nstdout: %.300s\nstderr: %.300s", strings.Join(args, " "), code, s.want, stdout, stderr))
-			continue
-		}
-		out := stdout
-		if code != 0 {
-			out = stderr
-		}
-		if s.cmd == "run" { // run's result is its summary on stderr
-			out = stderr
-		}
-		var res struct {
-			Task  string `json:"task"`
-			Token uint64 `json:"token"`
-		}
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		line := lines[len(lines)-1]
-		if s.cmd == "log" {
-			line = lines[0]
-		}
-		if err := json.Unmarshal([]byte(line), &res); err != nil || res.Task != w {
-			errs = append(errs, fmt.Errorf("fencectl %s: result does not name task %q (err %v)\nstdout: %.300s\nstderr: %.300s", strings.Join(args, " "), w, err, stdout, stderr))
-			continue
-		}
-		if s.cmd == "claim" {
-			tok = res.Token
-		}
-	}
-	return errs
 }

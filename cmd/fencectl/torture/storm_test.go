@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
 
 // Torture part 1, the kill storm: 8 agent loops of the real binary, a
@@ -61,7 +63,7 @@ func (p *stormProcs) run(c *exec.Cmd) stormResult {
 	p.mu.Lock()
 	delete(p.live, c)
 	p.mu.Unlock()
-	r := stormResult{code: exitCode(err), stdout: so.String(), stderr: se.String()}
+	r := stormResult{code: clitest.ExitCode(err), stdout: so.String(), stderr: se.String()}
 	if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
 		r.killed = true
 		p.killed.Add(1)
@@ -121,9 +123,9 @@ func (s *stormStats) add(op string, r stormResult) {
 		st.Interrupted++
 	case r.code == 0:
 		st.Succeeded++
-	case r.code == exitFenced:
+	case r.code == clitest.ExitFenced:
 		st.Fenced++
-	case r.code == exitNotAvailable:
+	case r.code == clitest.ExitNotAvailable:
 		st.Nothing++
 	default:
 		st.Other++
@@ -250,7 +252,7 @@ func TestTorture_KillStorm(t *testing.T) {
 					case r.code == 0:
 						staleAccepted.Add(1)
 						unexpected(fmt.Sprintf("%s: %s with a token whose lease had run out was ACCEPTED", agent, strings.Join(args, " ")), r)
-					case r.code != exitFenced:
+					case r.code != clitest.ExitFenced:
 						unexpected(agent+" stale "+strings.Join(args, " "), r)
 					}
 				}
@@ -258,7 +260,7 @@ func TestTorture_KillStorm(t *testing.T) {
 				switch {
 				case r.interrupted():
 					continue
-				case r.code == exitNotAvailable:
+				case r.code == clitest.ExitNotAvailable:
 					time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 					continue
 				case r.code != 0:
@@ -282,7 +284,7 @@ func TestTorture_KillStorm(t *testing.T) {
 						ackMu.Lock()
 						acks = append(acks, stormAck{op, c.Task, c.Token})
 						ackMu.Unlock()
-					case r.code != exitFenced:
+					case r.code != clitest.ExitFenced:
 						unexpected(agent+" "+strings.Join(args, " "), r)
 					}
 					return r
@@ -394,7 +396,7 @@ func TestTorture_KillStorm(t *testing.T) {
 				switch {
 				case r.code == 0:
 					revoked.Add(1)
-				case r.interrupted() || r.code == exitNotAvailable: // already gone
+				case r.interrupted() || r.code == clitest.ExitNotAvailable: // already gone
 				default:
 					unexpected("revoke "+id, r)
 				}
@@ -439,7 +441,7 @@ func TestTorture_KillStorm(t *testing.T) {
 			t.Errorf("after the storm, before replay: tortFinding %s %s: %s (only misplaced files of an unfinished commit are expected)", f.Kind, f.Task, f.Detail)
 		}
 	}
-	if driftCode != 0 && driftCode != exitDrift {
+	if driftCode != 0 && driftCode != clitest.ExitDrift {
 		t.Errorf("replay --check after the storm: exit %d\n%s", driftCode, driftOut)
 	}
 	if code, fs, out := tortReplay(t, mk, false); code != 0 {
@@ -472,7 +474,7 @@ func TestTorture_KillStorm(t *testing.T) {
 			defer drainWG.Done()
 			for {
 				out, err := mkLater("claim", "--json", "--agent", agent).Output()
-				if exitCode(err) == exitNotAvailable {
+				if clitest.ExitCode(err) == clitest.ExitNotAvailable {
 					return
 				}
 				var c struct {
