@@ -364,11 +364,20 @@ func TestTorture_KillStorm(t *testing.T) {
 	}(rand.New(rand.NewPCG(seed, 100)))
 
 	// A reader looks at the tree the whole time; readers are killed too.
+	// It shows initial tasks only once the first writers have adopted the
+	// whole initial batch: until then an initial task may still wait in
+	// inbox/, or be staged by a writer the killer stopped (.fence/tmp),
+	// and "no such task" is the right answer.
 	workers.Add(1)
 	go func(rng *rand.Rand) {
 		defer workers.Done()
+		adopted := false
 		for !stop.Load() {
+			adopted = adopted || !initialPending(dir, initial)
 			args := [][]string{{"status", "--json"}, {"log", "--json", "--limit", "20"}, {"show", fmt.Sprintf("t%05d", rng.IntN(initial)), "--json"}}[rng.IntN(3)]
+			if args[0] == "show" && !adopted {
+				args = []string{"status", "--json"}
+			}
 			r := step(rng, args[0], "", args...)
 			if !r.interrupted() && r.code != 0 {
 				unexpected(strings.Join(args, " "), r)
@@ -620,4 +629,24 @@ func TestTorture_KillStorm(t *testing.T) {
 		"fencing_violations": len(fencing), "revoked": revoked.Load(), "stale_attempts": staleTried.Load(), "stale_accepted": staleAccepted.Load(), "drained": drained.Load(), "done": done, "failed": failed,
 		"staged_leftovers": staged, "staged_swept_to_quarantine": sweptStaged, "unexpected_exits": len(errs),
 	})
+}
+
+// initialPending reports whether any of the storm's initial tasks
+// (t00000 …) is still in inbox/ or staged for adoption in .fence/tmp, that
+// is, not yet in the journal.
+func initialPending(dir string, initial int) bool {
+	for _, sub := range []string{"inbox", filepath.Join(".fence", "tmp")} {
+		entries, err := os.ReadDir(filepath.Join(dir, sub))
+		if err != nil {
+			return true
+		}
+		for _, e := range entries {
+			name := strings.TrimPrefix(e.Name(), "adopt-")
+			var n int
+			if _, err := fmt.Sscanf(name, "t%05d", &n); err == nil && n < initial && len(name) == 6 {
+				return true
+			}
+		}
+	}
+	return false
 }
