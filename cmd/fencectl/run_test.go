@@ -209,6 +209,13 @@ func TestRun_RequestIDHeldByLiveRun(t *testing.T) {
 	first.Process.Kill()
 	clitest.WaitExit(t, first)
 	waitFor(t, "the first run's command to die", func() bool { return !clitest.Alive(pid) })
+	// The guard lets the request id go only once it has killed and reaped
+	// everything of the task, a moment after CMD died (longer under -race):
+	// wait until a plain claim with the id gets the claim back.
+	waitFor(t, "the request id to be free", func() bool {
+		code, _ := rt.Code("claim", "--request-id", "k1")
+		return code == 0
+	})
 	os.Remove(marks + "/pid")
 	again, out2 := rt.StartRun("--request-id", "k1", "--", "sh", "-c", script)
 	clitest.WaitFile(t, marks+"/pid")
