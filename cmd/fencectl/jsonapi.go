@@ -38,13 +38,17 @@ type noticeJSON struct {
 	Detail string `json:"detail"`
 }
 
-func newNotices(ns []fence.Notice) []noticeJSON {
-	if ns == nil {
+func newNotices(ns []fence.Notice) []noticeJSON { return convert(ns, newNotice) }
+
+// convert maps each element of in with f; nil stays nil (null, or left
+// out with omitempty).
+func convert[T, U any](in []T, f func(T) U) []U {
+	if in == nil {
 		return nil
 	}
-	out := make([]noticeJSON, len(ns))
-	for i, n := range ns {
-		out[i] = newNotice(n)
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
 	}
 	return out
 }
@@ -319,7 +323,7 @@ type replayJSON struct {
 }
 
 // findingJSON is one disagreement between the log, the records and the
-// tree (replay, recover, a drift error).
+// tree (replay, recover).
 type findingJSON struct {
 	Kind   string `json:"kind"`
 	Task   string `json:"task,omitempty"`
@@ -330,14 +334,9 @@ type findingJSON struct {
 
 // newFindings converts findings; nil stays nil (null, or left out).
 func newFindings(fs []fence.Finding) []findingJSON {
-	if fs == nil {
-		return nil
-	}
-	out := make([]findingJSON, len(fs))
-	for i, f := range fs {
-		out[i] = findingJSON{Kind: string(f.Kind), Task: f.Task, Dir: string(f.Dir), Detail: f.Detail, Fixed: f.Fixed}
-	}
-	return out
+	return convert(fs, func(f fence.Finding) findingJSON {
+		return findingJSON{Kind: string(f.Kind), Task: f.Task, Dir: string(f.Dir), Detail: f.Detail, Fixed: f.Fixed}
+	})
 }
 
 // recoverJSON is recover's answer: the new journal's counts, the tasks
