@@ -59,3 +59,8 @@ func quoteVersion(v string) string {
 	}
 	return strconv.Quote(v)
 }
+
+// ErrTooLarge means one transaction holds more than the store takes at
+// once (etcd's --max-txn-ops and --max-request-bytes): a group of
+// operations is split and tried again in parts.
+var ErrTooLarge = errors.New("transaction too large for the journal store")

@@ -1,28 +1,45 @@
 package journaltest_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	etcdstore "github.com/fencectl/fencectl/journal/etcd"
+	"github.com/fencectl/fencectl/journal/etcd/etcdtest"
 	"github.com/fencectl/fencectl/journal/journaltest"
 )
 
 // backends is every implementation of the port; a new backend adds its row
 // and passes the contract before fence may use it.
 var backends = []struct {
-	name     string
-	newStore func(t *testing.T) journal.Store
-	backend  journal.Backend
-	newDir   func(t *testing.T) string // a tree's meta directory, no journal yet
+	name       string
+	newStore   func(t *testing.T) journal.Store
+	newBackend func(t *testing.T) (journal.Backend, string)
 }{
-	{"bolt", newBolt, boltstore.Backend{}, newMetaDir},
+	{"bolt", newBolt, newBoltBackend},
 	// The bbolt store with every Update run twice, as an optimistic store
 	// retries: proves the suite checks re-runs.
-	{"bolt-retrying", func(t *testing.T) journal.Store { return journaltest.RetryingStore(newBolt(t)) }, journaltest.Retrying(boltstore.Backend{}), newMetaDir},
+	{"bolt-retrying", func(t *testing.T) journal.Store { return journaltest.RetryingStore(newBolt(t)) }, func(t *testing.T) (journal.Backend, string) {
+		b, dir := newBoltBackend(t)
+		return journaltest.Retrying(b), dir
+	}},
+	{"etcd", newEtcd, newEtcdBackend},
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		cluster.Stop()
+		os.RemoveAll(clusterDir)
+	}
+	os.Exit(code)
 }
 
 func TestContract(t *testing.T) {
@@ -33,7 +50,7 @@ func TestContract(t *testing.T) {
 
 func TestBackendContract(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { journaltest.RunBackend(t, b.backend, b.newDir) })
+		t.Run(b.name, func(t *testing.T) { journaltest.RunBackend(t, b.newBackend) })
 	}
 }
 
@@ -47,6 +64,8 @@ func newMetaDir(t *testing.T) string {
 	return dir
 }
 
+func newBoltBackend(t *testing.T) (journal.Backend, string) { return boltstore.Backend{}, newMetaDir(t) }
+
 // newBolt makes a bbolt journal in <tmp>/.fence, as a tree has it (the
 // token ceiling's root copy lands in <tmp>), and checks it at cleanup.
 func newBolt(t *testing.T) journal.Store {
@@ -58,6 +77,11 @@ func newBolt(t *testing.T) journal.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAtCleanup(t, s)
+	return s
+}
+
+func checkAtCleanup(t *testing.T, s journal.Store) {
 	t.Cleanup(func() {
 		s.View(func(tx journal.Tx) error {
 			for _, e := range tx.Check() {
@@ -69,5 +93,53 @@ func newBolt(t *testing.T) journal.Store {
 			t.Errorf("Close: %v", err)
 		}
 	})
+}
+
+// One etcd member serves every etcd test of the package, each under a
+// prefix of its own.
+var (
+	clusterOnce sync.Once
+	cluster     *etcdtest.Cluster
+	clusterDir  string
+	clusterErr  error
+	prefixes    atomic.Int64
+)
+
+func newEtcdBackend(t *testing.T) (journal.Backend, string) {
+	clusterOnce.Do(func() {
+		clusterDir, clusterErr = os.MkdirTemp("", "fencectl-etcd-")
+		if clusterErr == nil {
+			cluster, clusterErr = etcdtest.StartIn(clusterDir, 1)
+		}
+	})
+	if clusterErr != nil {
+		t.Fatal(clusterErr)
+	}
+	b, err := etcdstore.New(journal.Config{Backend: "etcd", Endpoints: cluster.Endpoints(), Prefix: fmt.Sprintf("/test-%d", prefixes.Add(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, newMetaDir(t)
+}
+
+// newEtcd makes an etcd journal under a fresh prefix, with the tree's
+// .fence (the token ceiling's files) in a temporary directory.
+func newEtcd(t *testing.T) journal.Store {
+	b, dir := newEtcdBackend(t)
+	l, err := b.LockTree(dir, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Create(journaltest.Defaults, uint64(journaltest.T0.UnixMicro()))
+	l.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.Open(dir, journal.OpenOptions{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAtCleanup(t, s)
 	return s
 }

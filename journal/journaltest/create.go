@@ -10,9 +10,9 @@ import (
 )
 
 // RunBackend runs the contract of making and rebuilding journals (what
-// init and recover do through Backend.LockTree) against backend b. newDir
-// returns a fresh tree's meta directory, with no journal in it.
-func RunBackend(t *testing.T, b journal.Backend, newDir func(t *testing.T) string) {
+// init and recover do through Backend.LockTree). newBackend returns a
+// backend and a fresh tree's meta directory, with no journal in either.
+func RunBackend(t *testing.T, newBackend func(t *testing.T) (journal.Backend, string)) {
 	for _, c := range []struct {
 		name string
 		fn   func(*testing.T, journal.Backend, string)
@@ -22,7 +22,10 @@ func RunBackend(t *testing.T, b journal.Backend, newDir func(t *testing.T) strin
 		{"LockTreeExcludes", testLockTreeExcludes},
 		{"SetAside", testSetAside},
 	} {
-		t.Run(c.name, func(t *testing.T) { c.fn(t, b, newDir(t)) })
+		t.Run(c.name, func(t *testing.T) {
+			b, dir := newBackend(t)
+			c.fn(t, b, dir)
+		})
 	}
 }
 

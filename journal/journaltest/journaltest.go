@@ -8,6 +8,7 @@ package journaltest
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -170,7 +171,18 @@ func testReady(t *testing.T, s journal.Store) {
 	})
 }
 
+// LeaseExpirer is a store that judges lease expiry by a clock of its own
+// (etcd's), not by the deadlines the hosts wrote: the suite runs a lease
+// out through it.
+type LeaseExpirer interface {
+	ExpireLease(id string) error
+}
+
 func testExpiry(t *testing.T, s journal.Store) {
+	if ex, ok := s.(LeaseExpirer); ok {
+		testExpiryOwnClock(t, s, ex)
+		return
+	}
 	late := claimed(available("late", 0, 1), 1, T0.Add(3*time.Minute))
 	early := claimed(available("early", 0, 2), 2, T0.Add(time.Minute))
 	mid := claimed(available("mid", 0, 3), 3, T0.Add(2*time.Minute))
@@ -208,6 +220,69 @@ func testExpiry(t *testing.T, s journal.Store) {
 		}
 		return nil
 	})
+}
+
+// testExpiryOwnClock: the store's clock, not the deadlines in the records,
+// says which lease has run out; the expired ones come oldest deadline
+// first and read back with a deadline that is not after Now.
+func testExpiryOwnClock(t *testing.T, s journal.Store, ex LeaseExpirer) {
+	late := claimed(available("late", 0, 1), 1, T0.Add(3*time.Minute))
+	early := claimed(available("early", 0, 2), 2, T0.Add(time.Minute))
+	mid := claimed(available("mid", 0, 3), 3, T0.Add(2*time.Minute))
+	put(t, s, late, early, mid, available("free", 0, 4))
+	expired := func(want ...string) {
+		t.Helper()
+		view(t, s, func(tx journal.Tx) error {
+			// Far past every recorded deadline: a host whose clock is ahead.
+			if got := tx.Expired(T0.Add(time.Hour)); !reflect.DeepEqual(got, want) && len(got)+len(want) > 0 {
+				t.Errorf("Expired = %v; want %v (the store's clock decides, oldest deadline first)", got, want)
+			}
+			for _, id := range []string{"early", "mid", "late"} {
+				rec, _, err := tx.Task(id)
+				if err != nil || rec.Lease == nil {
+					continue
+				}
+				if dead := !rec.Lease.Deadline.After(tx.Now()); dead != slices.Contains(want, id) {
+					t.Errorf("task %s reads back with deadline %v, now %v: expired = %v; want %v", id, rec.Lease.Deadline, tx.Now(), dead, !dead)
+				}
+			}
+			return nil
+		})
+	}
+	expired()
+	for _, id := range []string{"mid", "early"} {
+		if err := ex.ExpireLease(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expired("early", "mid")
+	view(t, s, func(tx journal.Tx) error {
+		var all []string
+		if err := tx.Leases(func(id string) error { all = append(all, id); return nil }); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(all, []string{"early", "mid", "late"}) {
+			t.Errorf("Leases = %v; want deadline order", all)
+		}
+		return nil
+	})
+	// A new lease on an expired task lives again; a task done leaves the
+	// index.
+	ext := early
+	ext.Lease = &record.Lease{Token: 5, Agent: "x", ClaimedAt: T0, Deadline: T0.Add(time.Hour), TTL: time.Hour}
+	done := mid
+	done.State, done.Lease = record.Done, nil
+	update(t, s, func(tx journal.Tx) error {
+		if err := tx.PutTask(&early, ext); err != nil {
+			return err
+		}
+		return tx.PutTask(&mid, done)
+	})
+	expired()
+	if err := ex.ExpireLease("late"); err != nil {
+		t.Fatal(err)
+	}
+	expired("late")
 }
 
 func testClaims(t *testing.T, s journal.Store) {

@@ -1,0 +1,405 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+func init() {
+	journal.Register("etcd", func(c journal.Config) (journal.Backend, error) { return New(c) })
+}
+
+// DefaultTimeout bounds a store's calls when OpenOptions give none.
+const DefaultTimeout = 10 * time.Second
+
+// Backend is the etcd store of one tree's journal. It holds one client,
+// made on first use and shared by every handle it opens.
+type Backend struct {
+	cfg    journal.Config
+	once   sync.Once
+	cli    *clientv3.Client
+	cliErr error
+}
+
+var _ journal.Backend = (*Backend)(nil)
+
+// New returns the backend that c names (c.Backend "etcd"). It connects on
+// first use.
+func New(c journal.Config) (*Backend, error) {
+	if c.Backend != "etcd" || len(c.Endpoints) == 0 || c.Prefix == "" {
+		return nil, fmt.Errorf("not an etcd journal config: %+v", c)
+	}
+	return &Backend{cfg: c}, nil
+}
+
+// Config returns the journal config the backend was made from.
+func (b *Backend) Config() journal.Config { return b.cfg }
+
+// tlsFiles are the TLS files: the environment's FENCE_ETCD_* over the
+// tree's config.
+func (b *Backend) tlsFiles() (ca, cert, key string) {
+	pick := func(env, conf string) string {
+		if v := os.Getenv(env); v != "" {
+			return v
+		}
+		return conf
+	}
+	return pick("FENCE_ETCD_CACERT", b.cfg.CACert), pick("FENCE_ETCD_CERT", b.cfg.Cert), pick("FENCE_ETCD_KEY", b.cfg.Key)
+}
+
+// connect makes the client. Credentials come from FENCE_ETCD_USERNAME and
+// FENCE_ETCD_PASSWORD only: nothing secret is ever written to disk.
+func (b *Backend) connect() (*clientv3.Client, error) {
+	b.once.Do(func() {
+		cc := clientv3.Config{
+			Endpoints:            b.cfg.Endpoints,
+			DialTimeout:          5 * time.Second,
+			DialKeepAliveTime:    10 * time.Second,
+			DialKeepAliveTimeout: 5 * time.Second,
+			Username:             os.Getenv("FENCE_ETCD_USERNAME"),
+			Password:             os.Getenv("FENCE_ETCD_PASSWORD"),
+			Logger:               zap.NewNop(),
+			AutoSyncInterval:     0,
+		}
+		ca, cert, key := b.tlsFiles()
+		if ca != "" || cert != "" {
+			t, err := tlsConfig(ca, cert, key)
+			if err != nil {
+				b.cliErr = err
+				return
+			}
+			cc.TLS = t
+		}
+		b.cli, b.cliErr = clientv3.New(cc)
+	})
+	return b.cli, b.cliErr
+}
+
+func tlsConfig(ca, cert, key string) (*tls.Config, error) {
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("etcd CA certificate: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcd CA certificate %s holds no PEM certificate", ca)
+		}
+		t.RootCAs = pool
+	}
+	if cert != "" || key != "" {
+		if cert == "" || key == "" {
+			return nil, errors.New("etcd client certificate: give both --etcd-cert and --etcd-key (or FENCE_ETCD_CERT and FENCE_ETCD_KEY)")
+		}
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd client certificate: %w", err)
+		}
+		t.Certificates = []tls.Certificate{pair}
+	}
+	return t, nil
+}
+
+// UnreachableError says etcd did not answer in time; it is busy to fence
+// (exit 5), and names the endpoints tried.
+type UnreachableError struct {
+	Endpoints []string
+	Err       error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("etcd at %s did not answer: %v; nothing changed (check that etcd runs and is reachable from this host, or raise --timeout)", strings.Join(e.Endpoints, ","), e.Err)
+}
+
+func (e *UnreachableError) Is(target error) bool { return target == journal.ErrBusy }
+func (e *UnreachableError) Unwrap() error        { return e.Err }
+
+// unreachable wraps err as an *UnreachableError when it is a timeout or
+// an unavailable cluster; other errors pass through.
+func (b *Backend) unreachable(err error) error {
+	var u *UnreachableError
+	if err == nil || errors.As(err, &u) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "Unavailable") || strings.Contains(err.Error(), "connection refused") {
+		return &UnreachableError{Endpoints: b.cfg.Endpoints, Err: err}
+	}
+	return err
+}
+
+// revokeLater revokes leases in the background: an ended claim's lease
+// holds no key any more, so a revoke that never happens costs etcd a
+// little memory until the TTL, nothing else.
+func (b *Backend) revokeLater(ids []clientv3.LeaseID) {
+	if len(ids) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, id := range ids {
+			_, _ = b.cli.Revoke(ctx, id)
+		}
+	}()
+}
+
+func timeoutOf(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return DefaultTimeout
+	case d < time.Second:
+		// --timeout 0 asks not to wait for a lock; a network call still
+		// needs a moment to be answered.
+		return time.Second
+	}
+	return d
+}
+
+func (b *Backend) metaKey(name string) string { return b.cfg.Prefix + famMeta + name }
+
+// Exists reports whether the prefix holds a journal.
+func (b *Backend) Exists(string) (bool, error) {
+	cli, err := b.connect()
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	resp, err := cli.Get(ctx, b.metaKey(metaVersion), clientv3.WithCountOnly())
+	if err != nil {
+		return false, b.unreachable(err)
+	}
+	return resp.Count > 0, nil
+}
+
+// Path names the journal: its URL.
+func (b *Backend) Path(string) string { return b.cfg.URL() }
+
+// Open returns a handle on the journal; dir is the tree's .fence, where
+// the token ceiling's files are.
+func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error) {
+	if _, err := b.connect(); err != nil {
+		return nil, err
+	}
+	clock := o.Clock
+	if clock == nil {
+		clock = func() time.Time { return time.Now().UTC() }
+	}
+	s := &Store{b: b, dir: dir, prefix: b.cfg.Prefix, readOnly: o.ReadOnly, timeout: timeoutOf(o.Timeout), clock: clock}
+	// An absent or foreign journal is reported at open, as bbolt does.
+	err := s.View(func(journal.Tx) error { return nil })
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the client.
+func (b *Backend) Close() error {
+	if b.cli != nil {
+		return b.cli.Close()
+	}
+	return nil
+}
+
+// Watch reports changes under the tree's prefix.
+func (b *Backend) Watch(string) (journal.Watcher, error) {
+	cli, err := b.connect()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watcher{c: make(chan struct{}, 1), cancel: cancel}
+	ch := cli.Watch(clientv3.WithRequireLeader(ctx), b.cfg.Prefix+"/", clientv3.WithPrefix())
+	go func() {
+		for range ch {
+			select {
+			case w.c <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return w, nil
+}
+
+type watcher struct {
+	c      chan struct{}
+	cancel context.CancelFunc
+}
+
+func (w *watcher) C() <-chan struct{} { return w.c }
+func (w *watcher) Close() error       { w.cancel(); return nil }
+
+// LockTree takes the tree lock of init and recover: an etcd mutex under
+// the prefix, on a session whose lease ends it if the holder dies.
+func (b *Backend) LockTree(dir string, timeout time.Duration) (journal.TreeLock, error) {
+	cli, err := b.connect()
+	if err != nil {
+		return nil, err
+	}
+	timeout = timeoutOf(timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(context.Background()))
+	if err != nil {
+		return nil, b.unreachable(err)
+	}
+	m := concurrency.NewMutex(sess, b.cfg.Prefix+keyLock)
+	if err := m.Lock(ctx); err != nil {
+		sess.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: another init or recover holds %s", journal.ErrBusy, b.cfg.Prefix+keyLock)
+		}
+		return nil, b.unreachable(err)
+	}
+	return &treeLock{b: b, dir: dir, sess: sess, m: m, timeout: timeout}, nil
+}
+
+type treeLock struct {
+	b       *Backend
+	dir     string
+	sess    *concurrency.Session
+	m       *concurrency.Mutex
+	timeout time.Duration
+}
+
+func (l *treeLock) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), l.timeout)
+}
+
+func (l *treeLock) Open(o journal.OpenOptions) (journal.Store, error) { return l.b.Open(l.dir, o) }
+
+// Create makes the journal in one transaction that holds only if the
+// prefix has none: a create that failed left nothing.
+func (l *treeLock) Create(d record.Defaults, seed uint64) error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	b := l.b
+	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.metaKey(metaVersion)), "=", 0)).Then(
+		clientv3.OpPut(b.metaKey(metaVersion), SchemaVersion),
+		clientv3.OpPut(b.metaKey(metaTreeID), ulid.Make().String()),
+		clientv3.OpPut(b.metaKey(metaDefaults), string(journal.EncodeDefaults(d))),
+		clientv3.OpPut(b.metaKey(metaHead), head{Token: seed}.encode()),
+	).Commit()
+	if err != nil {
+		return b.unreachable(err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("create journal %s: %w", b.cfg.URL(), fs.ErrExist)
+	}
+	return nil
+}
+
+// asidePrefix is where SetAside copies a journal: beside the prefix, so
+// that nothing of it is lost and Salvage still reads its tokens.
+func (b *Backend) asidePrefix(now time.Time) string {
+	return b.cfg.Prefix + ".aside-" + now.UTC().Format("20060102T150405.000000000Z")
+}
+
+// SetAside copies the journal to a prefix beside it (a page at a time:
+// it may be larger than one etcd transaction), then deletes it.
+func (l *treeLock) SetAside(now time.Time) (string, error) {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	b := l.b
+	if ok, err := b.Exists(""); err != nil || !ok {
+		return "", err
+	}
+	to := b.asidePrefix(now)
+	from := b.cfg.Prefix + "/"
+	families := []string{famMeta, famTask, famReady, famExpiry, famLive, famClaim, famRequest, famEvent, famByTask}
+	for _, fam := range families {
+		p := b.cfg.Prefix + fam
+		next := p
+		for {
+			resp, err := b.cli.Get(ctx, next, clientv3.WithRange(rangeEnd(p)), clientv3.WithLimit(64))
+			if err != nil {
+				return "", b.unreachable(err)
+			}
+			var ops []clientv3.Op
+			for _, kv := range resp.Kvs {
+				ops = append(ops, clientv3.OpPut(to+"/"+string(kv.Key[len(from):]), string(kv.Value)))
+			}
+			if len(ops) > 0 {
+				if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+					return "", b.unreachable(err)
+				}
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			next = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
+	ops := []clientv3.Op{clientv3.OpPut(b.cfg.Prefix+".asides/"+to, "")}
+	for _, fam := range families {
+		ops = append(ops, clientv3.OpDelete(b.cfg.Prefix+fam, clientv3.WithPrefix()))
+	}
+	if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return "", b.unreachable(err)
+	}
+	return "etcd://" + strings.Join(b.cfg.Endpoints, ",") + to, nil
+}
+
+// Salvage reads the highest token of the journal and of every journal set
+// aside, and the current journal's defaults.
+func (l *treeLock) Salvage() journal.Salvaged {
+	var out journal.Salvaged
+	ctx, cancel := l.ctx()
+	defer cancel()
+	b := l.b
+	prefixes := []string{b.cfg.Prefix}
+	if resp, err := b.cli.Get(ctx, b.cfg.Prefix+".asides/", clientv3.WithPrefix(), clientv3.WithKeysOnly()); err == nil {
+		for _, kv := range resp.Kvs {
+			prefixes = append(prefixes, strings.TrimPrefix(string(kv.Key), b.cfg.Prefix+".asides/"))
+		}
+	}
+	for i, p := range prefixes {
+		resp, err := b.cli.Get(ctx, p+famMeta, clientv3.WithPrefix())
+		if err != nil {
+			continue
+		}
+		for _, kv := range resp.Kvs {
+			switch string(kv.Key) {
+			case p + famMeta + metaHead:
+				if h, err := decodeHead(string(kv.Value)); err == nil && (!out.TokenOK || h.Token > out.Token) {
+					out.Token, out.TokenOK = h.Token, true
+				}
+			case p + famMeta + metaDefaults:
+				if i == 0 {
+					if d, err := journal.DecodeDefaults(kv.Value); err == nil && d.TTL > 0 && d.MaxAttempts > 0 {
+						out.Defaults, out.DefaultsOK = d, true
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (l *treeLock) Release() error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	err := l.m.Unlock(ctx)
+	if cerr := l.sess.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

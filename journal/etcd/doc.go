@@ -1,0 +1,48 @@
+// Package etcd is the journal store that keeps a tree's journal in etcd,
+// so that agents on several hosts can share one tree (its files on a
+// filesystem the hosts share). It implements the storage port of package
+// journal; package fence uses it through that port only.
+//
+// # Keys
+//
+// Every key lives under the tree's prefix P (from `init --journal
+// etcd://HOST:PORT/P`), so several trees share one cluster:
+//
+//	P/m/version, P/m/tree_id, P/m/defaults   written once, by Create
+//	P/m/head     sequence, token counter, ceiling, counts, last commit
+//	P/t/ID       the task's record
+//	P/r/KEY      ready index: priority (descending), then age → ID
+//	P/x/ID       expiry index: the claimed tasks → deadline, token
+//	P/l/ID       liveness: the claim's token, attached to an etcd lease
+//	P/c/TOKEN    the claim behind every token
+//	P/q/AGENT\0REQUEST   the token granted to a request id
+//	P/e/SEQ      the event log;  P/b/ID\0SEQ  its per-task index
+//	P/lock       the tree lock of init and recover (an etcd mutex)
+//
+// # Transactions
+//
+// A Tx reads one snapshot (the revision of its first read) and buffers its
+// writes; at commit one etcd transaction checks that nothing it read has
+// changed (a compare on the mod revision of every key read, and of every
+// range scanned) and applies the writes. A failed compare means another
+// client committed first: Update runs the function again on a fresh
+// snapshot. Each retry follows someone else's commit, so contention slows
+// claims but cannot stop them all (no livelock).
+//
+// P/m/head is the one key every write rewrites: the event sequence and the
+// token counter must be dense and ordered across hosts. Two claims
+// conflict on the ready index anyway; what the head adds is conflicts
+// between writes to unrelated tasks, which fence's group commit folds into
+// one transaction per process.
+//
+// # Leases
+//
+// Leases expire by etcd's clock, not the hosts': a claim grants an etcd
+// lease of the claim's TTL (whole seconds, at least etcd's minimum) and
+// attaches P/l/ID to it; a heartbeat keeps it alive; etcd deletes the key
+// when it runs out. A claimed task whose P/l/ID is gone (or holds another
+// token) is expired whatever its recorded deadline says, and one whose key
+// is alive is not, so a host whose clock is off can neither expire nor
+// extend anyone's lease. The deadline in the record is the claiming host's
+// estimate, for people to read.
+package etcd

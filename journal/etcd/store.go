@@ -1,0 +1,243 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// Store is one open etcd journal. It holds no lock: every Update is an
+// optimistic transaction (see the package doc), so Exclusive is false and
+// fence finishes file moves per task rather than "the last commit".
+type Store struct {
+	b        *Backend
+	dir      string // the tree's .fence: where the token ceiling's files are
+	prefix   string
+	readOnly bool
+	timeout  time.Duration
+	clock    func() time.Time
+
+	ceilingChecked atomic.Bool
+}
+
+var _ journal.Store = (*Store)(nil)
+
+// Retries counts, process-wide, the Update runs that a conflict with
+// another client's commit made run again.
+var Retries atomic.Int64
+
+func (s *Store) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
+
+func (s *Store) newTx(ctx context.Context, write bool) *Tx {
+	return &Tx{s: s, ctx: ctx, write: write, reads: map[string]int64{}, buf: map[string]*op{}, live: map[string]*mvccpb.KeyValue{}}
+}
+
+// View runs fn on one snapshot.
+func (s *Store) View(fn func(journal.Tx) error) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	t := s.newTx(ctx, false)
+	if err := t.begin(); err != nil {
+		return err
+	}
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.err
+}
+
+// Update runs fn and commits what it wrote in one etcd transaction that
+// holds only if nothing fn read has changed since; else it runs fn again
+// on a fresh snapshot, until the timeout.
+func (s *Store) Update(fn func(journal.Tx) error) error {
+	if s.readOnly {
+		return errors.New("journal opened read-only")
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		t := s.newTx(ctx, true)
+		err := t.begin()
+		if err == nil {
+			err = fn(t)
+		}
+		if err == nil {
+			err = t.err
+		}
+		if err == nil {
+			err = t.commit()
+		}
+		if err == nil {
+			t.done()
+			return nil
+		}
+		t.abort()
+		if !errors.Is(err, errConflict) {
+			return err
+		}
+		Retries.Add(1)
+		if ctx.Err() != nil {
+			return s.b.unreachable(ctx.Err())
+		}
+		// Whoever won has committed; a little jitter keeps the losers from
+		// meeting again at once.
+		if attempt > 0 {
+			time.Sleep(time.Duration(rand.Int64N(int64(min(attempt, 8)) * int64(500*time.Microsecond))))
+		}
+	}
+}
+
+// commit applies the buffered writes if nothing read has changed.
+func (t *Tx) commit() error {
+	if t.headMod {
+		t.buf[t.key(famMeta, metaHead)] = &op{val: t.head.encode()}
+	}
+	if len(t.buf) == 0 {
+		return nil
+	}
+	cmps := make([]clientv3.Cmp, 0, len(t.reads)+len(t.ranges))
+	for k, rev := range t.reads {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
+	}
+	for _, r := range mergeRanges(t.ranges) {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(r[0]), "<", t.rev+1).WithRange(r[1]))
+	}
+	ops := make([]clientv3.Op, 0, len(t.buf))
+	for k, o := range t.buf {
+		switch {
+		case o.del:
+			ops = append(ops, clientv3.OpDelete(k))
+		case o.lease != 0:
+			ops = append(ops, clientv3.OpPut(k, o.val, clientv3.WithLease(o.lease)))
+		default:
+			ops = append(ops, clientv3.OpPut(k, o.val))
+		}
+	}
+	resp, err := t.s.b.cli.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return fmt.Errorf("%w: %d writes and %d checks in one etcd transaction: %v", journal.ErrTooLarge, len(ops), len(cmps), err)
+	case err != nil:
+		return t.s.b.unreachable(err)
+	case !resp.Succeeded:
+		return errConflict
+	}
+	return nil
+}
+
+// mergeRanges folds overlapping scanned ranges into one compare each.
+func mergeRanges(rs [][2]string) [][2]string {
+	if len(rs) < 2 {
+		return rs
+	}
+	rs = append([][2]string(nil), rs...)
+	slices.SortFunc(rs, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		last := &out[len(out)-1]
+		if r[0] <= last[1] {
+			last[1] = max(last[1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// done revokes the leases that the commit let go of.
+func (t *Tx) done() { t.s.b.revokeLater(t.revoke) }
+
+// abort revokes the leases this run granted and will not use.
+func (t *Tx) abort() { t.s.b.revokeLater(t.granted) }
+
+// Head identifies the last commit: the mod revision of the head key.
+func (s *Store) Head() (string, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.b.cli.Get(ctx, s.prefix+famMeta+metaHead)
+	if err != nil {
+		return "", s.b.unreachable(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return "etcd:" + strconv.FormatInt(resp.Kvs[0].ModRevision, 10), nil
+}
+
+// Exclusive is false: writers on every host commit side by side.
+func (s *Store) Exclusive() bool { return false }
+
+// Park keeps the handle: there is no writer's turn to give up.
+func (s *Store) Park() error { return nil }
+
+// Resume takes the handle back.
+func (s *Store) Resume(time.Duration) error { return nil }
+
+// Verify reads and decodes every record of the journal.
+func (s *Store) Verify() error {
+	return s.View(func(jt journal.Tx) error {
+		t := jt.(*Tx)
+		for _, fam := range []string{famTask, famClaim, famEvent} {
+			err := t.scanPrefix(fam, func(k, v string) (bool, error) {
+				var err error
+				switch fam {
+				case famTask:
+					_, err = journal.DecodeTask([]byte(v))
+				case famClaim:
+					_, err = journal.DecodeClaim([]byte(v))
+				case famEvent:
+					_, err = journal.DecodeEvent([]byte(v))
+				}
+				if err != nil {
+					return false, &journal.CorruptError{Path: s.b.cfg.URL(), Detail: (fmt.Errorf("key %q: %w", s.prefix+fam+k, err)).Error()}
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if errs := t.Check(); len(errs) > 0 {
+			return &journal.CorruptError{Path: s.b.cfg.URL(), Detail: (errors.Join(errs...)).Error()}
+		}
+		return nil
+	})
+}
+
+// Close is a no-op: the client belongs to the Backend.
+func (s *Store) Close() error { return nil }
+
+func isCompacted(err error) bool {
+	return errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrFutureRev)
+}
+
+// ExpireLease ends the etcd lease of task id's claim now, as if its TTL
+// had run out on etcd's clock: for tests of expiry, which cannot wind
+// etcd's clock forward.
+func (s *Store) ExpireLease(id string) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.b.cli.Get(ctx, s.prefix+famLive+id)
+	if err != nil {
+		return s.b.unreachable(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	_, err = s.b.cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	return err
+}

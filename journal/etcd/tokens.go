@@ -1,0 +1,90 @@
+package etcd
+
+import (
+	"errors"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+)
+
+// NextToken issues a fencing token: max(counter+1, now in µs), below the
+// durable token ceiling (journal/ceiling.go), which lives in the tree's
+// .fence on the filesystem the hosts share.
+func (t *Tx) NextToken(now time.Time) (uint64, error) {
+	t.wrote()
+	if err := t.begin(); err != nil {
+		return 0, err
+	}
+	next := t.head.Token + 1
+	if clock := uint64(now.UnixMicro()); clock > next {
+		next = clock
+	}
+	next, err := t.reserve(next)
+	if err != nil {
+		return 0, err
+	}
+	t.head.Token, t.headMod = next, true
+	return next, nil
+}
+
+// reserve returns next, or a token above it, kept below a ceiling the
+// files record: the first claim of a handle compares them with the
+// journal's copy (a journal restored from backup, or a cluster that lost
+// its data, starts above every token issued since).
+func (t *Tx) reserve(next uint64) (uint64, error) {
+	if next <= t.head.Ceiling && t.s.ceilingChecked.Load() {
+		return next, nil
+	}
+	if t.s.dir == "" {
+		return 0, errors.New("issue a token: the store does not know its tree's .fence directory")
+	}
+	onFile, ok, _ := journal.ReadCeiling(t.s.dir)
+	t.s.ceilingChecked.Store(true)
+	if next <= t.head.Ceiling && (!ok || onFile <= t.head.Ceiling) {
+		return next, nil
+	}
+	if ok && onFile > t.head.Ceiling && onFile >= next {
+		next = onFile + 1
+	}
+	raised := next + journal.CeilingStep
+	if err := journal.RaiseCeiling(t.s.dir, raised); err != nil {
+		return 0, err
+	}
+	t.head.Ceiling, t.headMod = raised, true
+	return next, nil
+}
+
+// LastToken returns the highest token ever issued (or the seed).
+func (t *Tx) LastToken() uint64 {
+	if t.begin() != nil {
+		return 0
+	}
+	return t.head.Token
+}
+
+// Ceiling returns the journal's copy of the token ceiling.
+func (t *Tx) Ceiling() uint64 {
+	if t.begin() != nil {
+		return 0
+	}
+	return t.head.Ceiling
+}
+
+// RaiseCounter sets the token counter to at least v, with the ceiling
+// above it: replay's repair of a counter found below a token the log
+// issued.
+func (t *Tx) RaiseCounter(v uint64) error {
+	if err := t.begin(); err != nil {
+		return err
+	}
+	if t.head.Token >= v {
+		return nil
+	}
+	t.wrote()
+	v, err := t.reserve(v)
+	if err != nil {
+		return err
+	}
+	t.head.Token, t.headMod = v, true
+	return nil
+}

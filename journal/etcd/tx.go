@@ -1,0 +1,521 @@
+package etcd
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// errConflict says another client committed something this transaction
+// read (or etcd compacted its snapshot away): Update runs the function
+// again on a fresh snapshot.
+var errConflict = errors.New("etcd: the snapshot changed; run again")
+
+// pageSize is how many keys a scan fetches per request.
+const pageSize = 256
+
+// Tx is one transaction: reads of one snapshot, writes buffered until
+// commit (see the package doc).
+type Tx struct {
+	s     *Store
+	ctx   context.Context
+	write bool
+	now   time.Time
+
+	rev     int64            // the snapshot; 0 before the first read
+	reads   map[string]int64 // key → mod revision seen (0: absent)
+	ranges  [][2]string      // ranges scanned: nothing in them may change
+	buf     map[string]*op   // writes, by key
+	head    head
+	headMod bool
+	meta    map[string]string
+	writes  int
+	err     error // sticky: a read that failed spoils the transaction
+
+	live    map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
+	granted []clientv3.LeaseID          // leases this run granted
+	revoke  []clientv3.LeaseID          // leases to revoke once committed
+	first   uint64                      // first event this run appended
+}
+
+// op is one buffered write.
+type op struct {
+	val   string
+	lease clientv3.LeaseID
+	del   bool
+}
+
+var _ journal.Tx = (*Tx)(nil)
+
+func (t *Tx) key(fam, rest string) string { return t.s.prefix + fam + rest }
+
+// fail records the first error a read met and returns it. An etcd error
+// that means "read again" (a compacted snapshot) makes the whole Update
+// run again rather than fail one operation.
+func (t *Tx) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, errConflict) || isCompacted(err) {
+		err = errConflict
+	} else {
+		err = t.s.b.unreachable(err)
+	}
+	if t.err == nil {
+		t.err = err
+	}
+	return err
+}
+
+// begin reads the meta keys, which fixes the snapshot every later read
+// of this transaction sees.
+func (t *Tx) begin() error {
+	if t.err != nil {
+		return t.err
+	}
+	if t.rev != 0 {
+		return nil
+	}
+	resp, err := t.s.b.cli.Get(t.ctx, t.key(famMeta, ""), clientv3.WithPrefix())
+	if err != nil {
+		return t.fail(err)
+	}
+	t.rev = resp.Header.Revision
+	t.meta = map[string]string{}
+	for _, kv := range resp.Kvs {
+		t.meta[string(kv.Key[len(t.key(famMeta, "")):])] = string(kv.Value)
+	}
+	if t.write {
+		var rev int64
+		for _, kv := range resp.Kvs {
+			if string(kv.Key) == t.key(famMeta, metaHead) {
+				rev = kv.ModRevision
+			}
+		}
+		t.reads[t.key(famMeta, metaHead)] = rev
+	}
+	v, ok := t.meta[metaVersion]
+	switch {
+	case !ok:
+		t.err = fmt.Errorf("%w at %s", journal.ErrNoJournal, t.s.b.cfg.URL())
+	case v != SchemaVersion:
+		t.err = &journal.VersionError{Path: t.s.b.cfg.URL(), Found: v, Supported: SchemaVersion}
+	default:
+		t.head, err = decodeHead(t.meta[metaHead])
+		if err != nil {
+			t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: err.Error()}
+		}
+	}
+	return t.err
+}
+
+// get reads keys as this transaction sees them: its own writes, else the
+// snapshot. A key that is absent maps to nil.
+func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
+	if err := t.begin(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]*mvccpb.KeyValue, len(keys))
+	var ops []clientv3.Op
+	for _, k := range keys {
+		if o, ok := t.buf[k]; ok {
+			if !o.del {
+				out[k] = &mvccpb.KeyValue{Key: []byte(k), Value: []byte(o.val), Lease: int64(o.lease)}
+			} else {
+				out[k] = nil
+			}
+			continue
+		}
+		ops = append(ops, clientv3.OpGet(k, clientv3.WithRev(t.rev)))
+	}
+	if len(ops) == 0 {
+		return out, nil
+	}
+	var kvs [][]*mvccpb.KeyValue
+	if len(ops) == 1 {
+		resp, err := t.s.b.cli.Do(t.ctx, ops[0])
+		if err != nil {
+			return nil, t.fail(err)
+		}
+		kvs = append(kvs, resp.Get().Kvs)
+	} else {
+		resp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, t.fail(err)
+		}
+		for _, r := range resp.Responses {
+			kvs = append(kvs, r.GetResponseRange().Kvs)
+		}
+	}
+	for i, o := range ops {
+		k := string(o.KeyBytes())
+		var kv *mvccpb.KeyValue
+		if len(kvs[i]) > 0 {
+			kv = kvs[i][0]
+		}
+		out[k] = kv
+		if t.write {
+			if kv != nil {
+				t.reads[k] = kv.ModRevision
+			} else {
+				t.reads[k] = 0
+			}
+		}
+	}
+	return out, nil
+}
+
+// scan calls fn for every key in [lo, hi) in key order, as this
+// transaction sees it, until fn returns false.
+func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) error {
+	if err := t.begin(); err != nil {
+		return err
+	}
+	if t.write {
+		t.ranges = append(t.ranges, [2]string{lo, hi})
+	}
+	var mine []string
+	for k := range t.buf {
+		if k >= lo && k < hi {
+			mine = append(mine, k)
+		}
+	}
+	sort.Strings(mine)
+	emit := func(k string) (bool, error) {
+		if o := t.buf[k]; !o.del {
+			return fn(k, o.val)
+		}
+		return true, nil
+	}
+	from := lo
+	for {
+		resp, err := t.s.b.cli.Get(t.ctx, from, clientv3.WithRange(hi), clientv3.WithRev(t.rev), clientv3.WithLimit(pageSize))
+		if err != nil {
+			return t.fail(err)
+		}
+		for _, kv := range resp.Kvs {
+			k := string(kv.Key)
+			for len(mine) > 0 && mine[0] <= k {
+				more, err := emit(mine[0])
+				if err != nil || !more {
+					return err
+				}
+				if mine[0] == k {
+					k = "" // ours replaces the snapshot's
+				}
+				mine = mine[1:]
+			}
+			if k == "" {
+				continue
+			}
+			if more, err := fn(k, string(kv.Value)); err != nil || !more {
+				return err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	for _, k := range mine {
+		if more, err := emit(k); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Tx) scanPrefix(fam string, fn func(k, v string) (bool, error)) error {
+	p := t.key(fam, "")
+	return t.scan(p, rangeEnd(p), func(k, v string) (bool, error) { return fn(k[len(p):], v) })
+}
+
+func (t *Tx) put(k, v string) { t.buf[k] = &op{val: v} }
+func (t *Tx) del(k string)    { t.buf[k] = &op{del: true} }
+
+// Now is the local clock (OpenOptions.Clock), read once: the time events
+// carry. Lease expiry is etcd's (see leases.go), not this.
+func (t *Tx) Now() time.Time {
+	if t.now.IsZero() {
+		t.now = t.s.clock()
+	}
+	return t.now
+}
+
+func (t *Tx) wrote()      { t.writes++ }
+func (t *Tx) Writes() int { return t.writes }
+
+// Task returns the record of id, its lease judged by etcd's clock.
+func (t *Tx) Task(id string) (record.Task, bool, error) {
+	tk, lk := t.key(famTask, id), t.key(famLive, id)
+	kvs, err := t.get(tk, lk)
+	if err != nil {
+		return record.Task{}, false, err
+	}
+	t.live[id] = kvs[lk]
+	kv := kvs[tk]
+	if kv == nil {
+		return record.Task{}, false, nil
+	}
+	rec, err := journal.DecodeTask(kv.Value)
+	if err != nil {
+		return record.Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
+	}
+	return t.judge(rec, kvs[lk]), true, nil
+}
+
+// PutTask stores rec, keeps the indexes and counts in step, and ties a
+// claim's lease to etcd's clock (leases.go).
+func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
+	t.wrote()
+	if err := t.begin(); err != nil {
+		return err
+	}
+	if old != nil {
+		t.unindex(*old)
+		if i := stateIndex(old.State); i >= 0 {
+			t.head.Counts[i]--
+		}
+	}
+	t.put(t.key(famTask, rec.ID), string(journal.EncodeTask(rec)))
+	switch {
+	case rec.State == record.Available:
+		t.put(t.key(famReady, readyKey(rec.Priority, rec.Seq)), rec.ID)
+	case rec.State == record.Claimed && rec.Lease != nil:
+		t.put(t.key(famExpiry, rec.ID), expiryValue(rec.Lease.Deadline, rec.Lease.Token))
+	}
+	if i := stateIndex(rec.State); i >= 0 {
+		t.head.Counts[i]++
+	}
+	t.headMod = true
+	return t.tieLease(old, rec)
+}
+
+func (t *Tx) unindex(rec record.Task) {
+	switch {
+	case rec.State == record.Available:
+		t.del(t.key(famReady, readyKey(rec.Priority, rec.Seq)))
+	case rec.State == record.Claimed && rec.Lease != nil:
+		t.del(t.key(famExpiry, rec.ID))
+	}
+}
+
+// ForEachTask calls fn for every record, in id order.
+func (t *Tx) ForEachTask(fn func(record.Task) error) error {
+	live, err := t.liveKeys()
+	if err != nil {
+		return err
+	}
+	return t.scanPrefix(famTask, func(id, v string) (bool, error) {
+		rec, err := journal.DecodeTask([]byte(v))
+		if err != nil {
+			return false, fmt.Errorf("decode task %q: %w", id, err)
+		}
+		return true, fn(t.judge(rec, live[id]))
+	})
+}
+
+// Counts returns how many tasks are in each state, from the head: O(1).
+func (t *Tx) Counts() map[record.State]int {
+	c := make(map[record.State]int, len(record.States))
+	if t.begin() != nil {
+		return c
+	}
+	for i, s := range record.States {
+		c[s] = int(t.head.Counts[i])
+	}
+	return c
+}
+
+// Ready calls fn with the ids of available tasks in claim order (highest
+// priority, then oldest), reading the index a page at a time.
+func (t *Tx) Ready(fn func(id string) (more bool)) {
+	_ = t.scanPrefix(famReady, func(_, id string) (bool, error) { return fn(id), nil })
+}
+
+// lease is one entry of the expiry index.
+type lease struct {
+	id       string
+	deadline time.Time
+	token    uint64
+}
+
+// leases returns the claimed tasks in recorded-deadline order.
+func (t *Tx) leases() ([]lease, error) {
+	var out []lease
+	err := t.scanPrefix(famExpiry, func(id, v string) (bool, error) {
+		d, tok := decodeExpiry(v)
+		out = append(out, lease{id, d, tok})
+		return true, nil
+	})
+	slices.SortFunc(out, func(a, b lease) int {
+		if c := a.deadline.Compare(b.deadline); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.token, b.token)
+	})
+	return out, err
+}
+
+// Expired returns the claimed tasks whose etcd lease ran out (their
+// liveness key is gone), oldest recorded deadline first. now is not
+// consulted: the hosts' clocks do not decide expiry on etcd.
+func (t *Tx) Expired(now time.Time) []string {
+	ls, err := t.leases()
+	if err != nil {
+		return nil
+	}
+	live, err := t.liveKeys()
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, l := range ls {
+		if !alive(live[l.id], l.token) {
+			ids = append(ids, l.id)
+		}
+	}
+	return ids
+}
+
+// Leases calls fn for every claimed task's id in deadline order.
+func (t *Tx) Leases(fn func(id string) error) error {
+	ls, err := t.leases()
+	if err != nil {
+		return err
+	}
+	for _, l := range ls {
+		if err := fn(l.id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// IndexSizes returns how many entries the ready and expiry indexes hold.
+func (t *Tx) IndexSizes() (ready, expiry int) {
+	_ = t.scanPrefix(famReady, func(string, string) (bool, error) { ready++; return true, nil })
+	_ = t.scanPrefix(famExpiry, func(string, string) (bool, error) { expiry++; return true, nil })
+	return ready, expiry
+}
+
+// Claim returns what the journal remembers of token.
+func (t *Tx) Claim(token uint64) (record.Claim, bool, error) {
+	k := t.key(famClaim, u64(token))
+	kvs, err := t.get(k)
+	if err != nil || kvs[k] == nil {
+		return record.Claim{}, false, err
+	}
+	c, err := journal.DecodeClaim(kvs[k].Value)
+	if err != nil {
+		return record.Claim{}, false, fmt.Errorf("decode claim %d: %w", token, err)
+	}
+	return c, true, nil
+}
+
+// PutClaim stores c under its token.
+func (t *Tx) PutClaim(c record.Claim) error {
+	t.wrote()
+	t.put(t.key(famClaim, u64(c.Token)), string(journal.EncodeClaim(c)))
+	return nil
+}
+
+// ForEachClaim calls fn for every stored claim, in token order.
+func (t *Tx) ForEachClaim(fn func(record.Claim) error) error {
+	return t.scanPrefix(famClaim, func(k, v string) (bool, error) {
+		c, err := journal.DecodeClaim([]byte(v))
+		if err != nil {
+			return false, fmt.Errorf("decode claim %d: %w", getU64(k), err)
+		}
+		return true, fn(c)
+	})
+}
+
+func requestKey(agent, id string) string { return agent + "\x00" + id }
+
+// Request returns the token of the current claim granted to request id of
+// agent, if any.
+func (t *Tx) Request(agent, id string) (uint64, bool) {
+	k := t.key(famRequest, requestKey(agent, id))
+	kvs, err := t.get(k)
+	if err != nil || kvs[k] == nil {
+		return 0, false
+	}
+	return getU64(string(kvs[k].Value)), true
+}
+
+// PutRequest records that request id of agent was granted token.
+func (t *Tx) PutRequest(agent, id string, token uint64) error {
+	t.wrote()
+	t.put(t.key(famRequest, requestKey(agent, id)), u64(token))
+	return nil
+}
+
+// DeleteRequest forgets request id of agent.
+func (t *Tx) DeleteRequest(agent, id string) error {
+	t.wrote()
+	t.del(t.key(famRequest, requestKey(agent, id)))
+	return nil
+}
+
+// Defaults returns the tree-wide settings chosen at init.
+func (t *Tx) Defaults() (record.Defaults, error) {
+	if err := t.begin(); err != nil {
+		return record.Defaults{}, err
+	}
+	d, err := journal.DecodeDefaults([]byte(t.meta[metaDefaults]))
+	if err != nil {
+		return d, fmt.Errorf("decode defaults: %w", err)
+	}
+	return d, nil
+}
+
+// Reset empties everything derived from the log for replay to write
+// afresh; events and the token counter are kept.
+func (t *Tx) Reset() error {
+	t.wrote()
+	for _, fam := range []string{famTask, famReady, famExpiry, famClaim, famRequest} {
+		err := t.scanPrefix(fam, func(k, _ string) (bool, error) {
+			t.del(t.key(fam, k))
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	t.head.Counts = [4]int64{}
+	t.headMod = true
+	return nil
+}
+
+// Check compares the head's counts with the records.
+func (t *Tx) Check() []error {
+	var errs []error
+	n := [4]int64{}
+	err := t.scanPrefix(famTask, func(id, v string) (bool, error) {
+		rec, err := journal.DecodeTask([]byte(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("task %q: %w", id, err))
+		} else if i := stateIndex(rec.State); i >= 0 {
+			n[i]++
+		}
+		return true, nil
+	})
+	if err != nil {
+		return append(errs, err)
+	}
+	if n != t.head.Counts {
+		errs = append(errs, fmt.Errorf("head counts %v, records %v", t.head.Counts, n))
+	}
+	return errs
+}
