@@ -129,6 +129,7 @@ const (
 	InputID          Input = "id"           // a task id
 	InputOutputName  Input = "output_name"  // the name of a fenced output
 	InputRoot        Input = "root"         // the task tree's directory
+	InputJournal     Input = "journal"      // where a tree's journal is (init --journal)
 )
 
 // Rule names the rule an input breaks in an InvalidInputError.
@@ -136,15 +137,16 @@ type Rule string
 
 // The rules an InvalidInputError can name.
 const (
-	RuleMissing     Rule = "missing"      // required and not given
-	RuleRange       Rule = "range"        // a number or duration out of bounds
-	RuleFormat      Rule = "format"       // a text that breaks its syntax or length
-	RuleExists      Rule = "exists"       // the journal already has a task with this id
-	RuleUnknownFile Rule = "unknown_file" // a file with this id is in the tree, unknown to the journal
-	RuleNoTree      Rule = "no_tree"      // the root does not exist
-	RuleNotATree    Rule = "not_a_tree"   // the root is a directory but no task tree
-	RuleOrphanTasks Rule = "orphan_tasks" // the root holds task files but no journal
-	RuleConflict    Rule = "conflict"     // contradicts what is already held or asked
+	RuleMissing      Rule = "missing"       // required and not given
+	RuleRange        Rule = "range"         // a number or duration out of bounds
+	RuleFormat       Rule = "format"        // a text that breaks its syntax or length
+	RuleExists       Rule = "exists"        // the journal already has a task with this id
+	RuleUnknownFile  Rule = "unknown_file"  // a file with this id is in the tree, unknown to the journal
+	RuleNoTree       Rule = "no_tree"       // the root does not exist
+	RuleNotATree     Rule = "not_a_tree"    // the root is a directory but no task tree
+	RuleOrphanTasks  Rule = "orphan_tasks"  // the root holds task files but no journal
+	RuleConflict     Rule = "conflict"      // contradicts what is already held or asked
+	RuleSharedPrefix Rule = "shared_prefix" // the etcd prefix holds another tree's journal
 )
 
 func (e *InvalidInputError) Error() string {

@@ -303,9 +303,14 @@ func (t *Tree) beginWrite(db journal.Store) error {
 		t.notify(NoticeReopened, string(d), string(d)+"/ was replaced since this process opened it; using the new one")
 	}
 	if !db.Exclusive() {
-		// settle finishes only the last commit, which is all that a crash
-		// can leave undone only while writers take turns.
-		return errors.New("journal: the store does not serialise writers, which this fencectl needs")
+		// Writers on several hosts commit side by side: any commit may have
+		// moves a crash left undone, so there is no "last commit" to
+		// settle. Each task's file is put where the journal says when a
+		// writer touches the task (reconcile), and replay does the whole
+		// tree. Staged files are swept by replay too: a file staged by a
+		// live writer on another host looks just like an orphan here.
+		t.adoptInbox(db)
+		return nil
 	}
 	if err := t.settle(db); err != nil {
 		return err
@@ -339,14 +344,42 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		fail(group, err)
 		return
 	}
-	// bbolt's Batch semantics: an operation that fails after writing is
-	// taken out, the rest run again without it, and it runs alone last.
+	if t.commitAll(db, group) != nil {
+		return
+	}
+	healthy = true
+}
+
+// commitAll commits group with bbolt's Batch semantics: an operation
+// that fails after writing is taken out, the rest run again without it,
+// and it runs alone last. A group too large for one transaction of the
+// store (etcd's --max-txn-ops) is halved until it fits. The ops carry
+// their outcomes; err is a failure of the store, after which the handle
+// is not trusted.
+func (t *Tree) commitAll(db journal.Store, group []*pendingOp) error {
+	fail := func(ops []*pendingOp, err error) {
+		for _, p := range ops {
+			p.err, p.evs, p.committed = err, nil, false
+		}
+	}
 	pending, solo := group, []*pendingOp(nil)
-	for {
+	for len(pending) > 0 {
 		retry, err := t.commitGroup(db, pending)
+		if errors.Is(err, journal.ErrTooLarge) && len(pending) > 1 {
+			half := len(pending) / 2
+			if err := t.commitAll(db, pending[:half]); err != nil {
+				fail(slices.Concat(pending[half:], solo), err)
+				return err
+			}
+			if err := t.commitAll(db, pending[half:]); err != nil {
+				fail(solo, err)
+				return err
+			}
+			break
+		}
 		if err != nil {
 			fail(solo, err)
-			return
+			return err
 		}
 		if retry == nil {
 			break
@@ -357,10 +390,10 @@ func (t *Tree) runGroup(group []*pendingOp) {
 	for i, p := range solo {
 		if _, err := t.commitGroup(db, []*pendingOp{p}); err != nil {
 			fail(solo[i+1:], err)
-			return
+			return err
 		}
 	}
-	healthy = true
+	return nil
 }
 
 // commitGroup runs ops in one transaction, commits it and makes its moves.
@@ -447,6 +480,10 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !db.Exclusive() {
+		t.reconcile(db, evs)
+		return nil, nil
 	}
 	if len(failed) == 0 {
 		// settle finished the commits before this one; this group's moves

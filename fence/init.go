@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
 	"github.com/fencectl/fencectl/journal/record"
 )
 
@@ -36,7 +37,7 @@ type InitResult struct {
 // starts above it) apply.
 func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	res := InitResult{Defaults: d}
-	store, timeout, clock := o.backend(), o.lockTimeout(), o.clock()
+	timeout, clock := o.lockTimeout(), o.clock()
 	if err := checkDefaults(d); err != nil {
 		return res, err
 	}
@@ -46,6 +47,16 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	}
 	res.Root = abs
 	meta := filepath.Join(abs, string(fsmirror.Meta))
+	if err := checkJournalChoice(abs, meta, o); err != nil {
+		return res, err
+	}
+	store, owned, err := o.backendFor(meta)
+	if err != nil {
+		return res, err
+	}
+	if owned {
+		defer closeBackend(store)
+	}
 	exists, err := store.Exists(meta)
 	if err != nil {
 		return res, err
@@ -61,6 +72,9 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	}
 	defer m.Close()
 	if exists { // an existing tree: a reader, under the shared lock
+		if err := refuseSharedPrefix(meta, o); err != nil {
+			return res, err
+		}
 		res.Defaults, err = readDefaults(func(o journal.OpenOptions) (journal.Store, error) { return store.Open(meta, o) }, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		return res, err
 	}
@@ -72,6 +86,9 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	if exists, err = store.Exists(meta); err != nil {
 		return res, err
 	} else if exists { // another init won the race
+		if err := refuseSharedPrefix(meta, o); err != nil {
+			return res, err
+		}
 		res.Defaults, err = readDefaults(lock.Open, journal.OpenOptions{ReadOnly: true, Timeout: timeout, Clock: clock})
 		return res, err
 	}
@@ -82,11 +99,62 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	if err != nil {
 		return res, err
 	}
+	// The config first: a crash before Create leaves a tree that names a
+	// journal not there yet (init again makes it), never a tree that
+	// looks like bbolt while its journal is in etcd.
+	if o.Journal != nil && o.Backend == nil {
+		if err := journal.WriteConfig(meta, *o.Journal); err != nil {
+			return res, err
+		}
+	}
 	if err := lock.Create(d, seed); err != nil {
+		if o.Journal != nil && o.Backend == nil {
+			journal.RemoveConfig(meta)
+		}
 		return res, err
 	}
 	res.Created = true
 	return res, nil
+}
+
+// checkJournalChoice refuses an init that asks for a journal other than
+// the one the tree has: init never moves a journal.
+func checkJournalChoice(root, meta string, o Options) error {
+	if o.Journal == nil || o.Backend != nil {
+		return nil
+	}
+	have, found, err := journal.ReadConfig(meta)
+	if err != nil {
+		return err
+	}
+	if found && !have.SameStore(*o.Journal) {
+		return otherJournal(root, have.URL(), o.Journal.URL())
+	}
+	if !found {
+		if ok, err := (boltstore.Backend{}).Exists(meta); err != nil {
+			return err
+		} else if ok {
+			return otherJournal(root, boltstore.Path(meta), o.Journal.URL())
+		}
+	}
+	return nil
+}
+
+func otherJournal(root, have, ask string) error {
+	return invalidf(InputJournal, RuleConflict, ask, "task tree %s already keeps its journal in %s; init never moves a journal, so --journal %s did not apply; nothing changed", root, have, ask)
+}
+
+// refuseSharedPrefix refuses to attach a tree to a journal that exists in
+// etcd when the tree does not name it: the prefix belongs to another tree,
+// and two trees on one journal would each see the other's tasks as lost.
+func refuseSharedPrefix(meta string, o Options) error {
+	if o.Journal == nil || o.Backend != nil {
+		return nil
+	}
+	if _, found, err := journal.ReadConfig(meta); err != nil || found {
+		return err
+	}
+	return invalidf(InputJournal, RuleSharedPrefix, o.Journal.URL(), "%s already holds the journal of another task tree; nothing changed. Each tree needs a prefix of its own: choose another, or run init in the directory of the tree it belongs to", o.Journal.URL())
 }
 
 // readDefaults opens the journal with open (the backend's, or the tree

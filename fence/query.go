@@ -16,6 +16,7 @@ type Status struct {
 	Leases    []LeaseView
 	Defaults  record.Defaults
 	LastToken uint64
+	Journal   JournalInfo // which store holds the journal, and where
 }
 
 // LeaseView is one live lease as status shows it.
@@ -42,7 +43,7 @@ func (t *Tree) Defaults(ctx context.Context) (record.Defaults, error) {
 
 // Status reads counts per state (O(1)) and every live lease.
 func (t *Tree) Status(ctx context.Context) (Status, error) {
-	st := Status{Root: t.root}
+	st := Status{Root: t.root, Journal: t.Journal()}
 	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
 		st.Counts = tx.Counts()
 		st.LastToken = tx.LastToken()
@@ -68,9 +69,10 @@ func (t *Tree) Status(ctx context.Context) (Status, error) {
 
 // TaskView is everything `show` prints of one task.
 type TaskView struct {
-	Task   record.Task
-	Path   string
-	Events []record.Event // most recent last
+	Task    record.Task
+	Path    string
+	Events  []record.Event // most recent last
+	Journal JournalInfo    // which store holds the journal, and where
 }
 
 // showEvents is how many recent events Show returns.
@@ -81,7 +83,7 @@ func (t *Tree) Show(ctx context.Context, id string) (TaskView, error) {
 	if err := fsmirror.ValidateID(id); err != nil {
 		return TaskView{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
-	var v TaskView
+	v := TaskView{Journal: t.Journal()}
 	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
 		rec, ok, err := tx.Task(id)
 		if err != nil {

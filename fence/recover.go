@@ -51,7 +51,7 @@ var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, re
 // fencectl's journal is healthy, and rebuilding it would free every lease).
 // Of o, only Backend, Timeout (the wait for the lock) and Clock apply.
 func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
-	store, timeout, clock := o.backend(), o.lockTimeout(), o.clock()
+	timeout, clock := o.lockTimeout(), o.clock()
 	rep := RecoverReport{Counts: map[record.State]int{}, Freed: []string{}, Findings: []Finding{}}
 	if err := checkDefaults(d); err != nil {
 		return rep, err
@@ -67,6 +67,13 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	m.Crash = crashAt
 	rep.Root = m.Root()
 	meta := filepath.Join(rep.Root, string(fsmirror.Meta))
+	store, owned, err := o.backendFor(meta)
+	if err != nil {
+		return rep, err
+	}
+	if owned {
+		defer closeBackend(store)
+	}
 	lock, err := store.LockTree(meta, timeout)
 	if err != nil {
 		return rep, err

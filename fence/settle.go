@@ -227,3 +227,43 @@ func (t *Tree) settle(db journal.Store) error {
 	t.mirrored(head)
 	return nil
 }
+
+// reconcile puts the files of the tasks a commit touched where the journal
+// says they are now. On a store whose writers do not take turns (etcd, on
+// several hosts), another host may have committed a later change to one
+// of them and moved its file before this writer's move landed; reading
+// the journal again after moving, and moving once more if it differs,
+// lets the last writer to touch a task leave its file in the right place.
+func (t *Tree) reconcile(db journal.Store, evs []record.Event) {
+	var todo []move
+	err := db.View(func(tx journal.Tx) error {
+		todo = todo[:0]
+		seen := map[string]bool{}
+		for _, ev := range evs {
+			if seen[ev.Task] {
+				continue
+			}
+			seen[ev.Task] = true
+			rec, ok, err := tx.Task(ev.Task)
+			if err != nil || !ok {
+				continue
+			}
+			m := move{id: ev.Task}
+			if m.to, m.err = DirOf(rec.State); m.err != nil {
+				continue
+			}
+			if ok, err := t.mirror.Exists(m.to, m.id); err == nil && !ok {
+				todo = append(todo, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return // the next writer to touch these tasks reconciles them
+	}
+	for _, m := range todo {
+		if err := t.ensure(m); err != nil {
+			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for replay")
+		}
+	}
+}

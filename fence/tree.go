@@ -7,7 +7,6 @@ import (
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
-	boltstore "github.com/fencectl/fencectl/journal/bolt"
 	"github.com/fencectl/fencectl/journal/record"
 )
 
@@ -33,21 +32,16 @@ type Options struct {
 	// result: inbox entries it could not adopt, files it had to put back.
 	// nil drops them.
 	Notify func(Notice)
-	// Backend is the store that holds the journal; nil is the bbolt store
-	// in .fence/journal.db.
+	// Backend is the store that holds the journal; nil is the one the
+	// tree's .fence/journal.json names, else the bbolt store in
+	// .fence/journal.db (see backend.go).
 	Backend journal.Backend
+	// Journal, for InitTree, asks for a journal in another store (etcd):
+	// init records it in .fence/journal.json. Ignored when Backend is set.
+	Journal *journal.Config
 	// Clock is the time every rule reads (see clock.go); nil is the system
 	// clock. A store with a clock of its own judges expiry by that instead.
 	Clock func() time.Time
-}
-
-// backend is o.Backend, or the bbolt store when none is chosen: the one
-// place fence names a backend.
-func (o Options) backend() journal.Backend {
-	if o.Backend != nil {
-		return o.Backend
-	}
-	return boltstore.Backend{}
 }
 
 // Notice is a side report: something found and handled, or left alone.
@@ -66,6 +60,7 @@ type Tree struct {
 	mirror  *fsmirror.Mirror
 	opts    Options
 	store   journal.Backend
+	owned   bool // store was made for this Tree: Close closes it
 	batch   *batcher
 }
 
@@ -86,19 +81,29 @@ func Open(root string, o Options) (*Tree, error) {
 		return nil, err
 	}
 	meta := filepath.Join(abs, string(fsmirror.Meta))
-	store := o.backend()
-	if ok, err := store.Exists(meta); err != nil {
+	store, owned, err := o.backendFor(meta)
+	if err != nil {
 		return nil, err
-	} else if !ok {
+	}
+	if ok, err := store.Exists(meta); err != nil || !ok {
+		if owned {
+			closeBackend(store)
+		}
+		if err != nil {
+			return nil, err
+		}
 		return nil, &NoJournalError{Path: store.Path(meta)}
 	}
 	m, err := fsmirror.Open(abs)
 	if err != nil {
+		if owned {
+			closeBackend(store)
+		}
 		return nil, err
 	}
 	m.Crash, m.Fault = crashAt, renameFault
 	o.Timeout, o.Clock = o.lockTimeout(), o.clock()
-	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, batch: &batcher{writerSlot: &writerSlot{}}}
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}
@@ -121,6 +126,9 @@ func (t *Tree) CloseAtExit() error {
 func (t *Tree) Close() error {
 	if db := t.batch.takeIdle(); db != nil {
 		db.Close()
+	}
+	if t.owned {
+		closeBackend(t.store)
 	}
 	return t.mirror.Close()
 }

@@ -11,6 +11,12 @@ import (
 type (
 	CorruptError = journal.CorruptError
 	VersionError = journal.VersionError
+	// UnreachableError: a networked store (etcd) did not answer; it
+	// matches ErrBusy.
+	UnreachableError = journal.UnreachableError
+	// MissingDriverError: the tree's journal is in a store this program
+	// does not link.
+	MissingDriverError = journal.MissingDriverError
 )
 
 // ErrBusy means the journal lock was not obtained within the timeout.

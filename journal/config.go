@@ -176,3 +176,11 @@ func BackendOf(c Config) (Backend, error) {
 	}
 	return d(c)
 }
+
+// Registered reports whether a backend of that name is linked.
+func Registered(name string) bool {
+	driversMu.Lock()
+	defer driversMu.Unlock()
+	_, ok := drivers[name]
+	return ok
+}

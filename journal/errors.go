@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // ErrBusy means the writer's turn (for bbolt, the lock on .fence/lock) was
@@ -64,3 +65,20 @@ func quoteVersion(v string) string {
 // once (etcd's --max-txn-ops and --max-request-bytes): a group of
 // operations is split and tried again in parts.
 var ErrTooLarge = errors.New("transaction too large for the journal store")
+
+// UnreachableError says a networked store (etcd) did not answer in time.
+// It is ErrBusy to its callers (exit 5): the command changed nothing and
+// may be run again.
+type UnreachableError struct {
+	Store     string
+	Endpoints []string
+	Err       error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("%s at %s did not answer: %v; nothing changed (check that %s runs and is reachable from this host, or raise --timeout)", e.Store, strings.Join(e.Endpoints, ","), e.Err, e.Store)
+}
+
+// Is makes an UnreachableError match ErrBusy.
+func (e *UnreachableError) Is(target error) bool { return target == ErrBusy }
+func (e *UnreachableError) Unwrap() error        { return e.Err }

@@ -72,7 +72,10 @@ func checkCommand(c *cli.Context) error {
 			return usagef("invalid --%s 0s: must be positive; leave --%s out for the default", name, name)
 		}
 	}
-	return checkDir(c.String("dir"))
+	if err := checkDir(c.String("dir")); err != nil {
+		return err
+	}
+	return handOff(c)
 }
 
 // checkEmpty refuses a text flag given as "": `--id ""` made a random id,

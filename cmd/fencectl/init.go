@@ -17,7 +17,7 @@ func initCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "create a task tree and its journal (idempotent)",
-		UsageText: "init [--ttl 10m] [--max-attempts 3]",
+		UsageText: "init [--ttl 10m] [--max-attempts 3] [--journal etcd://HOST:PORT[,HOST:PORT...]/PREFIX]",
 		Description: `Creates the root if missing, inbox/ available/ claimed/ done/ failed/ out/ and
 .fence/ with the journal. The settings become the tree's defaults.
 
@@ -27,18 +27,32 @@ On an existing tree it checks the journal and changes nothing (exit 0); if
 and the others find it. A directory whose state directories hold files but
 that has no journal is refused (exit 2): run recover to rebuild its journal.
 
-   fencectl --dir /srv/tasks init --ttl 30m --max-attempts 5`,
-		Flags: []cli.Flag{
+   fencectl --dir /srv/tasks init --ttl 30m --max-attempts 5
+
+With --journal the journal lives in etcd under PREFIX (one prefix per tree),
+so agents on several hosts can share a tree whose files are on a filesystem
+they all mount. The tree records the choice in .fence/journal.json (mode
+0600, never a secret), and every later command uses it with no flag. TLS:
+--etcd-cacert, --etcd-cert, --etcd-key (or FENCE_ETCD_CACERT, _CERT, _KEY);
+user and password only from FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD.
+
+   fencectl --dir /shared/tasks init --journal etcd://10.0.0.5:2379,10.0.0.6:2379/ci-tasks`,
+		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "ttl", Value: fence.DefaultTTL, EnvVars: []string{"FENCE_TTL"}, Usage: "default lease length"},
 			&cli.IntFlag{Name: "max-attempts", Value: fence.DefaultMaxAttempts, Usage: "default attempts (fail or expiry) before a task goes to failed/"},
 			jsonFlag,
-		},
+		}, journalFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("init takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
 			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
-			res, err := fence.InitTree(c.String("dir"), d, setupOptions(c))
+			o := setupOptions(c)
+			var err error
+			if o.Journal, err = journalChoice(c); err != nil {
+				return err
+			}
+			res, err := fence.InitTree(c.String("dir"), d, o)
 			if err != nil {
 				return err
 			}

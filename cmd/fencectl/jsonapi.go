@@ -155,6 +155,7 @@ type showJSON struct {
 	Attempts    int            `json:"attempts"`
 	Created     time.Time      `json:"created"`
 	Events      []eventJSON    `json:"events"`
+	Journal     journalJSON    `json:"journal"`
 	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
 	Lease       *leaseJSON     `json:"lease,omitempty"`
 	MaxAttempts int            `json:"max_attempts"`
@@ -169,7 +170,7 @@ type showJSON struct {
 func newShow(v fence.TaskView) *showJSON {
 	r := newTask(v.Task, v.Path)
 	return &showJSON{
-		Attempts: r.Attempts, Created: r.Created, Events: newEvents(v.Events), LastLease: r.LastLease, Lease: r.Lease,
+		Attempts: r.Attempts, Created: r.Created, Events: newEvents(v.Events), Journal: journalJSON(v.Journal), LastLease: r.LastLease, Lease: r.Lease,
 		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, State: r.State, Task: r.Task, Updated: r.Updated,
 	}
 }
@@ -226,10 +227,18 @@ type statusJSON struct {
 	Counts             map[string]int    `json:"counts"`
 	DefaultMaxAttempts int               `json:"default_max_attempts"`
 	DefaultTTL         string            `json:"default_ttl"`
+	Journal            journalJSON       `json:"journal"`
 	LastToken          uint64            `json:"last_token"`
 	Leases             []statusLeaseJSON `json:"leases"`
 	notices
 	Root string `json:"root"`
+}
+
+// journalJSON says which store holds a tree's journal (status, show):
+// backend "bbolt" (where: the file) or "etcd" (where: the URL).
+type journalJSON struct {
+	Backend string `json:"backend"`
+	Where   string `json:"where"`
 }
 
 // statusLeaseJSON is one live lease in status; expired ones (left_seconds
@@ -253,7 +262,7 @@ func newStatus(st fence.Status) *statusJSON {
 		})
 	}
 	return &statusJSON{
-		Counts: stateCounts(st.Counts), DefaultMaxAttempts: st.Defaults.MaxAttempts, DefaultTTL: st.Defaults.TTL.String(),
+		Counts: stateCounts(st.Counts), DefaultMaxAttempts: st.Defaults.MaxAttempts, DefaultTTL: st.Defaults.TTL.String(), Journal: journalJSON(st.Journal),
 		LastToken: st.LastToken, Leases: leases, Root: st.Root,
 	}
 }

@@ -25,34 +25,48 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){"fencectl": main})
 }
 
-// TestScripts runs every testdata/script/*.txtar against the real binary.
-// A script that needs the test hooks (the settable clock, crash points,
-// rename faults) opens with `[!fencetest] skip`: the condition holds when
-// this binary was built with -tags fencetest, as make test builds it.
+// TestScripts runs every testdata/script/*.txtar against the real binary,
+// once per journal backend (scriptBackends): the same commands, exit codes
+// and JSON on each. A script that needs the test hooks (the settable
+// clock, crash points, rename faults) opens with `[!fencetest] skip`: the
+// condition holds when this binary was built with -tags fencetest, as make
+// test builds it. [bolt] and [etcd] say which backend a script runs on,
+// for the parts that differ (a journal file, leases on etcd's clock).
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir:                 filepath.Join("testdata", "script"),
-		RequireExplicitExec: true,
-		Condition: func(cond string) (bool, error) {
-			if cond == "fencetest" {
-				return testClock != nil, nil // the fencetest build: crash points and the settable clock
-			}
-			return false, fmt.Errorf("unknown condition %q", cond)
-		},
-		Setup: func(e *testscript.Env) error {
-			e.Setenv("FENCE_DIR", filepath.Join(e.WorkDir, "tree"))
-			e.Setenv("FENCE_AGENT", "agent-test")
-			e.Setenv("FENCE_TIMEOUT", "10s")
-			return nil
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"getjson":   cmdGetJSON,
-			"count":     cmdCount,
-			"mkfifo":    cmdMkfifo,
-			"holdlock":  cmdHoldLock,
-			"setschema": cmdSetSchema,
-		},
-	})
+	for _, b := range scriptBackends {
+		t.Run(b.name, func(t *testing.T) {
+			env := b.start(t)
+			testscript.Run(t, testscript.Params{
+				Dir:                 filepath.Join("testdata", "script"),
+				RequireExplicitExec: true,
+				Condition: func(cond string) (bool, error) {
+					switch cond {
+					case "fencetest":
+						return testClock != nil, nil // the fencetest build: crash points and the settable clock
+					case "bolt", "etcd":
+						return cond == b.name, nil
+					}
+					return false, fmt.Errorf("unknown condition %q", cond)
+				},
+				Setup: func(e *testscript.Env) error {
+					e.Setenv("FENCE_DIR", filepath.Join(e.WorkDir, "tree"))
+					e.Setenv("FENCE_AGENT", "agent-test")
+					e.Setenv("FENCE_TIMEOUT", "10s")
+					for k, v := range env() {
+						e.Setenv(k, v)
+					}
+					return nil
+				},
+				Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+					"getjson":   cmdGetJSON,
+					"count":     cmdCount,
+					"mkfifo":    cmdMkfifo,
+					"holdlock":  cmdHoldLock,
+					"setschema": cmdSetSchema,
+				},
+			})
+		})
+	}
 }
 
 // getjson VAR PATH [FILE]: parse the last line of stdout (or FILE) as

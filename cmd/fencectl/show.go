@@ -37,6 +37,7 @@ func showCommand(out *output) *cli.Command {
 					if e := r.Last; e != nil {
 						fmt.Fprintf(w, "last      token %d of %s ended by %s at %s\n", e.Token, printable(e.Agent), e.By, fmtTime(e.At))
 					}
+					fmt.Fprintf(w, "journal   %s: %s\n", v.Journal.Backend, v.Journal.Where)
 					fmt.Fprintln(w, "\nrecent events:")
 					writeEvents(w, v.Events)
 				})

@@ -38,7 +38,7 @@ token and time left (negative: expired, to be reaped by the next claim).
 }
 
 func writeStatus(w io.Writer, st fence.Status) {
-	fmt.Fprintf(w, "tree %s (lease %s, max attempts %d)\n\n", st.Root, st.Defaults.TTL, st.Defaults.MaxAttempts)
+	fmt.Fprintf(w, "tree %s (lease %s, max attempts %d)\njournal %s: %s\n\n", st.Root, st.Defaults.TTL, st.Defaults.MaxAttempts, st.Journal.Backend, st.Journal.Where)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tTASKS")
 	for _, s := range record.States {

@@ -117,29 +117,15 @@ func tlsConfig(ca, cert, key string) (*tls.Config, error) {
 	return t, nil
 }
 
-// UnreachableError says etcd did not answer in time; it is busy to fence
-// (exit 5), and names the endpoints tried.
-type UnreachableError struct {
-	Endpoints []string
-	Err       error
-}
-
-func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("etcd at %s did not answer: %v; nothing changed (check that etcd runs and is reachable from this host, or raise --timeout)", strings.Join(e.Endpoints, ","), e.Err)
-}
-
-func (e *UnreachableError) Is(target error) bool { return target == journal.ErrBusy }
-func (e *UnreachableError) Unwrap() error        { return e.Err }
-
 // unreachable wraps err as an *UnreachableError when it is a timeout or
 // an unavailable cluster; other errors pass through.
 func (b *Backend) unreachable(err error) error {
-	var u *UnreachableError
+	var u *journal.UnreachableError
 	if err == nil || errors.As(err, &u) {
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "Unavailable") || strings.Contains(err.Error(), "connection refused") {
-		return &UnreachableError{Endpoints: b.cfg.Endpoints, Err: err}
+		return &journal.UnreachableError{Store: "etcd", Endpoints: b.cfg.Endpoints, Err: err}
 	}
 	return err
 }

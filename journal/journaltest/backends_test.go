@@ -64,7 +64,9 @@ func newMetaDir(t *testing.T) string {
 	return dir
 }
 
-func newBoltBackend(t *testing.T) (journal.Backend, string) { return boltstore.Backend{}, newMetaDir(t) }
+func newBoltBackend(t *testing.T) (journal.Backend, string) {
+	return boltstore.Backend{}, newMetaDir(t)
+}
 
 // newBolt makes a bbolt journal in <tmp>/.fence, as a tree has it (the
 // token ceiling's root copy lands in <tmp>), and checks it at cleanup.

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+// Where a tree's journal is. A bbolt tree needs nothing here; an etcd tree
+// names its cluster in .fence/journal.json (init --journal), and its
+// commands run in fencectl-etcd: the etcd client costs every process about
+// 2 ms of start-up, which bbolt trees must not pay, so the fencectl binary
+// does not link it and hands such trees to the one that does.
+
+// journalFlags are init's flags that choose the journal's store.
+func journalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "journal", EnvVars: []string{"FENCE_JOURNAL"}, Usage: "keep the journal in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX (default: .fence/journal.db)"},
+		&cli.StringFlag{Name: "etcd-cacert", EnvVars: []string{"FENCE_ETCD_CACERT"}, Usage: "CA certificate file that signs etcd's server certificate (path recorded, for every later command)"},
+		&cli.StringFlag{Name: "etcd-cert", EnvVars: []string{"FENCE_ETCD_CERT"}, Usage: "client certificate file for etcd (path recorded)"},
+		&cli.StringFlag{Name: "etcd-key", EnvVars: []string{"FENCE_ETCD_KEY"}, Usage: "client key file for etcd (path recorded, never its content)"},
+	}
+}
+
+// journalChoice is what init's flags ask for: nil for the default bbolt
+// journal.
+func journalChoice(c *cli.Context) (*fence.JournalConfig, error) {
+	url := c.String("journal")
+	if url == "" {
+		for _, f := range []string{"etcd-cacert", "etcd-cert", "etcd-key"} {
+			if c.IsSet(f) {
+				return nil, usagef("--%s applies to an etcd journal only: add --journal etcd://HOST:PORT/PREFIX", f)
+			}
+		}
+		return nil, nil
+	}
+	cfg, err := fence.ParseJournalURL(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.CACert, cfg.Cert, cfg.Key = c.String("etcd-cacert"), c.String("etcd-cert"), c.String("etcd-key")
+	for _, p := range []*string{&cfg.CACert, &cfg.Cert, &cfg.Key} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return nil, usagef("TLS file %s: %v", *p, errors.Unwrap(err))
+		}
+		*p = abs
+	}
+	return &cfg, nil
+}
+
+// handOff runs the command in fencectl-<backend> when the tree (or
+// init --journal) needs a backend this binary does not link. It runs
+// before the command does anything, so the other binary starts afresh
+// with the same arguments, input and environment.
+func handOff(c *cli.Context) error {
+	name := ""
+	if c.Command != nil && c.Command.Name == "init" {
+		cfg, err := journalChoice(c)
+		if err != nil {
+			return err
+		}
+		if cfg != nil {
+			name = cfg.Backend
+		}
+	}
+	if name == "" {
+		cfg, found, err := fence.TreeJournal(c.String("dir"))
+		if err != nil && !errors.Is(err, fs.ErrPermission) {
+			return err
+		}
+		if !found {
+			return nil
+		}
+		name = cfg.Backend
+	}
+	if fence.HasBackend(name) {
+		return nil
+	}
+	missing := &fence.MissingDriverError{Backend: name}
+	if !exitsAfterRun { // called in-process by a test: nothing to exec
+		return missing
+	}
+	bin := "fencectl-" + name
+	path := ""
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), bin); isExecutable(p) {
+			path = p
+		}
+	}
+	if path == "" {
+		p, err := exec.LookPath(bin)
+		if err != nil {
+			return fmt.Errorf("%w; %s is not beside this fencectl nor on PATH: install it (make install puts both in place)", missing, bin)
+		}
+		path = p
+	}
+	return syscall.Exec(path, append([]string{path}, os.Args[1:]...), os.Environ())
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}

@@ -1,0 +1,98 @@
+package fence
+
+import (
+	"errors"
+	"io"
+	"path/filepath"
+
+	"github.com/fencectl/fencectl/fsmirror"
+
+	"github.com/fencectl/fencectl/journal"
+	boltstore "github.com/fencectl/fencectl/journal/bolt"
+)
+
+// Which store holds a tree's journal: Options.Backend if set, else what
+// the tree's .fence/journal.json names (written by init --journal), else
+// the bbolt file in .fence. A program that does not link the backend a
+// tree names gets a *journal.MissingDriverError before anything is done.
+
+// backendFor returns the backend of the tree whose meta directory is meta,
+// and whether the caller made it (and so closes it).
+func (o Options) backendFor(meta string) (b journal.Backend, owned bool, err error) {
+	if o.Backend != nil {
+		return o.Backend, false, nil
+	}
+	if o.Journal != nil {
+		b, err = journal.BackendOf(*o.Journal)
+		return b, err == nil, err
+	}
+	cfg, found, err := journal.ReadConfig(meta)
+	if err != nil {
+		return nil, false, err
+	}
+	if !found {
+		return boltstore.Backend{}, false, nil
+	}
+	b, err = journal.BackendOf(cfg)
+	return b, err == nil, err
+}
+
+// closeBackend closes b if it holds anything (the etcd client).
+func closeBackend(b journal.Backend) {
+	if c, ok := b.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// JournalInfo says where a tree's journal is, for status and show.
+type JournalInfo struct {
+	Backend string `json:"backend"` // "bbolt" or "etcd"
+	Where   string `json:"where"`   // the file, or the etcd URL
+}
+
+// Journal returns where the tree's journal is.
+func (t *Tree) Journal() JournalInfo {
+	cfg, found, err := journal.ReadConfig(t.metaDir)
+	if err != nil || !found {
+		return JournalInfo{Backend: "bbolt", Where: t.store.Path(t.metaDir)}
+	}
+	return JournalInfo{Backend: cfg.Backend, Where: cfg.URL()}
+}
+
+// IsMissingBackend reports whether err says this program lacks the
+// backend a tree's journal needs.
+func IsMissingBackend(err error) (string, bool) {
+	var m *journal.MissingDriverError
+	if errors.As(err, &m) {
+		return m.Backend, true
+	}
+	return "", false
+}
+
+// JournalConfig names a journal store other than bbolt (see package
+// journal's Config).
+type JournalConfig = journal.Config
+
+// ParseJournalURL reads an `init --journal` value,
+// etcd://HOST:PORT[,HOST:PORT...]/PREFIX; a bad one is an
+// *InvalidInputError.
+func ParseJournalURL(s string) (JournalConfig, error) {
+	c, err := journal.ParseURL(s)
+	if err != nil {
+		return c, invalidf(InputJournal, RuleFormat, s, "%v", err)
+	}
+	return c, nil
+}
+
+// TreeJournal returns the journal config of the tree at root; found is
+// false for a bbolt tree (or no tree).
+func TreeJournal(root string) (c JournalConfig, found bool, err error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return c, false, err
+	}
+	return journal.ReadConfig(filepath.Join(abs, string(fsmirror.Meta)))
+}
+
+// HasBackend reports whether this program links the backend called name.
+func HasBackend(name string) bool { return journal.Registered(name) }
