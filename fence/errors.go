@@ -145,6 +145,7 @@ const (
 	RuleNotATree    Rule = "not_a_tree"   // the root is a directory but no task tree
 	RuleOrphanTasks Rule = "orphan_tasks" // the root holds task files but no journal
 	RuleConflict    Rule = "conflict"     // contradicts what is already held or asked
+	RuleNetworkFS   Rule = "network_fs"   // a bbolt journal on a file system other hosts may reach
 )
 
 func (e *InvalidInputError) Error() string {
