@@ -147,6 +147,7 @@ const (
 	RuleOrphanTasks  Rule = "orphan_tasks"  // the root holds task files but no journal
 	RuleConflict     Rule = "conflict"      // contradicts what is already held or asked
 	RuleSharedPrefix Rule = "shared_prefix" // the etcd prefix holds another tree's journal
+	RuleNetworkFS    Rule = "network_fs"    // a bbolt journal on a file system other hosts may reach
 )
 
 func (e *InvalidInputError) Error() string {

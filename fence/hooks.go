@@ -20,3 +20,7 @@ var renameFault func(from fsmirror.Dir, name string) unix.Errno
 // builds; test builds fail it when FENCE_TEST_NO_WATCH is set, as when the
 // user has run out of inotify instances.
 func noWatch() bool { return false }
+
+// testFSType is the file system type a test build pretends the tree is on
+// (FENCE_TEST_FSTYPE); "" here: release builds ask statfs.
+func testFSType() string { return "" }

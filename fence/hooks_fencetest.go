@@ -65,7 +65,14 @@ var crashHits atomic.Int64
 // "dir/name=ERRNO" entries, ERRNO one of EPERM, EXDEV, EACCES, EROFS
 // (say "inbox/t1=EPERM" for a file in a sticky drop box owned by another
 // user). Read at every call, so a test can change it between commands.
+//
+// FENCE_TEST_LINK_MOVES=1 answers every rename with EINVAL, as renameat2
+// with RENAME_NOREPLACE does on NFS: the tree then moves by link and
+// unlink (see fsmirror's linkMove).
 var renameFault = func(from fsmirror.Dir, name string) unix.Errno {
+	if os.Getenv("FENCE_TEST_LINK_MOVES") != "" {
+		return unix.EINVAL
+	}
 	list := os.Getenv("FENCE_TEST_RENAME_FAULT")
 	if list == "" {
 		return 0
@@ -93,3 +100,8 @@ var renameFault = func(from fsmirror.Dir, name string) unix.Errno {
 // FENCE_TEST_NO_WATCH is set, as when the user has run out of inotify
 // instances.
 func noWatch() bool { return os.Getenv("FENCE_TEST_NO_WATCH") != "" }
+
+// testFSType pretends the tree is on the file system type named by
+// FENCE_TEST_FSTYPE ("nfs", "fuse", "ext4": see fsmirror.FSTypeNamed; a
+// name not in its table is a local type).
+func testFSType() string { return os.Getenv("FENCE_TEST_FSTYPE") }

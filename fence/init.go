@@ -33,8 +33,8 @@ type InitResult struct {
 // journal: an empty journal would hide them, and recover is the way back.
 // The journal is made under the tree's lock, so of several inits at once
 // exactly one creates it and the others report what it made. Of o, only
-// Backend, Timeout (the wait for the lock) and Clock (the token counter
-// starts above it) apply.
+// Backend, Timeout (the wait for the lock), Clock (the token counter
+// starts above it) and AllowNetworkFS (see refuseNetworkFS) apply.
 func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	res := InitResult{Defaults: d}
 	timeout, clock := o.lockTimeout(), o.clock()
@@ -63,6 +63,9 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	}
 	if !exists {
 		if err := refuseOrphanTasks(abs); err != nil {
+			return res, err
+		}
+		if err := refuseNetworkFS(abs, store, o.AllowNetworkFS); err != nil {
 			return res, err
 		}
 	}

@@ -49,6 +49,7 @@ const (
 	FindingTokenCeiling   FindingKind = "token_ceiling"   // the ceiling files are missing or low
 	FindingMisplaced      FindingKind = "misplaced"       // a task's file is not in its state's directory
 	FindingDuplicate      FindingKind = "duplicate"       // a second copy of a task's file
+	FindingStaleLink      FindingKind = "stale_link"      // a second name of a task's file (one inode), left by a move by link cut short
 	FindingMissingFile    FindingKind = "missing_file"    // a task's file is in no directory
 	FindingUnknownFile    FindingKind = "unknown_file"    // a file the journal does not know
 	FindingInvalidEntry   FindingKind = "invalid_entry"   // a symlink, directory or bad name in a state directory

@@ -15,6 +15,7 @@ func TestFindingKind_Fixable(t *testing.T) {
 		fence.FindingClaimMismatch: true, fence.FindingIndexMismatch: true, fence.FindingTokenCounter: true,
 		fence.FindingTokenCeiling: true, fence.FindingMisplaced: true, fence.FindingDuplicate: true,
 		fence.FindingMissingFile: true, fence.FindingUnknownFile: true, fence.FindingOrphanStaged: true,
+		fence.FindingStaleLink: true,
 	} {
 		if got := k.Fixable(); got != want {
 			t.Errorf("%s.Fixable() = %v, want %v", k, got, want)

@@ -161,7 +161,7 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 			moves = append(moves, move{id: id, from: keep, to: stateDirs[to]})
 			for _, dir := range found {
 				if dir != keep {
-					extra = append(extra, extraCopy{id: id, dir: dir})
+					extra = append(extra, extraCopy{id: id, dir: dir, keep: stateDirs[to]})
 				}
 			}
 		}
@@ -182,6 +182,14 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 		return rep, err
 	}
 	for _, x := range extra {
+		// A second name of the same file (a move by link cut short) goes;
+		// a real second copy is kept aside.
+		if dropped, err := m.DropLink(x.dir, x.id, x.keep, x.id); err != nil {
+			return rep, err
+		} else if dropped {
+			rep.Findings = append(rep.Findings, Finding{Kind: FindingStaleLink, Task: x.id, Dir: string(x.dir), Detail: "the same file as " + string(x.keep) + "/" + x.id + " under a second name, left by a move cut short; removed this name", Fixed: true})
+			continue
+		}
 		name, err := m.Quarantine(x.dir, x.id)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return rep, err

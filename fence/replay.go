@@ -51,16 +51,20 @@ type replayState struct {
 	outputs []string          // staging names of fenced outputs (put, complete --result)
 	rebuild bool              // stored records, claims or indexes differ from the log
 	moves   []move            // misplaced files to put back
-	extra   []extraCopy       // second copies to quarantine
+	extra   []extraCopy       // second copies to quarantine, second names to remove
 	adopt   []adoption        // unknown files to adopt
 	missing []string          // tasks whose file is in no directory, to settle
 	counter uint64            // raise the token counter to this (0: it is fine)
 	ceiling uint64            // raise the ceiling files to this (0: they are fine)
 }
 
+// extraCopy is a task file in a directory besides the one that keeps the
+// task: a second copy, quarantined, or a second name of the same file (a
+// move by link cut short, see fsmirror.DropLink), removed.
 type extraCopy struct {
-	id  string
-	dir fsmirror.Dir
+	id   string
+	dir  fsmirror.Dir
+	keep fsmirror.Dir // where the file that stays is once the moves are done
 }
 
 type adoption struct {
@@ -298,9 +302,9 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 		}
 		add(Finding{Kind: FindingUnknownFile, Task: id, Dir: string(dirs[0]), Detail: "a file the journal does not know; replay adopts it as " + string(to)})
 		st.adopt = append(st.adopt, adoption{id: id, from: dirs[0], to: to})
+		keep, _ := DirOf(to)
 		for _, d := range dirs[1:] {
-			add(Finding{Kind: FindingDuplicate, Task: id, Dir: string(d), Detail: "a second copy; replay moves it to .fence/quarantine"})
-			st.extra = append(st.extra, extraCopy{id, d})
+			t.planExtra(st, rep, extraCopy{id, d, keep}, dirs[0], "")
 		}
 	}
 	ids := make([]string, 0, len(st.tasks))
@@ -335,17 +339,33 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 		case !containsDir(dirs, want):
 			add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(dirs[0]), Detail: "the journal says " + string(want) + "/; replay moves it there"})
 			st.moves = append(st.moves, move{id: id, from: dirs[0], to: want})
-			dirs = dirs[1:]
+			src := dirs[0]
+			for _, d := range dirs[1:] {
+				t.planExtra(st, rep, extraCopy{id, d, want}, src, " (the journal says "+string(want)+"/)")
+			}
+			continue
 		}
 		for _, d := range dirs {
-			if d == want {
-				continue
+			if d != want {
+				t.planExtra(st, rep, extraCopy{id, d, want}, want, " (the journal says "+string(want)+"/)")
 			}
-			add(Finding{Kind: FindingDuplicate, Task: id, Dir: string(d), Detail: "a second copy (the journal says " + string(want) + "/); replay moves it to .fence/quarantine"})
-			st.extra = append(st.extra, extraCopy{id, d})
 		}
 	}
 	return nil
+}
+
+// planExtra reports x, a task file besides the one in src that stays
+// (and ends up in x.keep), and plans its repair. The same file under a
+// second name (same device and inode: a move by link that a crash cut
+// between link and unlink) is no second copy: the name is removed, and
+// nothing is lost. A real second copy is quarantined.
+func (t *Tree) planExtra(st *replayState, rep *ReplayReport, x extraCopy, src fsmirror.Dir, says string) {
+	st.extra = append(st.extra, x)
+	if same, _ := t.mirror.SameFile(x.dir, src, x.id); same {
+		rep.Findings = append(rep.Findings, Finding{Kind: FindingStaleLink, Task: x.id, Dir: string(x.dir), Detail: "the same file as " + string(src) + "/" + x.id + " under a second name, left by a move cut short" + says + "; replay removes this name"})
+		return
+	}
+	rep.Findings = append(rep.Findings, Finding{Kind: FindingDuplicate, Task: x.id, Dir: string(x.dir), Detail: "a second copy" + says + "; replay moves it to .fence/quarantine"})
 }
 
 func containsDir(dirs []fsmirror.Dir, d fsmirror.Dir) bool {
@@ -452,6 +472,12 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 		return err
 	}
 	for _, x := range st.extra {
+		if dropped, err := t.mirror.DropLink(x.dir, x.id, x.keep, x.id); err != nil || dropped {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := t.mirror.Quarantine(x.dir, x.id); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}

@@ -169,6 +169,26 @@ func (t *Tree) ensure(m move) error {
 	return nil
 }
 
+// dropOldName removes the old name of m's file if a move by link left it
+// (a crash between link and unlink: one file, two names). Cheap: one
+// lstat when there is none.
+func (t *Tree) dropOldName(m move) {
+	from, name := m.from, m.id
+	if m.staged != "" {
+		from, name = fsmirror.Staging, m.staged
+	}
+	if m.err != nil || from == "" || (from == m.to && name == m.id) {
+		return
+	}
+	dropped, err := t.mirror.DropLink(from, name, m.to, m.id)
+	switch {
+	case err != nil:
+		t.notify(NoticeNotSettled, m.id, err.Error()+"; left for replay")
+	case dropped:
+		t.notify(NoticeSettled, m.id, "removed the old name "+string(from)+"/"+name+" that an interrupted move left (the same file as "+string(m.to)+"/"+m.id+")")
+	}
+}
+
 // settle finishes the moves of the last commit if a crash cut them short.
 // Writers are serialised by the lock, so only the last commit can be
 // behind; this costs one read and a stat per task it touched, or nothing
@@ -181,7 +201,7 @@ func (t *Tree) settle(db journal.Store) error {
 	if t.isMirrored(head) {
 		return nil
 	}
-	var todo []move
+	var todo, done []move
 	var last []record.Event
 	err = db.View(func(tx journal.Tx) error {
 		evs, err := tx.LastCommit()
@@ -204,12 +224,17 @@ func (t *Tree) settle(db journal.Store) error {
 				t.notify(NoticeSettled, m.id, err.Error())
 			} else if !ok {
 				todo = append(todo, m)
+			} else {
+				done = append(done, m)
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	for _, m := range done {
+		t.dropOldName(m)
 	}
 	for _, m := range todo {
 		if err := t.ensure(m); err != nil {

@@ -42,6 +42,10 @@ type Options struct {
 	// Clock is the time every rule reads (see clock.go); nil is the system
 	// clock. A store with a clock of its own judges expiry by that instead.
 	Clock func() time.Time
+	// AllowNetworkFS lets InitTree make a bbolt journal on a file system
+	// other hosts may reach (NFS, SMB, FUSE…), which it refuses otherwise
+	// (see netfs.go): for a tree that one host alone uses.
+	AllowNetworkFS bool
 }
 
 // Notice is a side report: something found and handled, or left alone.
@@ -107,6 +111,7 @@ func Open(root string, o Options) (*Tree, error) {
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}
+	t.warnNetworkFS()
 	return t, nil
 }
 

@@ -30,9 +30,17 @@
 // directory to the other. The rename is atomic: a reader sees the file in
 // exactly one place. NOREPLACE makes the kernel refuse to overwrite a file
 // already at the destination (ExistsError), so two processes that disagree
-// about the state of a task can never silently destroy one copy. Linux only:
-// a file system without RENAME_NOREPLACE support is reported, not worked
-// around.
+// about the state of a task can never silently destroy one copy. Linux only.
+//
+// Where the file system lacks RENAME_NOREPLACE (renameat2 says EINVAL on
+// NFS, ENOSYS or EOPNOTSUPP on some FUSE and CIFS mounts), a Mirror moves
+// by link(2), an fsync of the destination directory, then unlink(2) of the
+// old name, and remembers to do so for every later move. link fails with
+// EEXIST on an occupied name, atomically even on NFS, so a move still never
+// replaces a file. A crash between link and unlink leaves one file under
+// two names (same device and inode), never two copies: SameFile tells the
+// case apart, a later move onto the same file finishes it, and DropLink
+// removes the old name.
 //
 // # Durability
 //

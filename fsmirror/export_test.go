@@ -88,3 +88,7 @@ func (m *Mirror) OpenTask(dir Dir, id string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), path), nil
 }
+
+// LinkMoves reports whether m moves by link and unlink (renameat2 said, or
+// a Fault pretended, that the file system lacks RENAME_NOREPLACE).
+func LinkMoves(m *Mirror) bool { return m.linkMoves.Load() }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fencectl/fencectl/fsmirror"
 )
 
@@ -60,5 +62,35 @@ func within(t *testing.T, f func()) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("call blocked (opened a FIFO?)")
+	}
+}
+
+// moveModes are the two ways a Mirror moves a file: renameat2 with
+// RENAME_NOREPLACE, and link then unlink where the file system lacks it
+// (NFS). force puts a fresh Mirror in its mode; every move test runs in
+// both.
+var moveModes = []struct {
+	name  string
+	force func(m *fsmirror.Mirror)
+}{
+	{"renameat2", func(*fsmirror.Mirror) {}},
+	{"link", forceLinkMoves},
+}
+
+// forceLinkMoves makes m answer as NFS does: renameat2 with
+// RENAME_NOREPLACE fails with EINVAL, so m moves by link and unlink.
+func forceLinkMoves(m *fsmirror.Mirror) {
+	m.Fault = func(fsmirror.Dir, string) unix.Errno { return unix.EINVAL }
+}
+
+// eachMode runs f on a fresh tree in each of moveModes.
+func eachMode(t *testing.T, f func(t *testing.T, m *fsmirror.Mirror)) {
+	t.Helper()
+	for _, mode := range moveModes {
+		t.Run(mode.name, func(t *testing.T) {
+			m := newTree(t)
+			mode.force(m)
+			f(t, m)
+		})
 	}
 }

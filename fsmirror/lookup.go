@@ -33,8 +33,9 @@ var locateOrder = []Dir{Available, Claimed, Done, Failed, Inbox}
 // Locate finds task id in the state directories, then in the inbox. It
 // returns the first directory holding a regular file named id and how many
 // directories hold one: more than one is drift (a task in two places, as a
-// crash between a move's fsyncs can leave). Non-regular entries are not
-// counted. If no directory holds it the error matches fs.ErrNotExist.
+// crash between a move's fsyncs can leave, or one file under two names
+// after a move by link cut short: see SameFile). Non-regular entries are
+// not counted. If no directory holds it the error matches fs.ErrNotExist.
 func (m *Mirror) Locate(id string) (Dir, int, error) {
 	if err := ValidateID(id); err != nil {
 		return "", 0, err

@@ -64,9 +64,17 @@ type Mirror struct {
 	Crash func(point string)
 	// Fault, when non-nil, is asked before every rename of a file out of
 	// a directory; a non-zero errno fails that rename as the kernel would
-	// (EPERM, EXDEV). Test builds set it from the environment; it is nil
-	// in normal use.
+	// (EPERM, EXDEV). EINVAL, ENOSYS or EOPNOTSUPP is renameat2's answer
+	// on a file system without RENAME_NOREPLACE: the move, and every later
+	// one, goes by link and unlink instead. Test builds set it from the
+	// environment; it is nil in normal use.
 	Fault func(from Dir, name string) unix.Errno
+
+	// linkMoves is set once renameat2 has said the file system lacks
+	// RENAME_NOREPLACE (NFS): every later move goes by link and unlink
+	// (see linkMove) without asking again. A Fault of EINVAL, ENOSYS or
+	// EOPNOTSUPP sets it too, which is how tests choose that path.
+	linkMoves atomic.Bool
 
 	root string
 	// tab holds the open descriptors; nil once closed. Refresh replaces

@@ -11,46 +11,48 @@ import (
 )
 
 func TestStage_MoveFromPublishesTask(t *testing.T) {
-	m := newTree(t)
-	name, err := m.Stage("add", strings.NewReader("do the thing"), 1024)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(name, "add-") || strings.Contains(name, "/") {
-		t.Errorf("staging name %q, want add-<hex>", name)
-	}
-	fi, err := os.Lstat(m.Path(fsmirror.Staging, name))
-	if err != nil || !fi.Mode().IsRegular() {
-		t.Fatalf("staged file: %v", err)
-	}
-	if err := m.MoveFrom(fsmirror.Staging, name, fsmirror.Available, "t1"); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(m.Path(fsmirror.Available, "t1"))
-	if err != nil || string(b) != "do the thing" {
-		t.Errorf("published %q, %v", b, err)
-	}
-	// newTree's cleanup checks that staging is empty again.
+	eachMode(t, func(t *testing.T, m *fsmirror.Mirror) {
+		name, err := m.Stage("add", strings.NewReader("do the thing"), 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(name, "add-") || strings.Contains(name, "/") {
+			t.Errorf("staging name %q, want add-<hex>", name)
+		}
+		fi, err := os.Lstat(m.Path(fsmirror.Staging, name))
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("staged file: %v", err)
+		}
+		if err := m.MoveFrom(fsmirror.Staging, name, fsmirror.Available, "t1"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(m.Path(fsmirror.Available, "t1"))
+		if err != nil || string(b) != "do the thing" {
+			t.Errorf("published %q, %v", b, err)
+		}
+		// newTree's cleanup checks that staging is empty again.
+	})
 }
 
 func TestMoveFrom_RefusesPathsAndExisting(t *testing.T) {
-	m := newTree(t)
-	name, err := m.Stage("add", strings.NewReader("x"), -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unstage(name)
-	var ine *fsmirror.InvalidNameError
-	for _, src := range []string{"", ".", "..", "../tmp/" + name} {
-		if err := m.MoveFrom(fsmirror.Staging, src, fsmirror.Available, "t1"); !errors.As(err, &ine) {
-			t.Errorf("MoveFrom(%q) = %v, want InvalidNameError", src, err)
+	eachMode(t, func(t *testing.T, m *fsmirror.Mirror) {
+		name, err := m.Stage("add", strings.NewReader("x"), -1)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	put(t, m, fsmirror.Available, "t1", "old")
-	var ee *fsmirror.ExistsError
-	if err := m.MoveFrom(fsmirror.Staging, name, fsmirror.Available, "t1"); !errors.As(err, &ee) {
-		t.Errorf("MoveFrom onto existing = %v, want ExistsError", err)
-	}
+		defer m.Unstage(name)
+		var ine *fsmirror.InvalidNameError
+		for _, src := range []string{"", ".", "..", "../tmp/" + name} {
+			if err := m.MoveFrom(fsmirror.Staging, src, fsmirror.Available, "t1"); !errors.As(err, &ine) {
+				t.Errorf("MoveFrom(%q) = %v, want InvalidNameError", src, err)
+			}
+		}
+		put(t, m, fsmirror.Available, "t1", "old")
+		var ee *fsmirror.ExistsError
+		if err := m.MoveFrom(fsmirror.Staging, name, fsmirror.Available, "t1"); !errors.As(err, &ee) {
+			t.Errorf("MoveFrom onto existing = %v, want ExistsError", err)
+		}
+	})
 }
 
 func TestStage_LimitRemovesPartialFile(t *testing.T) {

@@ -58,7 +58,7 @@ func classify(err error) errorObject {
 	case errors.As(err, &noTask):
 		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
 	case errors.As(err, &invalid):
-		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
+		obj.Code, obj.Reason, obj.Rule = exitUsage, fence.ReasonInvalidInput, string(invalid.Rule)
 		obj.Message = reword(err, invalid, invalidMessage(invalid))
 	case errors.As(err, &file):
 		obj.Message += taskFileHints[file.Problem]
@@ -107,6 +107,7 @@ var invalidHints = map[fence.Rule]string{
 	fence.RuleNoTree:      " (`fencectl init` makes a new tree)",
 	fence.RuleNotATree:    "; check --dir / FENCE_DIR, or run `fencectl init` to make a new tree there",
 	fence.RuleOrphanTasks: " If this tree lost its journal, run `fencectl recover` to rebuild it from the directories",
+	fence.RuleNetworkFS:   " For a tree that several hosts share, use `--journal etcd://HOST:PORT/PREFIX`; if only this host ever uses the tree, pass --allow-network-fs",
 }
 
 // invalidMessage words an invalid input for the command line: the flag

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -25,10 +26,15 @@ func TestClassify_InvalidInputNamesFlags(t *testing.T) {
 		{&fence.InvalidInputError{Input: fence.InputRoot, Rule: fence.RuleNoTree, Msg: "no task tree at /x: nothing to recover"}, "no task tree at /x: nothing to recover (`fencectl init` makes a new tree)"},
 		{fmt.Errorf("claim: %w", &fence.InvalidInputError{Input: fence.InputWait, Rule: fence.RuleRange, Value: -time.Second, Want: "must not be negative"}), "claim: invalid --wait -1s: must not be negative"},
 		{&fence.InvalidInputError{Input: fence.InputOutputName, Rule: fence.RuleFormat, Value: "a/b", Msg: `invalid output name "a/b": a file name`}, `invalid output name "a/b": a file name`},
+		{&fence.InvalidInputError{Input: fence.InputRoot, Rule: fence.RuleNetworkFS, Value: "/n", Msg: "/n is on nfs; nothing created."}, "/n is on nfs; nothing created. For a tree that several hosts share, use `--journal etcd://HOST:PORT/PREFIX`; if only this host ever uses the tree, pass --allow-network-fs"},
 	} {
 		obj := classify(c.err)
 		if obj.Code != exitUsage || obj.Reason != fence.ReasonInvalidInput || obj.Message != c.want {
 			t.Errorf("%v: exit %d %s %q, want exit 2 invalid_input %q", c.err, obj.Code, obj.Reason, obj.Message, c.want)
+		}
+		var in *fence.InvalidInputError
+		if errors.As(c.err, &in); obj.Rule != string(in.Rule) {
+			t.Errorf("%v: rule %q, want %q", c.err, obj.Rule, in.Rule)
 		}
 	}
 }

@@ -17,7 +17,7 @@ func initCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "create a task tree and its journal (idempotent)",
-		UsageText: "init [--ttl 10m] [--max-attempts 3] [--journal etcd://HOST:PORT[,HOST:PORT...]/PREFIX]",
+		UsageText: "init [--ttl 10m] [--max-attempts 3] [--journal etcd://HOST:PORT[,HOST:PORT...]/PREFIX] [--allow-network-fs]",
 		Description: `Creates the root if missing, inbox/ available/ claimed/ done/ failed/ out/ and
 .fence/ with the journal. The settings become the tree's defaults.
 
@@ -26,6 +26,10 @@ On an existing tree it checks the journal and changes nothing (exit 0); if
 2, since they did not apply. Of several inits at once, one creates the tree
 and the others find it. A directory whose state directories hold files but
 that has no journal is refused (exit 2): run recover to rebuild its journal.
+A bbolt journal on a file system other hosts may reach (NFS, SMB, Ceph,
+FUSE…) is refused (exit 2), since its lock and memory map do not hold
+across hosts; --allow-network-fs makes it anyway, for a tree that one host
+alone uses (every command then warns).
 
    fencectl --dir /srv/tasks init --ttl 30m --max-attempts 5
 
@@ -40,6 +44,7 @@ user and password only from FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD.
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "ttl", Value: fence.DefaultTTL, EnvVars: []string{"FENCE_TTL"}, Usage: "default lease length"},
 			&cli.IntFlag{Name: "max-attempts", Value: fence.DefaultMaxAttempts, Usage: "default attempts (fail or expiry) before a task goes to failed/"},
+			&cli.BoolFlag{Name: "allow-network-fs", Usage: "make a bbolt journal even on a network file system (NFS, SMB, FUSE…): only if one host alone uses the tree"},
 			jsonFlag,
 		}, journalFlags()...),
 		Action: func(c *cli.Context) error {
@@ -52,6 +57,7 @@ user and password only from FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD.
 			if o.Journal, err = journalChoice(c); err != nil {
 				return err
 			}
+			o.AllowNetworkFS = c.Bool("allow-network-fs")
 			res, err := fence.InitTree(c.String("dir"), d, o)
 			if err != nil {
 				return err

@@ -421,6 +421,7 @@ type errorObject struct {
 	Code      int                 `json:"code"`
 	Reason    string              `json:"reason"`
 	Message   string              `json:"message"`
+	Rule      string              `json:"rule,omitempty"` // invalid_input: the rule broken (fence.Rule)
 	Task      string              `json:"task,omitempty"`
 	YourToken uint64              `json:"your_token,omitempty"`
 	Holder    nullable[string]    `json:"holder,omitzero"`

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Damaged journals. recover rebuilds a journal that cannot be read; the
@@ -27,7 +25,7 @@ func setAside(dir string, now time.Time) (string, error) {
 		return "", nil
 	}
 	aside := path + damagedSuffix + now.UTC().Format("20060102T150405Z")
-	if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE); err != nil {
+	if err := renameNoReplace(path, aside); err != nil {
 		return "", fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
 	}
 	if err := fsyncPath(dir); err != nil {

@@ -123,7 +123,7 @@ func createSeeded(dir string, d record.Defaults, seed uint64) error {
 		err = fsyncPath(tmp)
 	}
 	if err == nil {
-		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE)
+		err = renameNoReplace(tmp, final)
 	}
 	if err == nil {
 		err = fsyncPath(dir)
