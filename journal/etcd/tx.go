@@ -41,6 +41,9 @@ type Tx struct {
 	meta    map[string]string
 	writes  int
 	err     error // sticky: a read that failed spoils the transaction
+	// untracked marks scans whose result needs no check at commit (see
+	// Expired).
+	untracked bool
 
 	live    map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
 	granted []clientv3.LeaseID          // leases this run granted
@@ -176,13 +179,16 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 }
 
 // scan calls fn for every key in [lo, hi) in key order, as this
-// transaction sees it, until fn returns false.
-func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) error {
+// transaction sees it, until fn returns false. Only the part of the range
+// actually read is checked at commit: a claim that stops at the first
+// ready task does not conflict with an add further down the index.
+func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) (err error) {
 	if err := t.begin(); err != nil {
 		return err
 	}
-	if t.write {
-		t.ranges = append(t.ranges, [2]string{lo, hi})
+	readTo := hi
+	if t.write && !t.untracked {
+		defer func() { t.ranges = append(t.ranges, [2]string{lo, readTo}) }()
 	}
 	var mine []string
 	for k := range t.buf {
@@ -191,9 +197,16 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) er
 		}
 	}
 	sort.Strings(mine)
+	visit := func(k, v string) (bool, error) {
+		more, err := fn(k, v)
+		if err != nil || !more {
+			readTo = k + "\x00"
+		}
+		return more, err
+	}
 	emit := func(k string) (bool, error) {
 		if o := t.buf[k]; !o.del {
-			return fn(k, o.val)
+			return visit(k, o.val)
 		}
 		return true, nil
 	}
@@ -218,7 +231,7 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) er
 			if k == "" {
 				continue
 			}
-			if more, err := fn(k, string(kv.Value)); err != nil || !more {
+			if more, err := visit(k, string(kv.Value)); err != nil || !more {
 				return err
 			}
 		}
@@ -370,7 +383,15 @@ func (t *Tx) leases() ([]lease, error) {
 // Expired returns the claimed tasks whose etcd lease ran out (their
 // liveness key is gone), oldest recorded deadline first. now is not
 // consulted: the hosts' clocks do not decide expiry on etcd.
+//
+// The scans are not checked at commit: what the caller does with an id it
+// returns rests on reading that task (Task checks its record and liveness
+// key), and a lease that expires meanwhile is simply reaped next time. So
+// reaping on every claim does not make claims conflict with every other
+// claim and heartbeat.
 func (t *Tx) Expired(now time.Time) []string {
+	t.untracked = true
+	defer func() { t.untracked = false }()
 	ls, err := t.leases()
 	if err != nil {
 		return nil
