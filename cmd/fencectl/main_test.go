@@ -63,6 +63,7 @@ func TestScripts(t *testing.T) {
 					"mkfifo":    cmdMkfifo,
 					"holdlock":  cmdHoldLock,
 					"setschema": cmdSetSchema,
+					"etcdwipe":  cmdEtcdWipe,
 				},
 			})
 		})
