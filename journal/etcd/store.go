@@ -30,6 +30,7 @@ type Store struct {
 	clock    func() time.Time
 
 	ceilingChecked atomic.Bool
+	raised         atomic.Uint64 // the ceiling this handle last wrote to the files
 }
 
 var _ journal.Store = (*Store)(nil)

@@ -43,6 +43,13 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	if next <= t.head.Ceiling && (!ok || onFile <= t.head.Ceiling) {
 		return next, nil
 	}
+	// A ceiling this process wrote in an earlier run of this Update (which
+	// then lost a race) is no sign of a lost journal: adopt it rather than
+	// jump above it again.
+	if ok && onFile > t.head.Ceiling && onFile == t.s.raised.Load() && next <= onFile {
+		t.head.Ceiling, t.headMod = onFile, true
+		return next, nil
+	}
 	if ok && onFile > t.head.Ceiling && onFile >= next {
 		next = onFile + 1
 	}
@@ -50,6 +57,7 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	if err := journal.RaiseCeiling(t.s.dir, raised); err != nil {
 		return 0, err
 	}
+	t.s.raised.Store(raised)
 	t.head.Ceiling, t.headMod = raised, true
 	return next, nil
 }
