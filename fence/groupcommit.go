@@ -459,7 +459,7 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 			evs = append(evs, p.evs...)
 		}
 	}
-	failed, err := t.mirrorEvents(evs)
+	failed, err := t.mirrorEvents(evs, !db.Exclusive())
 	// Committed: the journal holds the change; the next writer finishes
 	// what is left. A task whose file could not move fails the operations
 	// that moved it, not the others; a failed fsync fails them all.

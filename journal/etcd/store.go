@@ -31,6 +31,7 @@ type Store struct {
 
 	ceilingChecked atomic.Bool
 	raised         atomic.Uint64 // the ceiling this handle last wrote to the files
+	committed      atomic.Int64  // the revision of this handle's last commit
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -129,6 +130,9 @@ func (t *Tx) commit() error {
 		}
 	}
 	resp, err := t.s.b.cli.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
+	if err == nil && resp.Succeeded && t.headMod {
+		t.s.committed.Store(resp.Header.Revision)
+	}
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return fmt.Errorf("%w: %d writes and %d checks in one etcd transaction: %v", journal.ErrTooLarge, len(ops), len(cmps), err)
@@ -177,6 +181,16 @@ func (s *Store) Head() (string, error) {
 		return "", nil
 	}
 	return "etcd:" + strconv.FormatInt(resp.Kvs[0].ModRevision, 10), nil
+}
+
+// CommitHead is Head as it was right after this handle's last commit
+// that moved the head ("" if none): while Head still says so, nobody else
+// has committed since.
+func (s *Store) CommitHead() string {
+	if r := s.committed.Load(); r != 0 {
+		return "etcd:" + strconv.FormatInt(r, 10)
+	}
+	return ""
 }
 
 // Exclusive is false: writers on every host commit side by side.
