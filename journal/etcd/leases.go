@@ -20,9 +20,22 @@ import (
 // shorter --ttl runs for this long at least.
 const MinTTL = 2 * time.Second
 
+// liveValue is P/l/ID's value: the claim's token, then the TTL in
+// seconds the etcd lease was granted with (a heartbeat of the same length
+// only sends a keepalive).
+func liveValue(token uint64, ttl int64) string { return u64(token) + u64(uint64(ttl)) }
+
 // alive reports whether kv, the liveness key of a task, holds token.
 func alive(kv *mvccpb.KeyValue, token uint64) bool {
-	return kv != nil && getU64(string(kv.Value)) == token
+	return kv != nil && len(kv.Value) >= 8 && getU64(string(kv.Value[:8])) == token
+}
+
+// grantedTTL returns the TTL the liveness key's lease was granted with.
+func grantedTTL(kv *mvccpb.KeyValue) int64 {
+	if kv == nil || len(kv.Value) != 16 {
+		return 0
+	}
+	return int64(getU64(string(kv.Value[8:])))
 }
 
 // judge makes rec's deadline tell what etcd's clock says: a lease whose
@@ -101,8 +114,7 @@ func (t *Tx) tieLease(old *record.Task, rec record.Task) error {
 	}
 	if had != nil && had.Lease != 0 && alive(had, rec.Lease.Token) && old.Lease.Token == rec.Lease.Token {
 		id := clientv3.LeaseID(had.Lease)
-		ttlNow, err := t.s.b.cli.TimeToLive(t.ctx, id)
-		if err == nil && ttlNow.GrantedTTL == ttl {
+		if grantedTTL(had) == ttl {
 			if _, err := t.s.b.cli.KeepAliveOnce(t.ctx, id); err != nil {
 				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 					return t.fail(errConflict)
@@ -111,9 +123,6 @@ func (t *Tx) tieLease(old *record.Task, rec record.Task) error {
 			}
 			return nil
 		}
-		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return t.fail(err)
-		}
 		t.revoke = append(t.revoke, id)
 	}
 	g, err := t.s.b.cli.Grant(t.ctx, ttl)
@@ -121,6 +130,6 @@ func (t *Tx) tieLease(old *record.Task, rec record.Task) error {
 		return t.fail(err)
 	}
 	t.granted = append(t.granted, g.ID)
-	t.buf[lk] = &op{val: u64(rec.Lease.Token), lease: g.ID}
+	t.buf[lk] = &op{val: liveValue(rec.Lease.Token, ttl), lease: g.ID}
 	return nil
 }
