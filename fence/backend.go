@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
 
@@ -22,19 +23,23 @@ func (o Options) backendFor(meta string) (b journal.Backend, owned bool, err err
 	if o.Backend != nil {
 		return o.Backend, false, nil
 	}
+	cfg, found := JournalConfig{}, false
 	if o.Journal != nil {
-		b, err = journal.BackendOf(*o.Journal)
-		return b, err == nil, err
-	}
-	cfg, found, err := journal.ReadConfig(meta)
-	if err != nil {
+		cfg, found = *o.Journal, true
+	} else if cfg, found, err = journal.ReadConfig(meta); err != nil {
 		return nil, false, err
 	}
 	if !found {
 		return boltstore.Backend{}, false, nil
 	}
-	b, err = journal.BackendOf(cfg)
-	return b, err == nil, err
+	if b, err = journal.BackendOf(cfg); err != nil {
+		return nil, false, err
+	}
+	// A networked store bounds its first calls by the caller's timeout.
+	if s, ok := b.(interface{ SetTimeout(time.Duration) }); ok {
+		s.SetTimeout(o.Timeout)
+	}
+	return b, true, nil
 }
 
 // closeBackend closes b if it holds anything (the etcd client).

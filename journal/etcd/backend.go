@@ -31,10 +31,11 @@ const DefaultTimeout = 10 * time.Second
 // Backend is the etcd store of one tree's journal. It holds one client,
 // made on first use and shared by every handle it opens.
 type Backend struct {
-	cfg    journal.Config
-	once   sync.Once
-	cli    *clientv3.Client
-	cliErr error
+	cfg     journal.Config
+	timeout time.Duration // bounds Exists and LockTree's default; see SetTimeout
+	once    sync.Once
+	cli     *clientv3.Client
+	cliErr  error
 }
 
 var _ journal.Backend = (*Backend)(nil)
@@ -46,6 +47,17 @@ func New(c journal.Config) (*Backend, error) {
 		return nil, fmt.Errorf("not an etcd journal config: %+v", c)
 	}
 	return &Backend{cfg: c}, nil
+}
+
+// SetTimeout bounds the calls that take no timeout of their own (Exists),
+// so that a command's --timeout holds from its first call to etcd.
+func (b *Backend) SetTimeout(d time.Duration) { b.timeout = timeoutOf(d) }
+
+func (b *Backend) callTimeout() time.Duration {
+	if b.timeout > 0 {
+		return b.timeout
+	}
+	return DefaultTimeout
 }
 
 // Config returns the journal config the backend was made from.
@@ -166,7 +178,7 @@ func (b *Backend) Exists(string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout())
 	defer cancel()
 	resp, err := cli.Get(ctx, b.metaKey(metaVersion), clientv3.WithCountOnly())
 	if err != nil {
