@@ -36,6 +36,8 @@ type Backend struct {
 	once    sync.Once
 	cli     *clientv3.Client
 	cliErr  error
+	poolMu  sync.Mutex
+	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
 }
 
 var _ journal.Backend = (*Backend)(nil)
@@ -140,22 +142,6 @@ func (b *Backend) unreachable(err error) error {
 		return &journal.UnreachableError{Store: "etcd", Endpoints: b.cfg.Endpoints, Err: err}
 	}
 	return err
-}
-
-// revokeLater revokes leases in the background: an ended claim's lease
-// holds no key any more, so a revoke that never happens costs etcd a
-// little memory until the TTL, nothing else.
-func (b *Backend) revokeLater(ids []clientv3.LeaseID) {
-	if len(ids) == 0 {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for _, id := range ids {
-			_, _ = b.cli.Revoke(ctx, id)
-		}
-	}()
 }
 
 func timeoutOf(d time.Duration) time.Duration {

@@ -37,10 +37,10 @@
 //
 // # Leases
 //
-// Leases expire by etcd's clock, not the hosts': a claim grants an etcd
-// lease of the claim's TTL (whole seconds, at least etcd's minimum) and
-// attaches P/l/ID to it; a heartbeat keeps it alive; etcd deletes the key
-// when it runs out. A claimed task whose P/l/ID is gone (or holds another
+// Leases expire by etcd's clock, not the hosts': a claim or heartbeat
+// puts P/l/ID under an etcd lease that etcd keeps for at least the claim's
+// TTL from then (leases.go: granted for TTL + 1 s, shared by the claims of
+// one second); etcd deletes the key when it runs out. A claimed task whose P/l/ID is gone (or holds another
 // token) is expired whatever its recorded deadline says, and one whose key
 // is alive is not, so a host whose clock is off can neither expire nor
 // extend anyone's lease. The deadline in the record is the claiming host's

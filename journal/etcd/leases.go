@@ -1,11 +1,10 @@
 package etcd
 
 import (
-	"errors"
+	"context"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencectl/fencectl/journal/record"
@@ -21,21 +20,12 @@ import (
 const MinTTL = 2 * time.Second
 
 // liveValue is P/l/ID's value: the claim's token, then the TTL in
-// seconds the etcd lease was granted with (a heartbeat of the same length
-// only sends a keepalive).
+// seconds the claim asked for.
 func liveValue(token uint64, ttl int64) string { return u64(token) + u64(uint64(ttl)) }
 
 // alive reports whether kv, the liveness key of a task, holds token.
 func alive(kv *mvccpb.KeyValue, token uint64) bool {
 	return kv != nil && len(kv.Value) >= 8 && getU64(string(kv.Value[:8])) == token
-}
-
-// grantedTTL returns the TTL the liveness key's lease was granted with.
-func grantedTTL(kv *mvccpb.KeyValue) int64 {
-	if kv == nil || len(kv.Value) != 16 {
-		return 0
-	}
-	return int64(getU64(string(kv.Value[8:])))
 }
 
 // judge makes rec's deadline tell what etcd's clock says: a lease whose
@@ -82,29 +72,16 @@ func ttlSeconds(d time.Duration) int64 {
 }
 
 // tieLease keeps the liveness key in step with rec, a task just written:
-// a new claim (or a heartbeat that changes the lease's length) gets a new
-// etcd lease; a heartbeat of the same length keeps the lease alive; a
-// lease that ended loses its key. A keepalive that finds the lease gone
-// runs the transaction again, which then sees the lease expired.
+// a claim or heartbeat puts it under a lease that runs at least the
+// claim's TTL from now on etcd's clock (see pooledLease); a lease that
+// ended loses its key. The transaction's compare on the key (Task read
+// it) makes a heartbeat of a lease etcd expired meanwhile run again, and
+// then refuse.
 func (t *Tx) tieLease(old *record.Task, rec record.Task) error {
 	lk := t.key(famLive, rec.ID)
-	var had *mvccpb.KeyValue
-	if old != nil && old.State == record.Claimed && old.Lease != nil {
-		if kv, ok := t.live[rec.ID]; ok {
-			had = kv
-		} else {
-			kvs, err := t.get(lk)
-			if err != nil {
-				return err
-			}
-			had = kvs[lk]
-		}
-	}
-	holding := rec.State == record.Claimed && rec.Lease != nil
-	if !holding {
-		if had != nil {
+	if rec.State != record.Claimed || rec.Lease == nil {
+		if old != nil && old.State == record.Claimed {
 			t.del(lk)
-			t.revoke = append(t.revoke, clientv3.LeaseID(had.Lease))
 		}
 		return nil
 	}
@@ -112,24 +89,54 @@ func (t *Tx) tieLease(old *record.Task, rec record.Task) error {
 	if rec.Lease.TTL <= 0 {
 		ttl = ttlSeconds(rec.Lease.Deadline.Sub(rec.Lease.ClaimedAt))
 	}
-	if had != nil && had.Lease != 0 && alive(had, rec.Lease.Token) && old.Lease.Token == rec.Lease.Token {
-		id := clientv3.LeaseID(had.Lease)
-		if grantedTTL(had) == ttl {
-			if _, err := t.s.b.cli.KeepAliveOnce(t.ctx, id); err != nil {
-				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-					return t.fail(errConflict)
-				}
-				return t.fail(err)
-			}
-			return nil
-		}
-		t.revoke = append(t.revoke, id)
-	}
-	g, err := t.s.b.cli.Grant(t.ctx, ttl)
+	id, err := t.s.b.pooledLease(t.ctx, ttl)
 	if err != nil {
 		return t.fail(err)
 	}
-	t.granted = append(t.granted, g.ID)
-	t.buf[lk] = &op{val: liveValue(rec.Lease.Token, ttl), lease: g.ID}
+	t.buf[lk] = &op{val: liveValue(rec.Lease.Token, ttl), lease: id}
 	return nil
+}
+
+// leaseWindow is how long a granted lease is handed to new claims and
+// heartbeats of its TTL. It is granted for TTL + leaseWindow, so a claim
+// that gets it at any moment of the window holds at least its TTL, and at
+// most a window more: one grant (a consensus round) per TTL per window
+// instead of one per claim and heartbeat.
+const leaseWindow = time.Second
+
+type pooled struct {
+	id clientv3.LeaseID
+	at time.Time // when granted, on this host's monotonic clock
+}
+
+// pooledLease returns a lease that etcd keeps for at least ttl seconds
+// from now. Only the monotonic clock's rate takes part (how long ago the
+// lease was granted), never the wall clock.
+func (b *Backend) pooledLease(ctx context.Context, ttl int64) (clientv3.LeaseID, error) {
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
+	if p, ok := b.pool[ttl]; ok && time.Since(p.at) < leaseWindow {
+		return p.id, nil
+	}
+	start := time.Now()
+	g, err := b.cli.Grant(ctx, ttl+int64(leaseWindow/time.Second))
+	if err != nil {
+		return 0, err
+	}
+	if b.pool == nil {
+		b.pool = map[int64]pooled{}
+	}
+	b.pool[ttl] = pooled{g.ID, start}
+	return g.ID, nil
+}
+
+// dropLease forgets a pooled lease etcd no longer has.
+func (b *Backend) dropLease(id clientv3.LeaseID) {
+	b.poolMu.Lock()
+	defer b.poolMu.Unlock()
+	for ttl, p := range b.pool {
+		if p.id == id {
+			delete(b.pool, ttl)
+		}
+	}
 }

@@ -84,10 +84,8 @@ func (s *Store) Update(fn func(journal.Tx) error) error {
 			err = t.commit()
 		}
 		if err == nil {
-			t.done()
 			return nil
 		}
-		t.abort()
 		if !errors.Is(err, errConflict) {
 			return err
 		}
@@ -136,6 +134,14 @@ func (t *Tx) commit() error {
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return fmt.Errorf("%w: %d writes and %d checks in one etcd transaction: %v", journal.ErrTooLarge, len(ops), len(cmps), err)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// A pooled lease ran out (a long run of retries): take a new one.
+		for _, o := range t.buf {
+			if o.lease != 0 {
+				t.s.b.dropLease(o.lease)
+			}
+		}
+		return errConflict
 	case err != nil:
 		return t.s.b.unreachable(err)
 	case !resp.Succeeded:
@@ -162,12 +168,6 @@ func mergeRanges(rs [][2]string) [][2]string {
 	}
 	return out
 }
-
-// done revokes the leases that the commit let go of.
-func (t *Tx) done() { t.s.b.revokeLater(t.revoke) }
-
-// abort revokes the leases this run granted and will not use.
-func (t *Tx) abort() { t.s.b.revokeLater(t.granted) }
 
 // Head identifies the last commit: the mod revision of the head key.
 func (s *Store) Head() (string, error) {
@@ -240,19 +240,13 @@ func isCompacted(err error) bool {
 	return errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrFutureRev)
 }
 
-// ExpireLease ends the etcd lease of task id's claim now, as if its TTL
-// had run out on etcd's clock: for tests of expiry, which cannot wind
-// etcd's clock forward.
+// ExpireLease ends task id's claim's lease now, as if etcd had expired
+// it: its liveness key goes, as etcd deletes it when the lease runs out
+// (the lease itself may be shared with other claims, so it stays). For
+// tests of expiry, which cannot wind etcd's clock forward.
 func (s *Store) ExpireLease(id string) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.b.cli.Get(ctx, s.prefix+famLive+id)
-	if err != nil {
-		return s.b.unreachable(err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil
-	}
-	_, err = s.b.cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-	return err
+	_, err := s.b.cli.Delete(ctx, s.prefix+famLive+id)
+	return s.b.unreachable(err)
 }

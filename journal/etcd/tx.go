@@ -45,10 +45,8 @@ type Tx struct {
 	// Expired).
 	untracked bool
 
-	live    map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
-	granted []clientv3.LeaseID          // leases this run granted
-	revoke  []clientv3.LeaseID          // leases to revoke once committed
-	first   uint64                      // first event this run appended
+	live  map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
+	first uint64                      // first event this run appended
 }
 
 // op is one buffered write.
