@@ -36,6 +36,8 @@ type Backend struct {
 	once    sync.Once
 	cli     *clientv3.Client
 	cliErr  error
+	sessMu  sync.Mutex
+	sess    *concurrency.Session // for the writers' queue, made on first need
 	poolMu  sync.Mutex
 	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
 }
@@ -144,6 +146,42 @@ func (b *Backend) unreachable(err error) error {
 	return err
 }
 
+// writeLockTTL bounds how long a writer that died at the head of the
+// writers' queue holds everyone up.
+const writeLockTTL = 5
+
+// writeLock waits for this process's turn at the head of the writers'
+// queue and returns the function that gives it up.
+func (b *Backend) writeLock(ctx context.Context) (func(), error) {
+	b.sessMu.Lock()
+	if b.sess != nil {
+		select {
+		case <-b.sess.Done(): // its lease was lost: make another
+			b.sess = nil
+		default:
+		}
+	}
+	if b.sess == nil {
+		sess, err := concurrency.NewSession(b.cli, concurrency.WithTTL(writeLockTTL))
+		if err != nil {
+			b.sessMu.Unlock()
+			return nil, err
+		}
+		b.sess = sess
+	}
+	sess := b.sess
+	b.sessMu.Unlock()
+	m := concurrency.NewMutex(sess, b.cfg.Prefix+keyWriters)
+	if err := m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.Unlock(c)
+	}, nil
+}
+
 func timeoutOf(d time.Duration) time.Duration {
 	switch {
 	case d == 0:
@@ -195,8 +233,11 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 	return s, nil
 }
 
-// Close closes the client.
+// Close closes the client (and ends the writers' queue session).
 func (b *Backend) Close() error {
+	if b.sess != nil {
+		b.sess.Close()
+	}
 	if b.cli != nil {
 		return b.cli.Close()
 	}

@@ -20,6 +20,7 @@ const (
 	famEvent   = "/e/"
 	famByTask  = "/b/"
 	keyLock    = "/lock"
+	keyWriters = "/w" // the writers' queue (store.go)
 
 	metaVersion  = "version"
 	metaTreeID   = "tree_id"

@@ -65,14 +65,32 @@ func (s *Store) View(fn func(journal.Tx) error) error {
 // Update runs fn and commits what it wrote in one etcd transaction that
 // holds only if nothing fn read has changed since; else it runs fn again
 // on a fresh snapshot, until the timeout.
+//
+// Optimism alone is not fair: under contention a writer can lose every
+// race to writers that read after it. So after escalateAfter conflicts in
+// a row a writer joins the writers' queue (an etcd mutex: first come,
+// first served) and, holding it, runs alone: every optimistic commit
+// checks that nobody holds the queue's head, so the holder loses at most
+// one more race, to a commit already in flight. A holder that dies lets
+// go when its session's lease (writeLockTTL) runs out.
 func (s *Store) Update(fn func(journal.Tx) error) error {
 	if s.readOnly {
 		return errors.New("journal opened read-only")
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
+	locked := false
 	for attempt := 0; ; attempt++ {
+		if attempt == escalateAfter {
+			unlock, err := s.b.writeLock(ctx)
+			if err != nil {
+				return s.contended(ctx, attempt, err)
+			}
+			defer unlock()
+			locked = true
+		}
 		t := s.newTx(ctx, true)
+		t.locked = locked
 		err := t.begin()
 		if err == nil {
 			err = fn(t)
@@ -91,14 +109,27 @@ func (s *Store) Update(fn func(journal.Tx) error) error {
 		}
 		Retries.Add(1)
 		if ctx.Err() != nil {
-			return s.b.unreachable(ctx.Err())
+			return s.contended(ctx, attempt+1, ctx.Err())
 		}
 		// Whoever won has committed; a little jitter keeps the losers from
 		// meeting again at once.
-		if attempt > 0 {
-			time.Sleep(time.Duration(rand.Int64N(int64(min(attempt, 8)) * int64(500*time.Microsecond))))
+		if attempt > 0 && !locked {
+			time.Sleep(time.Duration(rand.Int64N(int64(attempt) * int64(500*time.Microsecond))))
 		}
 	}
+}
+
+// escalateAfter is how many conflicts in a row send a writer to the
+// writers' queue.
+const escalateAfter = 3
+
+// contended reports a timeout met while losing races (etcd answered: the
+// tree is busy, not unreachable).
+func (s *Store) contended(ctx context.Context, conflicts int, err error) error {
+	if ctx.Err() == nil {
+		return s.b.unreachable(err)
+	}
+	return fmt.Errorf("%w: %d commits lost to other writers in a row, then the writers' queue did not reach this one within %s (raise --timeout; etcd answered throughout)", journal.ErrBusy, conflicts, s.timeout)
 }
 
 // commit applies the buffered writes if nothing read has changed.
@@ -109,7 +140,11 @@ func (t *Tx) commit() error {
 	if len(t.buf) == 0 {
 		return nil
 	}
-	cmps := make([]clientv3.Cmp, 0, len(t.reads)+len(t.ranges))
+	cmps := make([]clientv3.Cmp, 0, len(t.reads)+len(t.ranges)+1)
+	if !t.locked {
+		// Nobody is at the head of the writers' queue (see Update).
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(t.s.prefix+keyWriters+"/"), "=", 0).WithPrefix())
+	}
 	for k, rev := range t.reads {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
 	}

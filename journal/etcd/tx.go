@@ -44,6 +44,7 @@ type Tx struct {
 	// untracked marks scans whose result needs no check at commit (see
 	// Expired).
 	untracked bool
+	locked    bool // this run holds the writers' queue (Store.Update)
 
 	live  map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
 	first uint64                      // first event this run appended
