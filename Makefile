@@ -25,7 +25,7 @@ BENCH_COUNT ?= 3
 
 PREFIX     ?= /usr/local
 
-.PHONY: help build install test test-race bench torture demo fmt lint clean
+.PHONY: help build install test test-race bench torture demo demo-hosts fmt lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ torture: ## the full torture suite (minutes): kill storm, crash points, lineariz
 
 demo: build ## several agents work through a batch on a throwaway tree; one is killed and its token refused
 	@FENCECTL=$(CURDIR)/$(BIN) bash docs/demo.sh
+
+demo-hosts: build ## two "hosts" share one tree, its journal in a throwaway etcd (/usr/bin/etcd); one agent is killed, its lease expires on etcd's clock
+	@FENCECTL=$(CURDIR)/$(BIN) bash docs/demo-hosts.sh
 
 fmt: ## gofmt the code
 	gofmt -w $$(git ls-files '*.go')

@@ -17,6 +17,8 @@ import (
 var (
 	fencectlBin      string // the release binary: make build's tags and flags
 	fencectlPlainBin string // a plain `go build`, docs generator linked in
+	fencectlEtcdBin  string // make build's fencectl-etcd, beside fencectlBin
+	etcdBenchBin     string // bench/etcdbench: the etcd member, the etcd library rows
 	helloBin         string // a Go hello-world: the process-start ceiling
 	bareClaimBin     string // testdata/bareclaim: a durable claim with nothing else
 	selfBin          string // this test binary, for the BENCH_HELPER commands
@@ -69,6 +71,16 @@ func setUp() (int, error) {
 		return 1, err
 	}
 	if err := goBuild("", nil, "build", "-o", fencectlPlainBin, "../cmd/fencectl"); err != nil {
+		return 1, err
+	}
+	// fencectl-etcd beside fencectl, as make build and make install put
+	// them: fencectl hands etcd trees to it.
+	fencectlEtcdBin = filepath.Join(dir, "fencectl-etcd")
+	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs,etcd", "-trimpath", "-o", fencectlEtcdBin, "../cmd/fencectl"); err != nil {
+		return 1, err
+	}
+	etcdBenchBin = filepath.Join(dir, "etcdbench")
+	if err := goBuild("", nil, "build", "-o", etcdBenchBin, "./etcdbench"); err != nil {
 		return 1, err
 	}
 	hello := filepath.Join(dir, "hello-src")

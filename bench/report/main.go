@@ -228,7 +228,7 @@ func write(w io.Writer, r *results, cmd string, now time.Time) {
 		if t.pass(v) {
 			res = "PASS"
 		}
-		p("| %s | %s (%s) | %s | %s |\n", t.what, fmtRatio(v), detail, t.bound(), res)
+		p("| %s | %s (%s) | %s | %s |\n", t.what, t.fmtValue(v), detail, t.bound(), res)
 	}
 	p("\n")
 	if x, ok := r.get("BenchmarkCeiling_DurableClaim/procs=8", "x-hello"); ok {
@@ -428,6 +428,7 @@ var groups = []group{
 	{"fencectl through the Go API", []string{"BenchmarkLibrary_"}},
 	{"Baselines: the patterns people use today", []string{"BenchmarkBaseline"}},
 	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/"}},
+	{"Many hosts: the etcd journal beside bbolt", []string{"BenchmarkBackend_"}},
 	{"Other", []string{"BenchmarkRun_"}},
 }
 
@@ -508,6 +509,31 @@ func meaning(r *results, name string) string {
 		return fmt.Sprintf("The same through one `fencectl claim` process, %s ready tasks (+ 300 at the start).", k["tasks"])
 	case "BenchmarkCLI_Status":
 		return fmt.Sprintf("One `fencectl status` process with %s tasks in the journal: counts are kept per state, not counted.", k["tasks"])
+	case "BenchmarkBackend_Library":
+		if k["backend"] == "bbolt" {
+			return "16 goroutines sharing one `*fence.Tree` on bbolt, claim + complete (group commit): the bbolt side of the etcd rows below, in the same run."
+		}
+		s := fmt.Sprintf("The same on etcd (one member, over loopback, in another process): 16 goroutines sharing one `*fence.Tree`, so one etcd client and group commit; %s retries per claim (transactions a conflict made run again).", num(r, name, "retries/claim"))
+		if k["clients"] != "" {
+			s = fmt.Sprintf("%s `*fence.Tree`s on one etcd member, one goroutine each: %s etcd clients whose claims race; %s retries per claim (transactions a conflict made run again).", k["clients"], k["clients"], num(r, name, "retries/claim"))
+		}
+		if v, ok := r.get(name, "timeouts"); ok && v > 0 {
+			s += fmt.Sprintf(" **%s claims lost every race for the store's whole timeout (10 s) and failed** as if etcd did not answer; they were run again.", fmtNum(v))
+		}
+		return s
+	case "BenchmarkBackend_CLI":
+		switch {
+		case k["backend"] == "bbolt":
+			return "8 agent processes looping `fencectl claim` then `fencectl complete` on a bbolt tree: the bbolt side of the etcd rows below, in the same run."
+		case k["bin"] == "fencectl-etcd":
+			return "The same on an etcd tree with `fencectl-etcd`, the binary that links the etcd client: every step is a process start, a connection to etcd, and one etcd transaction (plus a lease grant for a claim)."
+		}
+		return "The same on an etcd tree through plain `fencectl`, which reads `.fence/journal.json` and execs `fencectl-etcd`: the hand-off every etcd command pays when agents call `fencectl`."
+	case "BenchmarkBackend_Start":
+		return fmt.Sprintf("`fencectl status` on a bbolt tree, one process at a time, the plain release binary alternating with `fencectl-etcd` (the same with etcd linked): %s ms and %s ms of CPU (median) for `fencectl`, %s ms and %s ms of CPU for `fencectl-etcd`, %s ms more. This is why plain `fencectl` does not link etcd.",
+			num(r, name, "p50-ms"), num(r, name, "cpu-ms"), num(r, name, "etcd-bin-p50-ms"), num(r, name, "etcd-bin-cpu-ms"), num(r, name, "etcd-bin-extra-ms"))
+	case "BenchmarkBackend_HandOffCheck":
+		return "What plain `fencectl` does for etcd on a bbolt tree: before each command it looks for `.fence/journal.json` (`fence.TreeJournal`, tree `.`) to know whether to hand the tree to `fencectl-etcd`; the file is missing. Median of one check in the process: the whole start-up difference between `fencectl` and a build without etcd code."
 	case "BenchmarkRun_RevokeToSignal":
 		s := fmt.Sprintf("`fencectl run` sending SIGTERM to its command after an operator's `revoke`: %s ms from the revoke process's start, %s ms from its return (median).",
 			num(r, name, "ms-from-revoke-start"), num(r, name, "ms-from-revoke-return"))
@@ -540,6 +566,15 @@ type target struct {
 	atLeast bool // true: measured ≥ limit; false: measured ≤ limit
 	limit   float64
 	measure func(r *results) (v float64, detail string, ok bool)
+	unit    string // "" for a ratio (×); else the unit of an absolute figure
+}
+
+// fmtValue renders a measured value of t: a ratio, or a figure and its unit.
+func (t target) fmtValue(v float64) string {
+	if t.unit == "" {
+		return fmtRatio(v)
+	}
+	return fmtNum(v) + " " + t.unit
 }
 
 func (t target) pass(v float64) bool {
@@ -550,7 +585,10 @@ func (t target) pass(v float64) bool {
 }
 
 func (t target) bound() string {
-	lim := strconv.FormatFloat(t.limit, 'g', -1, 64) + "×"
+	lim := strconv.FormatFloat(t.limit, 'f', -1, 64) + "×"
+	if t.unit != "" {
+		lim = strconv.FormatFloat(t.limit, 'f', -1, 64) + " " + t.unit
+	}
 	if t.atLeast {
 		return "≥ " + lim
 	}
@@ -625,24 +663,52 @@ func xFloor(name string) func(r *results) (float64, string, bool) {
 
 var targets = []target{
 	{"CLI claims at 8 processes vs hello-world 8 ways, `make build` binary", true, 0.6,
-		vsHello("CLI_Claim/build=release/procs=8")},
+		vsHello("CLI_Claim/build=release/procs=8"), ""},
 	{"CLI claims at 8 processes vs hello-world 8 ways, plain `go build` binary", true, 0.5,
-		vsHello("CLI_Claim/build=plain/procs=8")},
+		vsHello("CLI_Claim/build=plain/procs=8"), ""},
 	{"CLI claim + complete at 8 processes vs JSON state one process per step, 100k tasks", true, 50,
-		ratio("CLI_ClaimComplete/procs=8", "claims/s", "BaselineJSON/mode=process/procs=8/tasks=100k", "claims/s")},
+		ratio("CLI_ClaimComplete/procs=8", "claims/s", "BaselineJSON/mode=process/procs=8/tasks=100k", "claims/s"), ""},
 	{"Library (1 goroutine) vs JSON state in-process, 1k tasks", true, 3,
-		ratio("Library_ClaimComplete/goroutines=1", "claims/s", "BaselineJSON/mode=inproc/procs=1/tasks=1k", "claims/s")},
+		ratio("Library_ClaimComplete/goroutines=1", "claims/s", "BaselineJSON/mode=inproc/procs=1/tasks=1k", "claims/s"), ""},
 	{"Library (1 goroutine) vs JSON state in-process, 100k tasks", true, 100,
-		ratio("Library_ClaimComplete/goroutines=1", "claims/s", "BaselineJSON/mode=inproc/procs=1/tasks=100k", "claims/s")},
+		ratio("Library_ClaimComplete/goroutines=1", "claims/s", "BaselineJSON/mode=inproc/procs=1/tasks=100k", "claims/s"), ""},
 	{"p99 / p50 of a claim at 16 CLI processes", false, 3,
-		ratio("CLI_ClaimComplete/procs=16", "p99-ms", "CLI_ClaimComplete/procs=16", "p50-ms")},
+		ratio("CLI_ClaimComplete/procs=16", "p99-ms", "CLI_ClaimComplete/procs=16", "p50-ms"), ""},
 	{"Claim-next p50 at 1M tasks vs 1k (Go API), each over the disk's floor of its moment", false, 1.5,
-		floorRatio("ClaimNext/tasks=1M", "ClaimNext/tasks=1k")},
+		floorRatio("ClaimNext/tasks=1M", "ClaimNext/tasks=1k"), ""},
 	{"Claim-next p50 at 1M tasks vs 1k (CLI), each over the disk's floor of its moment", false, 1.5,
-		floorRatio("CLI_ClaimNext/tasks=1M", "CLI_ClaimNext/tasks=1k")},
-	{"Library claim p50 (1 goroutine) vs the fdatasync floor", false, 8, xFloor("Library_ClaimComplete/goroutines=1")},
+		floorRatio("CLI_ClaimNext/tasks=1M", "CLI_ClaimNext/tasks=1k"), ""},
+	{"Library claim p50 (1 goroutine) vs the fdatasync floor", false, 8, xFloor("Library_ClaimComplete/goroutines=1"), ""},
 	{"Library claims/s, 16 goroutines vs 1", true, 5,
-		ratio("Library_ClaimComplete/goroutines=16", "claims/s", "Library_ClaimComplete/goroutines=1", "claims/s")},
+		ratio("Library_ClaimComplete/goroutines=16", "claims/s", "Library_ClaimComplete/goroutines=1", "claims/s"), ""},
+	{"etcd: library claims/s, 16 goroutines on one member (one Tree, group commit)", true, 5000,
+		figure("Backend_Library/backend=etcd/goroutines=16", "claims/s", "bbolt in the same run: %s claims/s", "Backend_Library/backend=bbolt/goroutines=16"), "claims/s"},
+	{"etcd: CLI claim + complete at 8 processes (`fencectl-etcd`) vs bbolt in the same run", true, 0.5,
+		ratio("Backend_CLI/backend=etcd/bin=fencectl-etcd/procs=8", "claims/s", "Backend_CLI/backend=bbolt/procs=8", "claims/s"), ""},
+	{"etcd: what plain `fencectl` adds to a bbolt tree's start (the hand-off check)", false, 0.2,
+		figure("Backend_HandOffCheck", "p50-ms", "`fencectl-etcd` would add %s ms", "Backend_Start", "etcd-bin-extra-ms"), "ms"},
+}
+
+// figure is one benchmark's figure as an absolute target, with another
+// row's figure (its rate, or unit alongUnit) in the detail.
+func figure(name, unit, detail, along string, alongUnit ...string) func(r *results) (float64, string, bool) {
+	return func(r *results) (float64, string, bool) {
+		v, ok := r.get("Benchmark"+name, unit)
+		if !ok {
+			return 0, "no " + name, false
+		}
+		var a float64
+		var okA bool
+		if len(alongUnit) > 0 {
+			a, okA = r.get("Benchmark"+along, alongUnit[0])
+		} else {
+			a, okA = r.get("Benchmark"+along, unit)
+		}
+		if !okA {
+			return v, name, true
+		}
+		return v, fmt.Sprintf(detail, fmtNum(a)), true
+	}
 }
 
 // ---- notes
