@@ -35,13 +35,28 @@ func (t *Tree) adoptInbox(db journal.Store) {
 	for _, r := range rejected {
 		t.notify(NoticeInboxRejected, r.Name, r.Why)
 	}
-	if len(valid) == 0 {
-		return
+	// One transaction of a store like etcd holds about 128 operations: a
+	// full inbox is adopted a slice at a time there.
+	for len(valid) > 0 {
+		n := len(valid)
+		if !db.Exclusive() {
+			n = min(n, adoptSlice)
+		}
+		t.adoptSome(db, valid[:n])
+		valid = valid[n:]
 	}
+}
+
+// adoptSlice is how many inbox files one transaction adopts on a store
+// whose writers do not take turns (about five writes each).
+const adoptSlice = 16
+
+// adoptSome adopts the inbox files valid in one transaction.
+func (t *Tree) adoptSome(db journal.Store, valid []string) {
 	b := t.mirror.NewBatch()
 	var evs []record.Event
 	staged := map[string]string{} // task id → staged name
-	err = db.Update(func(tx journal.Tx) error {
+	err := db.Update(func(tx journal.Tx) error {
 		evs = nil // a store may run this more than once: each run afresh
 		d, err := tx.Defaults()
 		if err != nil {
