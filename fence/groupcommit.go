@@ -154,6 +154,9 @@ type writerSlot struct {
 	// this Tree finished itself; while it is still the head, settling can
 	// be skipped.
 	settled atomic.Pointer[string]
+	// shared is set once a writer found that the store lets writers of
+	// other processes (hosts) commit side by side (Store.Exclusive false).
+	shared atomic.Bool
 }
 
 // parked holds a parked journal handle (an interface value cannot be
@@ -303,6 +306,7 @@ func (t *Tree) beginWrite(db journal.Store) error {
 		t.notify(NoticeReopened, string(d), string(d)+"/ was replaced since this process opened it; using the new one")
 	}
 	if !db.Exclusive() {
+		t.batch.shared.Store(true)
 		// Writers on several hosts commit side by side: any commit may have
 		// moves a crash left undone, so there is no "last commit" to
 		// settle. Each task's file is put where the journal says when a

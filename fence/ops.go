@@ -351,6 +351,11 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 			t.notify(NoticeSkipped, cand, err.Error()+"; not claimed")
 		default:
 			switch where, _, lerr := t.mirror.Locate(cand); {
+			case lerr == nil && t.batch.shared.Load():
+				// Another host's commit may have moved it after this
+				// transaction's snapshot: a race, not drift (the commit
+				// fails its check and runs again if so; replay --check
+				// reports a file truly out of place).
 			case lerr == nil:
 				t.notify(NoticeSkipped, cand, string(dir)+"/"+cand+" is in "+string(where)+"/; not claimed")
 			case errors.Is(lerr, fs.ErrNotExist):
