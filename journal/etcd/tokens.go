@@ -24,6 +24,10 @@ func (t *Tx) NextToken(now time.Time) (uint64, error) {
 		return 0, err
 	}
 	t.head.Token, t.headMod = next, true
+	if t.issued == nil {
+		t.issued = map[uint64]bool{}
+	}
+	t.issued[next] = true
 	return next, nil
 }
 

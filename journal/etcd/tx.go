@@ -44,7 +44,10 @@ type Tx struct {
 	// untracked marks scans whose result needs no check at commit (see
 	// Expired).
 	untracked bool
-	locked    bool // this run holds the writers' queue (Store.Update)
+	locked    bool            // this run holds the writers' queue (Store.Update)
+	expired   []string        // Expired's snapshot answer, once read
+	issued    map[uint64]bool // tokens this run issued: no claim yet
+	readyPage int64           // the next page size of the ready scan
 
 	live  map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
 	first uint64                      // first event this run appended
@@ -121,6 +124,15 @@ func (t *Tx) begin() error {
 	return t.err
 }
 
+// pinned are the options of every read after the first: at the
+// snapshot's revision, and serializable (no round through consensus): the
+// member's store at a revision it has applied is exact, and one that has
+// not applied it yet answers ErrFutureRev, which runs the transaction
+// again. Only begin's read is linearizable; it fixes the snapshot.
+func (t *Tx) pinned() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithRev(t.rev), clientv3.WithSerializable()}
+}
+
 // get reads keys as this transaction sees them: its own writes, else the
 // snapshot. A key that is absent maps to nil.
 func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
@@ -138,7 +150,7 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 			}
 			continue
 		}
-		ops = append(ops, clientv3.OpGet(k, clientv3.WithRev(t.rev)))
+		ops = append(ops, clientv3.OpGet(k, t.pinned()...))
 	}
 	if len(ops) == 0 {
 		return out, nil
@@ -210,8 +222,12 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) (e
 		return true, nil
 	}
 	from := lo
+	page := int64(pageSize)
+	if t.readyPage > 0 {
+		page = t.readyPage
+	}
 	for {
-		resp, err := t.s.b.cli.Get(t.ctx, from, clientv3.WithRange(hi), clientv3.WithRev(t.rev), clientv3.WithLimit(pageSize))
+		resp, err := t.s.b.cli.Get(t.ctx, from, append(t.pinned(), clientv3.WithRange(hi), clientv3.WithLimit(page))...)
 		if err != nil {
 			return t.fail(err)
 		}
@@ -238,6 +254,7 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) (e
 			break
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		page = pageSize
 	}
 	for _, k := range mine {
 		if more, err := emit(k); err != nil || !more {
@@ -351,7 +368,12 @@ func (t *Tx) Counts() map[record.State]int {
 
 // Ready calls fn with the ids of available tasks in claim order (highest
 // priority, then oldest), reading the index a page at a time.
+//
+// A claim takes the first ready task it can: the scan starts with a page
+// of 8 keys (most claims need one), then reads bigger pages.
 func (t *Tx) Ready(fn func(id string) (more bool)) {
+	t.readyPage = 8
+	defer func() { t.readyPage = 0 }()
 	_ = t.scanPrefix(famReady, func(_, id string) (bool, error) { return fn(id), nil })
 }
 
@@ -388,21 +410,33 @@ func (t *Tx) leases() ([]lease, error) {
 // key), and a lease that expires meanwhile is simply reaped next time. So
 // reaping on every claim does not make claims conflict with every other
 // claim and heartbeat.
+//
+// The snapshot's answer is read once per transaction (a group commit asks
+// once per claim in it) and then filtered by this transaction's own
+// writes: a lease it ended or set since is not expired.
 func (t *Tx) Expired(now time.Time) []string {
-	t.untracked = true
-	defer func() { t.untracked = false }()
-	ls, err := t.leases()
-	if err != nil {
-		return nil
-	}
-	live, err := t.liveKeys()
-	if err != nil {
-		return nil
+	if t.expired == nil {
+		t.untracked = true
+		ls, err := t.leases()
+		var live map[string]*mvccpb.KeyValue
+		if err == nil {
+			live, err = t.liveKeys()
+		}
+		t.untracked = false
+		if err != nil {
+			return nil
+		}
+		t.expired = []string{}
+		for _, l := range ls {
+			if !alive(live[l.id], l.token) {
+				t.expired = append(t.expired, l.id)
+			}
+		}
 	}
 	var ids []string
-	for _, l := range ls {
-		if !alive(live[l.id], l.token) {
-			ids = append(ids, l.id)
+	for _, id := range t.expired {
+		if _, touched := t.buf[t.key(famExpiry, id)]; !touched {
+			ids = append(ids, id)
 		}
 	}
 	return ids
@@ -432,6 +466,9 @@ func (t *Tx) IndexSizes() (ready, expiry int) {
 // Claim returns what the journal remembers of token.
 func (t *Tx) Claim(token uint64) (record.Claim, bool, error) {
 	k := t.key(famClaim, u64(token))
+	if _, mine := t.buf[k]; !mine && t.issued[token] {
+		return record.Claim{}, false, nil // issued by this run: no claim before it
+	}
 	kvs, err := t.get(k)
 	if err != nil || kvs[k] == nil {
 		return record.Claim{}, false, err
