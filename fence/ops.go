@@ -489,6 +489,7 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	if dryRun {
 		var out []Reaped
 		err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+			out = nil // a store may run this more than once
 			for _, id := range tx.Expired(now) {
 				rec, ok, err := tx.Task(id)
 				if err != nil {

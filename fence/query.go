@@ -45,6 +45,7 @@ func (t *Tree) Defaults(ctx context.Context) (record.Defaults, error) {
 func (t *Tree) Status(ctx context.Context) (Status, error) {
 	st := Status{Root: t.root, Journal: t.Journal()}
 	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+		st.Leases = nil // a store may run this more than once
 		st.Counts = tx.Counts()
 		st.LastToken = tx.LastToken()
 		d, err := tx.Defaults()

@@ -99,8 +99,11 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		}
 	}
 	var rep ReplayReport
-	st := &replayState{tasks: map[string]record.Task{}, claims: map[uint64]record.Claim{}, staged: map[string]string{}}
+	var st *replayState
 	err = db.View(func(tx journal.Tx) error {
+		// A store may run this more than once: each run starts afresh.
+		rep = ReplayReport{}
+		st = &replayState{tasks: map[string]record.Task{}, claims: map[uint64]record.Claim{}, staged: map[string]string{}}
 		if err := st.compareJournal(tx, &rep); err != nil {
 			return err
 		}

@@ -216,6 +216,7 @@ func (t *Tree) settle(db journal.Store) error {
 	var todo, done []move
 	var last []record.Event
 	err = db.View(func(tx journal.Tx) error {
+		todo, done = nil, nil // a store may run this more than once
 		evs, err := tx.LastCommit()
 		if err != nil {
 			return err

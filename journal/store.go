@@ -94,6 +94,9 @@ type OpenOptions struct {
 // Store is one open journal.
 type Store interface {
 	// View runs fn in a read-only transaction that sees one committed state.
+	// View too may run fn more than once, each time on a fresh state (etcd
+	// runs it again when compaction took its snapshot away): fn must set
+	// everything it reports on every run.
 	View(fn func(Tx) error) error
 	// Update runs fn in a write transaction: what fn writes commits
 	// together, or nothing does when fn returns an error. Update may run fn

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 
 	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/record"
@@ -140,7 +142,13 @@ func (b *Backend) unreachable(err error) error {
 	if err == nil || errors.As(err, &u) {
 		return err
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "Unavailable") || strings.Contains(err.Error(), "connection refused") {
+	// etcd's own transient refusals ("leader changed", "no leader",
+	// "request timed out") are EtcdErrors with a gRPC code, and their
+	// text names no code: a leader killed mid-call must read as busy
+	// (retry), not as an unexpected error.
+	var ee rpctypes.EtcdError
+	transient := errors.As(err, &ee) && (ee.Code() == codes.Unavailable || ee.Code() == codes.DeadlineExceeded)
+	if transient || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "Unavailable") || strings.Contains(err.Error(), "connection refused") {
 		return &journal.UnreachableError{Store: "etcd", Endpoints: b.cfg.Endpoints, Err: err}
 	}
 	return err

@@ -48,18 +48,40 @@ func (s *Store) newTx(ctx context.Context, write bool) *Tx {
 	return &Tx{s: s, ctx: ctx, write: write, reads: map[string]int64{}, buf: map[string]*op{}, live: map[string]*mvccpb.KeyValue{}}
 }
 
-// View runs fn on one snapshot.
+// View runs fn on one snapshot. A snapshot that etcd compacted away while
+// fn read it makes View run fn again on a fresh one, until the timeout,
+// as Update does: a read is never failed by compaction.
 func (s *Store) View(fn func(journal.Tx) error) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	t := s.newTx(ctx, false)
-	if err := t.begin(); err != nil {
-		return err
+	for {
+		t := s.newTx(ctx, false)
+		err := t.begin()
+		if err == nil {
+			err = fn(t)
+		}
+		err = t.spoiled(err)
+		if !errors.Is(err, errConflict) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return s.b.unreachable(ctx.Err())
+		}
 	}
-	if err := fn(t); err != nil {
-		return err
+}
+
+// spoiled is the outcome of a run of fn that returned err: a read that
+// met a changed or compacted snapshot spoils the whole run, whatever fn
+// made of the failed read (it may have turned it into a refusal of its
+// own), so that the run is done again.
+func (t *Tx) spoiled(err error) error {
+	if errors.Is(t.err, errConflict) {
+		return errConflict
 	}
-	return t.err
+	if err == nil {
+		err = t.err
+	}
+	return err
 }
 
 // Update runs fn and commits what it wrote in one etcd transaction that
@@ -95,9 +117,7 @@ func (s *Store) Update(fn func(journal.Tx) error) error {
 		if err == nil {
 			err = fn(t)
 		}
-		if err == nil {
-			err = t.err
-		}
+		err = t.spoiled(err)
 		if err == nil {
 			err = t.commit()
 		}

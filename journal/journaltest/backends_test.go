@@ -129,6 +129,11 @@ func newEtcdBackend(t *testing.T) (journal.Backend, string) {
 // .fence (the token ceiling's files) in a temporary directory.
 func newEtcd(t *testing.T) journal.Store {
 	b, dir := newEtcdBackend(t)
+	return createEtcd(t, b, dir)
+}
+
+// createEtcd makes a journal with b, .fence being dir, and opens it.
+func createEtcd(t *testing.T, b journal.Backend, dir string) journal.Store {
 	l, err := b.LockTree(dir, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

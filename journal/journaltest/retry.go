@@ -11,7 +11,9 @@ import (
 // once in a transaction that is then rolled back, whatever the function
 // returned, and once for real. That is what an optimistic store (etcd)
 // does when its compare fails at commit, so a caller whose transaction
-// bodies are not re-runnable fails its tests on any backend.
+// bodies are not re-runnable fails its tests on any backend. Every View
+// runs its function twice too, the first outcome dropped, as etcd does
+// when compaction takes a reader's snapshot away.
 func Retrying(b journal.Backend) journal.Backend { return retryingBackend{b} }
 
 type retryingBackend struct{ journal.Backend }
@@ -31,6 +33,17 @@ type retryingStore struct{ journal.Store }
 
 // errConflict rolls the first run back, as a failed compare would.
 var errConflict = errors.New("journaltest: simulated conflict")
+
+func (s retryingStore) View(fn func(journal.Tx) error) error {
+	err := s.Store.View(func(tx journal.Tx) error {
+		fn(tx)
+		return errConflict
+	})
+	if !errors.Is(err, errConflict) {
+		return err
+	}
+	return s.Store.View(fn)
+}
 
 func (s retryingStore) Update(fn func(journal.Tx) error) error {
 	err := s.Store.Update(func(tx journal.Tx) error {
