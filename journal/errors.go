@@ -76,7 +76,7 @@ type UnreachableError struct {
 }
 
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("%s at %s did not answer: %v; nothing changed (check that %s runs and is reachable from this host, or raise --timeout)", e.Store, strings.Join(e.Endpoints, ","), e.Err, e.Store)
+	return fmt.Sprintf("%s at %s did not answer: %v (check that %s runs and is reachable from this host, or raise --timeout); a change cut off while committing may have landed: running the same command again, with the same --token or --request-id, is safe", e.Store, strings.Join(e.Endpoints, ","), e.Err, e.Store)
 }
 
 // Is makes an UnreachableError match ErrBusy.
