@@ -35,13 +35,20 @@ func (t *Tree) adoptInbox(db journal.Store) {
 	for _, r := range rejected {
 		t.notify(NoticeInboxRejected, r.Name, r.Why)
 	}
+	t.adoptIDs(db, valid)
+}
+
+// adoptIDs adopts the inbox files valid names in one commit, or, when that
+// is too large for one transaction of the store (etcd's --max-txn-ops: a
+// few hundred files dropped at once), in halves until each fits.
+func (t *Tree) adoptIDs(db journal.Store, valid []string) {
 	if len(valid) == 0 {
 		return
 	}
 	b := t.mirror.NewBatch()
 	var evs []record.Event
 	staged := map[string]string{} // task id → staged name
-	err = db.Update(func(tx journal.Tx) error {
+	err := db.Update(func(tx journal.Tx) error {
 		evs = nil // a store may run this more than once: each run afresh
 		d, err := tx.Defaults()
 		if err != nil {
@@ -88,6 +95,11 @@ func (t *Tree) adoptInbox(db journal.Store) {
 			if perr := t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id); perr != nil {
 				t.notify(NoticeWarning, id, perr.Error())
 			}
+		}
+		if errors.Is(err, journal.ErrTooLarge) && len(valid) > 1 {
+			t.adoptIDs(db, valid[:len(valid)/2])
+			t.adoptIDs(db, valid[len(valid)/2:])
+			return
 		}
 		t.notify(NoticeWarning, string(fsmirror.Inbox), "adoption not committed: "+err.Error()+"; the files are back in inbox/")
 		return
