@@ -97,6 +97,16 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		if err := t.beginWrite(db); err != nil {
 			return ReplayReport{}, err
 		}
+		if !db.Exclusive() {
+			// Writers on several hosts do not sweep the staging directory
+			// (a live writer's staged file looks like an orphan there):
+			// replay, the full repair, does, so that what a dead adopter
+			// staged goes back to inbox/ (or on to its task's directory)
+			// and a dead writer's content to .fence/quarantine; then it
+			// adopts what went back.
+			t.sweepStaging(db)
+			t.adoptInbox(db)
+		}
 	}
 	var rep ReplayReport
 	st := &replayState{tasks: map[string]record.Task{}, claims: map[uint64]record.Claim{}, staged: map[string]string{}}
