@@ -147,6 +147,9 @@ type batcher struct {
 // view made per heartbeat parks no handle of its own: one journal mapping
 // and descriptor per Tree, however long it runs.
 type writerSlot struct {
+	// shared says the journal's writers do not take turns (etcd): set by
+	// beginWrite, for the claim's per-task crash finish (nextClaimable).
+	shared atomic.Bool
 	// idle is the journal handle of the last group, parked (see
 	// journal.Store.Park) for the next group to resume; nil if none.
 	idle atomic.Pointer[parked]
@@ -302,6 +305,7 @@ func (t *Tree) beginWrite(db journal.Store) error {
 	for _, d := range replaced {
 		t.notify(NoticeReopened, string(d), string(d)+"/ was replaced since this process opened it; using the new one")
 	}
+	t.batch.shared.Store(!db.Exclusive())
 	if !db.Exclusive() {
 		// Writers on several hosts commit side by side: any commit may have
 		// moves a crash left undone, so there is no "last commit" to
