@@ -399,6 +399,6 @@ func TestTorture_HostsRetries(t *testing.T) {
 	tortureReport(t, "hosts_etcd_retries", map[string]any{
 		"clients": clients, "tasks": tasks, "claims": claimed.Load(), "seconds": elapsed.Seconds(),
 		"claims_per_second": float64(int(float64(claimed.Load())/elapsed.Seconds()*10)) / 10,
-		"reruns": retries, "reruns_per_claim": float64(int(perClaim*100)) / 100,
+		"reruns":            retries, "reruns_per_claim": float64(int(perClaim*100)) / 100,
 	})
 }
