@@ -333,7 +333,9 @@ func TestTorture_HostsRetries(t *testing.T) {
 	ctx := context.Background()
 	trees := make([]*fence.Tree, clients)
 	for i := range trees {
-		tr, err := fence.Open(root, fence.Options{})
+		// A minute, not the default 10 s: on this shared machine a claim
+		// among 16 contenders has rerun for longer than that.
+		tr, err := fence.Open(root, fence.Options{Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
