@@ -54,12 +54,12 @@ type replayState struct {
 	// out records whose lease deadline says what that clock says, not
 	// what the claiming host wrote: the deadline is not compared.
 	ownClock bool
-	moves   []move            // misplaced files to put back
-	extra   []extraCopy       // second copies to quarantine, second names to remove
-	adopt   []adoption        // unknown files to adopt
-	missing []string          // tasks whose file is in no directory, to settle
-	counter uint64            // raise the token counter to this (0: it is fine)
-	ceiling uint64            // raise the ceiling files to this (0: they are fine)
+	moves    []move      // misplaced files to put back
+	extra    []extraCopy // second copies to quarantine, second names to remove
+	adopt    []adoption  // unknown files to adopt
+	missing  []string    // tasks whose file is in no directory, to settle
+	counter  uint64      // raise the token counter to this (0: it is fine)
+	ceiling  uint64      // raise the ceiling files to this (0: they are fine)
 }
 
 // extraCopy is a task file in a directory besides the one that keeps the
