@@ -35,24 +35,16 @@ func (t *Tree) adoptInbox(db journal.Store) {
 	for _, r := range rejected {
 		t.notify(NoticeInboxRejected, r.Name, r.Why)
 	}
-	// One transaction of a store like etcd holds about 128 operations: a
-	// full inbox is adopted a slice at a time there.
-	for len(valid) > 0 {
-		n := len(valid)
-		if !db.Exclusive() {
-			n = min(n, adoptSlice)
-		}
-		t.adoptSome(db, valid[:n])
-		valid = valid[n:]
-	}
+	t.adoptIDs(db, valid)
 }
 
-// adoptSlice is how many inbox files one transaction adopts on a store
-// whose writers do not take turns (about five writes each).
-const adoptSlice = 16
-
-// adoptSome adopts the inbox files valid in one transaction.
-func (t *Tree) adoptSome(db journal.Store, valid []string) {
+// adoptIDs adopts the inbox files valid names in one commit, or, when that
+// is too large for one transaction of the store (etcd's --max-txn-ops: a
+// few hundred files dropped at once), in halves until each fits.
+func (t *Tree) adoptIDs(db journal.Store, valid []string) {
+	if len(valid) == 0 {
+		return
+	}
 	b := t.mirror.NewBatch()
 	var evs []record.Event
 	staged := map[string]string{} // task id → staged name
@@ -103,6 +95,11 @@ func (t *Tree) adoptSome(db journal.Store, valid []string) {
 			if perr := t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id); perr != nil {
 				t.notify(NoticeWarning, id, perr.Error())
 			}
+		}
+		if errors.Is(err, journal.ErrTooLarge) && len(valid) > 1 {
+			t.adoptIDs(db, valid[:len(valid)/2])
+			t.adoptIDs(db, valid[len(valid)/2:])
+			return
 		}
 		t.notify(NoticeWarning, string(fsmirror.Inbox), "adoption not committed: "+err.Error()+"; the files are back in inbox/")
 		return

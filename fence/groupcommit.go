@@ -147,6 +147,9 @@ type batcher struct {
 // view made per heartbeat parks no handle of its own: one journal mapping
 // and descriptor per Tree, however long it runs.
 type writerSlot struct {
+	// shared says the journal's writers do not take turns (etcd): set by
+	// beginWrite, for the claim's per-task crash finish (nextClaimable).
+	shared atomic.Bool
 	// idle is the journal handle of the last group, parked (see
 	// journal.Store.Park) for the next group to resume; nil if none.
 	idle atomic.Pointer[parked]
@@ -154,9 +157,6 @@ type writerSlot struct {
 	// this Tree finished itself; while it is still the head, settling can
 	// be skipped.
 	settled atomic.Pointer[string]
-	// shared is set once a writer found that the store lets writers of
-	// other processes (hosts) commit side by side (Store.Exclusive false).
-	shared atomic.Bool
 }
 
 // parked holds a parked journal handle (an interface value cannot be
@@ -305,8 +305,8 @@ func (t *Tree) beginWrite(db journal.Store) error {
 	for _, d := range replaced {
 		t.notify(NoticeReopened, string(d), string(d)+"/ was replaced since this process opened it; using the new one")
 	}
+	t.batch.shared.Store(!db.Exclusive())
 	if !db.Exclusive() {
-		t.batch.shared.Store(true)
 		// Writers on several hosts commit side by side: any commit may have
 		// moves a crash left undone, so there is no "last commit" to
 		// settle. Each task's file is put where the journal says when a

@@ -296,6 +296,7 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 	if req.ID != "" {
 		dir, err := fileDir(rec, inClaimed)
 		if err == nil {
+			t.finishMove(rec.ID, dir)
 			err = t.checkFile(rec.ID, dir, true)
 		}
 		if err != nil {
@@ -343,6 +344,9 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 			dir = fsmirror.Claimed
 		}
 		ok, err := t.mirror.Exists(dir, cand)
+		if !ok && err == nil && t.finishMove(cand, dir) {
+			ok = true
+		}
 		switch {
 		case ok:
 			id = cand
@@ -382,6 +386,31 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 		t.notify(NoticeMissingFile, cand, "its file is in no directory: failed it (reason \""+ReasonFileMissing+"\"); to run it again, put its content at "+t.Path(cand, record.Failed)+" and requeue it")
 	}
 	return id, settled, nil
+}
+
+// finishMove is the claim's share of the per-task crash finish on a
+// journal whose writers do not take turns (etcd), where nobody finishes
+// "the last commit": a task the journal has as available whose file is in
+// another state directory (a release, fail, requeue or revoke that died
+// after its commit) has its file moved to dir, and the claim goes on. It
+// reports whether it moved the file. On bbolt the next writer finishes
+// the last commit, so a file elsewhere was moved by hand: left alone.
+func (t *Tree) finishMove(id string, dir fsmirror.Dir) bool {
+	if !t.batch.shared.Load() || dir != fsmirror.Available {
+		return false
+	}
+	if ok, err := t.mirror.Exists(dir, id); err != nil || ok {
+		return false
+	}
+	from, _, err := t.mirror.Locate(id)
+	if err != nil || from == dir {
+		return false
+	}
+	if err := t.mirror.Move(id, from, dir); err != nil {
+		return false
+	}
+	t.notify(NoticeSettled, id, "finished the move to "+string(dir)+"/ that an interrupted command left undone")
+	return true
 }
 
 // checkFile refuses to act on a task whose entry in its state directory

@@ -1,6 +1,11 @@
 package fsmirror
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // Batch is a set of moves whose directory fsyncs are done once for all:
 // when many tasks move after one journal commit (group commit), each
@@ -65,8 +70,28 @@ func (b *Batch) Adopt(from Dir, id string) (string, error) {
 		return "", err
 	}
 	name := AdoptPrefix + id
+	// A live adopter holds a shared flock on the file, taken before it
+	// leaves from, until MoveFrom places it: a sweeper on another host
+	// (replay on an etcd tree) tells it from a file a dead adopter left
+	// (Sweep). A file this process cannot open is adopted unlocked.
+	var held *os.File
+	if fromfd, err := b.m.dirfd(from); err == nil {
+		if fd, err := unix.Openat(fromfd, id, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+			if unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB) == nil {
+				held = os.NewFile(uintptr(fd), name)
+			} else {
+				unix.Close(fd)
+			}
+		}
+	}
 	if err := b.m.rename(from, id, Staging, name); err != nil {
+		if held != nil {
+			held.Close()
+		}
 		return "", fmt.Errorf("move %s to %s: %w", b.m.Path(from, id), Staging, err)
+	}
+	if held != nil {
+		b.m.hold(name, held)
 	}
 	b.note(from, Staging)
 	return name, nil

@@ -166,8 +166,11 @@ func (m *Mirror) SweepStaging(dryRun bool) ([]string, error) {
 }
 
 // Sweep is SweepStaging that also returns the names of files an adoption
-// staged (AdoptPrefix, see Batch.Adopt), which it leaves alone: they carry
-// no flock, and only the journal can say whether their adoption committed.
+// staged (AdoptPrefix, see Batch.Adopt) and no live adopter holds, which
+// it leaves where they are: only the journal can say whether their
+// adoption committed. One this process holds is its own, from an
+// adoption that is over (a sweep runs before a writer adopts): it lets go
+// of it.
 func (m *Mirror) Sweep(dryRun bool) (moved, adopting []string, err error) {
 	dirfd, err := m.dirfd(Staging)
 	if err != nil {
@@ -182,6 +185,14 @@ func (m *Mirror) Sweep(dryRun bool) (moved, adopting []string, err error) {
 			continue
 		}
 		if strings.HasPrefix(e.Name, AdoptPrefix) {
+			m.release(e.Name)
+			if fd, err := unix.Openat(dirfd, e.Name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+				live := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil
+				unix.Close(fd)
+				if live {
+					continue // its adopter lives (on another host)
+				}
+			}
 			adopting = append(adopting, e.Name)
 			continue
 		}

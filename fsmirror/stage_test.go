@@ -139,3 +139,47 @@ func TestWriteAtomic_Refuses(t *testing.T) {
 		t.Error("wrote through a symlink")
 	}
 }
+
+// TestSweep_LeavesALiveAdoptionAlone: a file an adoption staged is the
+// adopter's until it places it; another sweeper (replay on an etcd tree,
+// on another host) must not put it back into inbox/ meanwhile. Once the
+// adopter has let go (here: moved it on, or died and closed), the file is
+// reported for the journal to decide.
+func TestSweep_LeavesALiveAdoptionAlone(t *testing.T) {
+	adopter := newTree(t)
+	put(t, adopter, fsmirror.Inbox, "a1", "job")
+	put(t, adopter, fsmirror.Inbox, "a2", "job")
+	other, err := fsmirror.Open(adopter.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	b := adopter.NewBatch()
+	n1, err := b.Adopt(fsmirror.Inbox, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, err := b.Adopt(fsmirror.Inbox, "a2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, adopting, err := other.Sweep(true); err != nil || len(adopting) != 0 {
+		t.Fatalf("Sweep by another mirror during the adoption: adopting %v, %v; want none (the adopter lives)", adopting, err)
+	}
+	if err := b.MoveFrom(fsmirror.Staging, n1, fsmirror.Available, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, adopting, err := other.Sweep(true); err != nil || len(adopting) != 0 {
+		t.Fatalf("Sweep with a2 still held: adopting %v, %v; want none", adopting, err)
+	}
+	// The adopter's own later sweep lets go of what it still holds.
+	if _, adopting, err := adopter.Sweep(true); err != nil || len(adopting) != 1 || adopting[0] != n2 {
+		t.Fatalf("the adopter's own sweep: adopting %v, %v; want [%s]", adopting, err, n2)
+	}
+	if _, adopting, err := other.Sweep(true); err != nil || len(adopting) != 1 || adopting[0] != n2 {
+		t.Fatalf("Sweep once the adopter let go: adopting %v, %v; want [%s]", adopting, err, n2)
+	}
+	if err := b.MoveFrom(fsmirror.Staging, n2, fsmirror.Available, "a2"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -105,6 +105,11 @@ func (s *Store) Update(fn func(journal.Tx) error) error {
 	for attempt := 0; ; attempt++ {
 		if attempt == escalateAfter {
 			unlock, err := s.b.writeLock(ctx)
+			for err != nil && isCompacted(err) && ctx.Err() == nil {
+				// The queue's wait watches from a revision etcd compacted
+				// away: join it again.
+				unlock, err = s.b.writeLock(ctx)
+			}
 			if err != nil {
 				return s.contended(ctx, attempt, err)
 			}
@@ -291,8 +296,16 @@ func (s *Store) Verify() error {
 // Close is a no-op: the client belongs to the Backend.
 func (s *Store) Close() error { return nil }
 
+// isCompacted reports a read at a revision the member no longer has (or
+// has not applied yet, for a serializable read): read again afresh. The
+// text is matched too: a read inside a Txn comes back as the server's
+// error text, not as the client's error value.
 func isCompacted(err error) bool {
-	return errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrFutureRev)
+	if errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrFutureRev) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, rpctypes.ErrCompacted.Error()) || strings.Contains(msg, rpctypes.ErrFutureRev.Error())
 }
 
 // ExpireLease ends task id's claim's lease now, as if etcd had expired

@@ -17,16 +17,24 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal"
+	etcdstore "github.com/fencectl/fencectl/journal/etcd"
 )
 
 // fencectlBin is the real fencectl binary every test runs (see TestMain).
+// Beside it is fencectl-etcd, the same built with the etcd backend: the
+// plain binary hands every command on an etcd tree to it, as an installed
+// fencectl does, so the etcd rows of the backends table test that hand-off
+// too.
 var fencectlBin string
 
 // TestMain builds cmd/fencectl once into a temporary directory, with the
 // build tags and the race detector of this test binary: `go test -tags
 // fencetest` tests a binary with the test hooks, a plain `go test` one
 // without them, and `make test-race` a race-built one, as before the suite
-// left package main, where the test binary ran itself as fencectl.
+// left package main, where the test binary ran itself as fencectl. It
+// builds fencectl-etcd beside it with the etcd tag added.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fencectl-torture")
 	if err != nil {
@@ -35,7 +43,9 @@ func TestMain(m *testing.M) {
 	}
 	fencectlBin = filepath.Join(dir, "fencectl")
 	code := 1
-	if err := buildFencectl(fencectlBin); err != nil {
+	if err := buildFencectl(fencectlBin, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "torture set-up:", err)
+	} else if err := buildFencectl(filepath.Join(dir, "fencectl-etcd"), "etcd"); err != nil {
 		fmt.Fprintln(os.Stderr, "torture set-up:", err)
 	} else {
 		code = m.Run()
@@ -45,18 +55,22 @@ func TestMain(m *testing.M) {
 }
 
 // buildFencectl builds cmd/fencectl to out with this test binary's -tags
-// and -race (read from its build information).
-func buildFencectl(out string) error {
+// (and the tag extra, if any) and -race (read from its build information).
+func buildFencectl(out, extra string) error {
 	args := []string{"build", "-o", out}
+	tags := extra
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			switch {
 			case s.Key == "-tags" && s.Value != "":
-				args = append(args, "-tags", s.Value)
+				tags = strings.Trim(s.Value+","+extra, ",")
 			case s.Key == "-race" && s.Value == "true":
 				args = append(args, "-race")
 			}
 		}
+	}
+	if tags != "" {
+		args = append(args, "-tags", tags)
 	}
 	args = append(args, "github.com/fencectl/fencectl/cmd/fencectl")
 	cmd := exec.Command("go", args...)
@@ -65,6 +79,81 @@ func buildFencectl(out string) error {
 		return fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
 	}
 	return nil
+}
+
+// tortBackend is a journal store the torture parts run on.
+type tortBackend struct {
+	name string
+	// start readies the store for one tree of t and returns the
+	// environment of that tree's init; later commands find the journal
+	// from the tree. For etcd: a one-member cluster in this process, and
+	// FENCE_JOURNAL naming it.
+	start func(t *testing.T) []string
+	// expire ends the leases of the tasks ids of the tree at dir now, on
+	// the store's own clock: nil for bbolt, which judges expiry by the
+	// hosts' clock (the test clock moves past the leases instead); on
+	// etcd, whose clock no test can wind forward, an etcd lease revoked
+	// is one that ran out.
+	expire func(t testing.TB, dir string, ids []string)
+	// crashLeaves are the kinds of replay finding that writers killed
+	// mid-step may leave for replay: on bbolt the moves of the last
+	// commit, which the next writer finishes; on etcd, where no writer
+	// sweeps .fence/tmp, also what dead writers staged.
+	crashLeaves []string
+	// smallPct scales the parts' small (make test) sizes: an etcd step is
+	// a few round trips to the cluster and reruns on conflict.
+	smallPct int
+}
+
+// size is tortureScale with the small size scaled for b.
+func (b tortBackend) size(small, full int) int {
+	if tortureFull() {
+		return tortureScale(small, full)
+	}
+	return max(1, small*b.smallPct/100)
+}
+
+// backends are the journal stores the parts that hold on both run on,
+// each part from this one table.
+var backends = []tortBackend{
+	{name: "bolt", start: func(*testing.T) []string { return nil }, crashLeaves: []string{"misplaced"}, smallPct: 100},
+	{name: "etcd", start: func(t *testing.T) []string {
+		return []string{"FENCE_JOURNAL=etcd://" + clitest.Etcd(t) + "/torture"}
+	}, expire: etcdExpire, crashLeaves: []string{"misplaced", "orphan_staged"}, smallPct: 40},
+}
+
+// part names a torture part in the report for backend b: bbolt's keeps
+// the name it had before etcd (docs/RELIABILITY.md's rows stay put).
+func (b tortBackend) part(name string) string {
+	if b.name == "bolt" {
+		return name
+	}
+	return name + "_" + b.name
+}
+
+// etcdExpire revokes the etcd leases of ids' claims in the etcd tree at
+// dir, through a client of the test's own (another host, as it were).
+func etcdExpire(t testing.TB, dir string, ids []string) {
+	t.Helper()
+	cfg, found, err := fence.TreeJournal(dir)
+	if err != nil || !found {
+		t.Fatalf("%s is not an etcd tree: %v", dir, err)
+	}
+	b, err := etcdstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := b.Open(filepath.Join(dir, ".fence"), journal.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range ids {
+		if err := s.(*etcdstore.Store).ExpireLease(id); err != nil {
+			t.Fatalf("expire the lease of %s: %v", id, err)
+		}
+	}
 }
 
 // fencectlCmd runs fencectl (fencectlBin) on the tree dir in its own process.

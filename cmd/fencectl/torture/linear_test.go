@@ -44,9 +44,19 @@ import (
 // Expiry is in the history without sleeping: every process reads the test
 // clock file, and a coordinator moves it past every lease at a barrier
 // (no process running) now and then.
+//
+// It runs on every journal backend. On etcd a tick also revokes the etcd
+// lease of every task (etcd judges expiry by its own clock), inside the
+// same barrier.
 func TestTorture_Linearizability(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { testLinearizability(t, b) })
+	}
+}
+
+func testLinearizability(t *testing.T, b tortBackend) {
 	const workers = 8
-	total := tortureScale(300, 6000)
+	total := b.size(300, 6000)
 	tasks := []string{"t1", "t2", "t3", "t4"}
 	tickEvery := max(total/40, 40)
 
@@ -57,6 +67,7 @@ func TestTorture_Linearizability(t *testing.T) {
 		clock:    filepath.Join(tmp, "clock"),
 		base:     time.Now().UTC().Truncate(time.Second),
 		tasks:    tasks,
+		backend:  b,
 		inflight: map[int]*os.Process{},
 		rng:      rand.New(rand.NewPCG(3, uint64(time.Now().UnixNano()))),
 		typical:  10 * time.Millisecond,
@@ -68,7 +79,11 @@ func TestTorture_Linearizability(t *testing.T) {
 		{"init", "--ttl", linLeaseTTL.String(), "--max-attempts", fmt.Sprint(linMaxAttempts)},
 		{"add", "--id", tasks[0]}, {"add", "--id", tasks[1]}, {"add", "--id", tasks[2]}, {"add", "--id", tasks[3]},
 	} {
-		if out, err := r.cmd(args...).CombinedOutput(); err != nil {
+		c := r.cmd(args...)
+		if args[0] == "init" {
+			c.Env = append(c.Env, b.start(t)...)
+		}
+		if out, err := c.CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
@@ -259,7 +274,8 @@ func TestTorture_Linearizability(t *testing.T) {
 		t.Errorf("%d stale-token calls were accepted, want 0", m.staleAccepted)
 	}
 
-	tortureReport(t, "linearizability", map[string]any{
+	tortureReport(t, b.part("linearizability"), map[string]any{
+		"backend":                b.name,
 		"operations":             len(calls) - m.ticks,
 		"history_size":           nops,
 		"workers":                workers,
@@ -352,6 +368,8 @@ type linRunner struct {
 	tasks []string
 	start time.Time
 
+	backend tortBackend
+
 	barrier sync.RWMutex // workers hold it shared per call; a tick takes it
 
 	mu       sync.Mutex
@@ -391,6 +409,9 @@ func (r *linRunner) tick(client int) {
 	c.Call = r.since()
 	r.ticks++
 	r.setClock(r.ticks)
+	if r.backend.expire != nil {
+		r.backend.expire(r.t, r.dir, r.tasks)
+	}
 	c.Return = r.since()
 	r.record(c)
 }
