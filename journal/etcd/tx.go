@@ -48,6 +48,10 @@ type Tx struct {
 	expired   []string        // Expired's snapshot answer, once read
 	issued    map[uint64]bool // tokens this run issued: no claim yet
 	readyPage int64           // the next page size of the ready scan
+	// fetched holds keys read ahead (prefetch), not yet checked: get
+	// takes them from here and only then counts them as read.
+	fetched  map[string]*mvccpb.KeyValue
+	pageHook func([]*mvccpb.KeyValue) // called with each page a scan fetches
 
 	live  map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
 	first uint64                      // first event this run appended
@@ -124,6 +128,50 @@ func (t *Tx) begin() error {
 	return t.err
 }
 
+// prefetchMax bounds a prefetch to well inside etcd's default limit of
+// 128 operations a request.
+const prefetchMax = 64
+
+// prefetch reads ahead the records and liveness keys of ids in one
+// request, for get to find. Nothing is checked at commit until get hands
+// a key out; a failed prefetch is forgotten (get reads the keys itself).
+func (t *Tx) prefetch(ids []string) {
+	var keys []string
+	var ops []clientv3.Op
+	for _, id := range ids {
+		for _, k := range []string{t.key(famTask, id), t.key(famLive, id)} {
+			_, mine := t.buf[k]
+			_, have := t.fetched[k]
+			_, read := t.reads[k]
+			if mine || have || read {
+				continue
+			}
+			keys = append(keys, k)
+			ops = append(ops, clientv3.OpGet(k, t.pinned()...))
+		}
+		if len(ops) >= prefetchMax {
+			break
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	resp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
+	if err != nil {
+		return
+	}
+	if t.fetched == nil {
+		t.fetched = map[string]*mvccpb.KeyValue{}
+	}
+	for i, r := range resp.Responses {
+		var kv *mvccpb.KeyValue
+		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+			kv = kvs[0]
+		}
+		t.fetched[keys[i]] = kv
+	}
+}
+
 // pinned are the options of every read after the first: at the
 // snapshot's revision, and serializable (no round through consensus): the
 // member's store at a revision it has applied is exact, and one that has
@@ -147,6 +195,16 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 				out[k] = &mvccpb.KeyValue{Key: []byte(k), Value: []byte(o.val), Lease: int64(o.lease)}
 			} else {
 				out[k] = nil
+			}
+			continue
+		}
+		if kv, ok := t.fetched[k]; ok {
+			out[k] = kv
+			if t.write {
+				t.reads[k] = 0
+				if kv != nil {
+					t.reads[k] = kv.ModRevision
+				}
 			}
 			continue
 		}
@@ -230,6 +288,9 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) (e
 		resp, err := t.s.b.cli.Get(t.ctx, from, append(t.pinned(), clientv3.WithRange(hi), clientv3.WithLimit(page))...)
 		if err != nil {
 			return t.fail(err)
+		}
+		if t.pageHook != nil {
+			t.pageHook(resp.Kvs)
 		}
 		for _, kv := range resp.Kvs {
 			k := string(kv.Key)
@@ -371,9 +432,20 @@ func (t *Tx) Counts() map[record.State]int {
 //
 // A claim takes the first ready task it can: the scan starts with a page
 // of 8 keys (most claims need one), then reads bigger pages.
+//
+// Each page's first candidates have their records and liveness keys read
+// ahead in the same round trip's wake (prefetch), so the claim's Task of
+// the candidate it takes costs no round trip of its own.
 func (t *Tx) Ready(fn func(id string) (more bool)) {
 	t.readyPage = 8
-	defer func() { t.readyPage = 0 }()
+	t.pageHook = func(kvs []*mvccpb.KeyValue) {
+		ids := make([]string, 0, len(kvs))
+		for _, kv := range kvs {
+			ids = append(ids, string(kv.Value))
+		}
+		t.prefetch(ids)
+	}
+	defer func() { t.readyPage, t.pageHook = 0, nil }()
 	_ = t.scanPrefix(famReady, func(_, id string) (bool, error) { return fn(id), nil })
 }
 
