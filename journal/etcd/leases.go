@@ -51,18 +51,46 @@ func (t *Tx) judge(rec record.Task, live *mvccpb.KeyValue) record.Task {
 }
 
 // liveKeys returns every liveness key, by task id.
+//
+// The snapshot's keys (with their mod revisions) are kept for the
+// transaction: get answers a liveness key from them without a round trip
+// (liveness keys are never taken from the store's cache: etcd deletes
+// them without touching the head).
 func (t *Tx) liveKeys() (map[string]*mvccpb.KeyValue, error) {
-	out := map[string]*mvccpb.KeyValue{}
-	err := t.scanPrefix(famLive, func(id, v string) (bool, error) {
-		k := t.key(famLive, id)
-		kv := &mvccpb.KeyValue{Key: []byte(k), Value: []byte(v)}
-		if o, ok := t.buf[k]; ok {
-			kv.Lease = int64(o.lease)
+	if t.liveScan == nil {
+		scan := map[string]*mvccpb.KeyValue{}
+		p := t.key(famLive, "")
+		from, hi := p, rangeEnd(p)
+		for {
+			resp, err := t.page(from, hi, pageSize)
+			if err != nil {
+				return nil, t.fail(err)
+			}
+			for _, kv := range resp.Kvs {
+				scan[string(kv.Key[len(p):])] = kv
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
+		t.liveScan = scan
+	}
+	out := make(map[string]*mvccpb.KeyValue, len(t.liveScan))
+	for id, kv := range t.liveScan {
 		out[id] = kv
-		return true, nil
-	})
-	return out, err
+	}
+	p := t.key(famLive, "")
+	for k, o := range t.buf {
+		if len(k) > len(p) && k[:len(p)] == p {
+			if o.del {
+				delete(out, k[len(p):])
+			} else {
+				out[k[len(p):]] = &mvccpb.KeyValue{Key: []byte(k), Value: []byte(o.val), Lease: int64(o.lease)}
+			}
+		}
+	}
+	return out, nil
 }
 
 // ttlSeconds is an etcd lease TTL for d: whole seconds, rounded up.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,12 @@ type Store struct {
 	ceilingChecked atomic.Bool
 	raised         atomic.Uint64 // the ceiling this handle last wrote to the files
 	committed      atomic.Int64  // the revision of this handle's last commit
+
+	// The cache: point keys as this handle last read or wrote them, kept
+	// while nobody else writes (cache.go).
+	cacheMu  sync.Mutex
+	cacheRev int64
+	cacheKV  map[string]*mvccpb.KeyValue
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -191,6 +198,9 @@ func (t *Tx) commit() error {
 	if err == nil && resp.Succeeded && t.headMod {
 		t.s.committed.Store(resp.Header.Revision)
 	}
+	if err == nil && resp.Succeeded {
+		t.s.cacheCommitted(t, resp.Header.Revision)
+	}
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return fmt.Errorf("%w: %d writes and %d checks in one etcd transaction: %v", journal.ErrTooLarge, len(ops), len(cmps), err)
@@ -205,6 +215,7 @@ func (t *Tx) commit() error {
 	case err != nil:
 		return t.s.b.unreachable(err)
 	case !resp.Succeeded:
+		t.s.dropCache() // what was read is stale somewhere: read afresh
 		return errConflict
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -52,6 +53,9 @@ type Tx struct {
 	// takes them from here and only then counts them as read.
 	fetched  map[string]*mvccpb.KeyValue
 	pageHook func([]*mvccpb.KeyValue) // called with each page a scan fetches
+	pages    map[pageKey]*clientv3.GetResponse
+	cached   bool                        // the store's cache is current (Store.cacheValid)
+	liveScan map[string]*mvccpb.KeyValue // every liveness key at the snapshot, once scanned
 
 	live  map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
 	first uint64                      // first event this run appended
@@ -104,15 +108,16 @@ func (t *Tx) begin() error {
 	for _, kv := range resp.Kvs {
 		t.meta[string(kv.Key[len(t.key(famMeta, "")):])] = string(kv.Value)
 	}
-	if t.write {
-		var rev int64
-		for _, kv := range resp.Kvs {
-			if string(kv.Key) == t.key(famMeta, metaHead) {
-				rev = kv.ModRevision
-			}
+	var headRev int64
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == t.key(famMeta, metaHead) {
+			headRev = kv.ModRevision
 		}
-		t.reads[t.key(famMeta, metaHead)] = rev
 	}
+	if t.write {
+		t.reads[t.key(famMeta, metaHead)] = headRev
+	}
+	t.cached = t.s.cacheValid(headRev)
 	v, ok := t.meta[metaVersion]
 	switch {
 	case !ok:
@@ -126,6 +131,32 @@ func (t *Tx) begin() error {
 		}
 	}
 	return t.err
+}
+
+// pageKey names one page request of a scan.
+type pageKey struct {
+	from, hi string
+	limit    int64
+}
+
+// page reads one page of [from, hi) at the snapshot. The snapshot never
+// changes, so a page read once is kept for the transaction: a group
+// commit's claims each scan the ready index from its start, and only the
+// first pays the round trip.
+func (t *Tx) page(from, hi string, limit int64) (*clientv3.GetResponse, error) {
+	k := pageKey{from, hi, limit}
+	if r, ok := t.pages[k]; ok {
+		return r, nil
+	}
+	r, err := t.s.b.cli.Get(t.ctx, from, append(t.pinned(), clientv3.WithRange(hi), clientv3.WithLimit(limit))...)
+	if err != nil {
+		return nil, err
+	}
+	if t.pages == nil {
+		t.pages = map[pageKey]*clientv3.GetResponse{}
+	}
+	t.pages[k] = r
+	return r, nil
 }
 
 // prefetchMax bounds a prefetch to well inside etcd's default limit of
@@ -198,7 +229,15 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 			}
 			continue
 		}
-		if kv, ok := t.fetched[k]; ok {
+		kv, ok := t.fetched[k]
+		live := strings.HasPrefix(k, t.key(famLive, ""))
+		if !ok && live && t.liveScan != nil {
+			kv, ok = t.liveScan[k[len(t.key(famLive, "")):]], true
+		}
+		if !ok && t.cached && !live {
+			kv, ok = t.s.cacheGet(k)
+		}
+		if ok {
 			out[k] = kv
 			if t.write {
 				t.reads[k] = 0
@@ -243,6 +282,9 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 				t.reads[k] = 0
 			}
 		}
+		if t.cached && !strings.HasPrefix(k, t.key(famLive, "")) {
+			t.s.cachePut(k, kv)
+		}
 	}
 	return out, nil
 }
@@ -285,7 +327,7 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) (e
 		page = t.readyPage
 	}
 	for {
-		resp, err := t.s.b.cli.Get(t.ctx, from, append(t.pinned(), clientv3.WithRange(hi), clientv3.WithLimit(page))...)
+		resp, err := t.page(from, hi, page)
 		if err != nil {
 			return t.fail(err)
 		}
