@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,16 @@ import (
 func main() {
 	if len(os.Args) < 2 {
 		fatal(fmt.Errorf("usage: etcdbench serve DIR | tree … | library …"))
+	}
+	// ETCDBENCH_CPUPROFILE=FILE writes a CPU profile of the command, to
+	// see where an etcd claim's time goes.
+	if p := os.Getenv("ETCDBENCH_CPUPROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
 	}
 	var err error
 	switch os.Args[1] {
@@ -70,6 +81,7 @@ func main() {
 }
 
 func fatal(err error) {
+	pprof.StopCPUProfile()
 	fmt.Fprintln(os.Stderr, "etcdbench:", err)
 	os.Exit(1)
 }
