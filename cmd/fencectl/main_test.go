@@ -58,12 +58,13 @@ func TestScripts(t *testing.T) {
 					return nil
 				},
 				Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-					"getjson":   cmdGetJSON,
-					"count":     cmdCount,
-					"mkfifo":    cmdMkfifo,
-					"holdlock":  cmdHoldLock,
-					"setschema": cmdSetSchema,
-					"etcdwipe":  cmdEtcdWipe,
+					"getjson":    cmdGetJSON,
+					"count":      cmdCount,
+					"mkfifo":     cmdMkfifo,
+					"holdlock":   cmdHoldLock,
+					"setschema":  cmdSetSchema,
+					"etcdwipe":   cmdEtcdWipe,
+					"etcdexpire": cmdEtcdExpire,
 				},
 			})
 		})
