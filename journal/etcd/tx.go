@@ -99,14 +99,36 @@ func (t *Tx) begin() error {
 	if t.rev != 0 {
 		return nil
 	}
-	resp, err := t.s.b.cli.Get(t.ctx, t.key(famMeta, ""), clientv3.WithPrefix())
+	// One request reads the meta keys and the first page of the indexes
+	// most transactions scan (expiry and liveness for the reap every claim
+	// does first, the ready index for claim-next), all at one revision:
+	// the snapshot. The pages are kept (page) for the scans to find.
+	metaKey := t.key(famMeta, "")
+	ops := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
+	var pre []pageKey
+	for _, f := range []struct {
+		fam   string
+		limit int64
+	}{{famExpiry, pageSize}, {famLive, pageSize}, {famReady, firstReadyPage}} {
+		lo := t.key(f.fam, "")
+		pre = append(pre, pageKey{lo, rangeEnd(lo), f.limit})
+		ops = append(ops, clientv3.OpGet(lo, clientv3.WithRange(rangeEnd(lo)), clientv3.WithLimit(f.limit)))
+	}
+	tresp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
 	if err != nil {
 		return t.fail(err)
 	}
-	t.rev = resp.Header.Revision
+	t.rev = tresp.Header.Revision
+	resp := tresp.Responses[0].GetResponseRange()
+	if t.pages == nil {
+		t.pages = map[pageKey]*clientv3.GetResponse{}
+	}
+	for i, k := range pre {
+		t.pages[k] = (*clientv3.GetResponse)(tresp.Responses[i+1].GetResponseRange())
+	}
 	t.meta = map[string]string{}
 	for _, kv := range resp.Kvs {
-		t.meta[string(kv.Key[len(t.key(famMeta, "")):])] = string(kv.Value)
+		t.meta[string(kv.Key[len(metaKey):])] = string(kv.Value)
 	}
 	var headRev int64
 	for _, kv := range resp.Kvs {
@@ -132,6 +154,10 @@ func (t *Tx) begin() error {
 	}
 	return t.err
 }
+
+// firstReadyPage is the size of the ready index's first page (most
+// claims need one entry of it).
+const firstReadyPage = 8
 
 // pageKey names one page request of a scan.
 type pageKey struct {
@@ -479,7 +505,7 @@ func (t *Tx) Counts() map[record.State]int {
 // ahead in the same round trip's wake (prefetch), so the claim's Task of
 // the candidate it takes costs no round trip of its own.
 func (t *Tx) Ready(fn func(id string) (more bool)) {
-	t.readyPage = 8
+	t.readyPage = firstReadyPage
 	t.pageHook = func(kvs []*mvccpb.KeyValue) {
 		ids := make([]string, 0, len(kvs))
 		for _, kv := range kvs {
