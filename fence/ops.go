@@ -388,15 +388,16 @@ func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.
 	return id, settled, nil
 }
 
-// finishMove is the claim's share of the per-task crash finish on a
-// journal whose writers do not take turns (etcd), where nobody finishes
-// "the last commit": a task the journal has as available whose file is in
-// another state directory (a release, fail, requeue or revoke that died
-// after its commit) has its file moved to dir, and the claim goes on. It
-// reports whether it moved the file. On bbolt the next writer finishes
-// the last commit, so a file elsewhere was moved by hand: left alone.
+// finishMove is a touch's share of the per-task crash finish on a journal
+// whose writers do not take turns (etcd), where nobody finishes "the last
+// commit": a task whose file is in another state directory than dir, the
+// one the journal has it in (a release, fail, complete, requeue or revoke
+// that died after its commit), has its file moved to dir, and the claim
+// or requeue goes on. It reports whether it moved the file. On bbolt the
+// next writer finishes the last commit, so a file elsewhere was moved by
+// hand: left alone.
 func (t *Tree) finishMove(id string, dir fsmirror.Dir) bool {
-	if !t.batch.shared.Load() || dir != fsmirror.Available {
+	if !t.batch.shared.Load() {
 		return false
 	}
 	if ok, err := t.mirror.Exists(dir, id); err != nil || ok {
@@ -755,6 +756,7 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 		if err != nil {
 			return record.Event{}, err
 		}
+		t.finishMove(id, dir) // a complete or fail that died after its commit (etcd)
 		if ok, err := t.mirror.Exists(dir, id); err == nil && !ok {
 			return record.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, dir, t.Path(id, rec.State))}
 		}
