@@ -60,6 +60,7 @@ type replayState struct {
 	missing  []string    // tasks whose file is in no directory, to settle
 	counter  uint64      // raise the token counter to this (0: it is fine)
 	ceiling  uint64      // raise the ceiling files to this (0: they are fine)
+	lastSeq  uint64      // the log's last event when it was read
 }
 
 // extraCopy is a task file in a directory besides the one that keeps the
@@ -122,7 +123,8 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 			return err
 		}
 		t.compareTokens(tx, st, &rep)
-		return nil
+		st.lastSeq, err = lastSeq(tx)
+		return err
 	})
 	if err != nil {
 		return rep, err
@@ -406,10 +408,31 @@ func containsDir(dirs []fsmirror.Dir, d fsmirror.Dir) bool {
 	return false
 }
 
+// lastSeq returns the seq of the log's last event (0: none).
+func lastSeq(tx journal.Tx) (seq uint64, err error) {
+	err = tx.EventsBackward(func(ev record.Event) (bool, error) {
+		seq = ev.Seq
+		return false, nil
+	})
+	return seq, err
+}
+
+// ErrJournalMoved says replay found the log longer than when it read it:
+// another writer (on etcd, on another host) committed meanwhile, and
+// records rebuilt from the shorter log would undo its change.
+var ErrJournalMoved = errors.New("the journal changed while replay read it (another writer committed); nothing was rewritten: run replay again")
+
 // repair writes what compareJournal and compareTree found.
 func (t *Tree) repair(db journal.Store, st *replayState) error {
 	if st.rebuild {
 		err := db.Update(func(tx journal.Tx) error {
+			// Writers that do not take turns (etcd) may have committed since
+			// the log was read: then the records rebuilt from it are stale.
+			if seq, err := lastSeq(tx); err != nil {
+				return err
+			} else if seq != st.lastSeq {
+				return ErrJournalMoved
+			}
 			if err := tx.Reset(); err != nil {
 				return err
 			}
