@@ -315,10 +315,14 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 	for _, s := range st.outputs {
 		needed[s] = true // an output the next writer publishes (settle)
 	}
+	sweeper := "the next writer" // on etcd no writer sweeps: replay does
+	if st.ownClock {
+		sweeper = "replay"
+	}
 	if orphans, err := t.mirror.SweepStaging(true); err == nil {
 		for _, name := range orphans {
 			if !needed[name] {
-				add(Finding{Kind: FindingOrphanStaged, Dir: string(fsmirror.Staging), Task: name, Detail: "staged by a process that died before its commit; the next writer moves it to .fence/quarantine"})
+				add(Finding{Kind: FindingOrphanStaged, Dir: string(fsmirror.Staging), Task: name, Detail: "staged by a process that died before its commit; " + sweeper + " moves it to .fence/quarantine"})
 			}
 		}
 	}

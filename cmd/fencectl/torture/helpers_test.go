@@ -131,8 +131,10 @@ func (b tortBackend) part(name string) string {
 	return name + "_" + b.name
 }
 
-// etcdExpire revokes the etcd leases of ids' claims in the etcd tree at
-// dir, through a client of the test's own (another host, as it were).
+// etcdExpire ends the etcd leases of ids' claims in the etcd tree at dir
+// as etcd does when a TTL runs out (their liveness keys go: leases are
+// shared by the claims of one second, so none is revoked), through a
+// client of the test's own (another host, as it were).
 func etcdExpire(t testing.TB, dir string, ids []string) {
 	t.Helper()
 	cfg, found, err := fence.TreeJournal(dir)
