@@ -97,7 +97,13 @@ func handOff(c *cli.Context) error {
 	}
 	bin := "fencectl-" + name
 	path := ""
-	if exe, err := os.Executable(); err == nil {
+	exe, _ := os.Executable()
+	if exe != "" {
+		if filepath.Base(exe) == bin {
+			// This is fencectl-<name> built without the backend: running
+			// itself again would never end.
+			return fmt.Errorf("%w; %s was built without it: build it with `make build`", missing, exe)
+		}
 		if p := filepath.Join(filepath.Dir(exe), bin); isExecutable(p) {
 			path = p
 		}
