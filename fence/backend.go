@@ -1,7 +1,6 @@
 package fence
 
 import (
-	"errors"
 	"io"
 	"path/filepath"
 	"time"
@@ -57,21 +56,7 @@ type JournalInfo struct {
 
 // Journal returns where the tree's journal is.
 func (t *Tree) Journal() JournalInfo {
-	cfg, found, err := journal.ReadConfig(t.metaDir)
-	if err != nil || !found {
-		return JournalInfo{Backend: "bbolt", Where: t.store.Path(t.metaDir)}
-	}
-	return JournalInfo{Backend: cfg.Backend, Where: cfg.URL()}
-}
-
-// IsMissingBackend reports whether err says this program lacks the
-// backend a tree's journal needs.
-func IsMissingBackend(err error) (string, bool) {
-	var m *journal.MissingDriverError
-	if errors.As(err, &m) {
-		return m.Backend, true
-	}
-	return "", false
+	return JournalInfo{Backend: t.store.Name(), Where: t.store.Path(t.metaDir)}
 }
 
 // JournalConfig names a journal store other than bbolt (see package

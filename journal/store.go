@@ -27,6 +27,8 @@ import (
 // Backend makes handles on the journals of one kind of store. dir is the
 // tree's meta directory (.fence).
 type Backend interface {
+	// Name names the kind of store ("bbolt", "etcd"), for status and show.
+	Name() string
 	// Exists reports whether dir holds a journal (of any content).
 	Exists(dir string) (bool, error)
 	// Path names the journal of dir in messages (a file, a URL).

@@ -10,6 +10,21 @@ import (
 	"github.com/fencectl/fencectl/fence"
 )
 
+// treeEtcd connects to the etcd journal of $FENCE_DIR's tree and returns
+// the client, the tree's prefix, a context for the calls and what closes
+// them; cmd names the script command, for its failure.
+func treeEtcd(ts *testscript.TestScript, cmd string) (*clientv3.Client, string, context.Context, func()) {
+	cfg, found, err := fence.TreeJournal(ts.Getenv("FENCE_DIR"))
+	ts.Check(err)
+	if !found {
+		ts.Fatalf("%s: the tree has no etcd journal", cmd)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second})
+	ts.Check(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return cli, cfg.Prefix, ctx, func() { cancel(); cli.Close() }
+}
+
 // cmdEtcdWipe: etcdwipe [PREFIX-SUFFIX] deletes every key of the tree's
 // etcd journal ($FENCE_DIR's .fence/journal.json), as an operator's
 // mistake or a cluster rebuilt from nothing would: recover's case.
@@ -17,20 +32,12 @@ func cmdEtcdWipe(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: etcdwipe")
 	}
-	cfg, found, err := fence.TreeJournal(ts.Getenv("FENCE_DIR"))
-	ts.Check(err)
-	if !found {
-		ts.Fatalf("etcdwipe: the tree has no etcd journal")
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second})
-	ts.Check(err)
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := cli.Delete(ctx, cfg.Prefix+"/", clientv3.WithPrefix())
+	cli, prefix, ctx, done := treeEtcd(ts, "etcdwipe")
+	defer done()
+	resp, err := cli.Delete(ctx, prefix+"/", clientv3.WithPrefix())
 	ts.Check(err)
 	if resp.Deleted == 0 {
-		ts.Fatalf("etcdwipe: nothing under %s/", cfg.Prefix)
+		ts.Fatalf("etcdwipe: nothing under %s/", prefix)
 	}
 }
 
@@ -47,18 +54,10 @@ func cmdEtcdExpire(ts *testscript.TestScript, neg bool, args []string) {
 	if !explicit {
 		args = dueLeases(ts)
 	}
-	cfg, found, err := fence.TreeJournal(ts.Getenv("FENCE_DIR"))
-	ts.Check(err)
-	if !found {
-		ts.Fatalf("etcdexpire: the tree has no etcd journal")
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second})
-	ts.Check(err)
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cli, prefix, ctx, done := treeEtcd(ts, "etcdexpire")
+	defer done()
 	for _, id := range args {
-		resp, err := cli.Delete(ctx, cfg.Prefix+"/l/"+id)
+		resp, err := cli.Delete(ctx, prefix+"/l/"+id)
 		ts.Check(err)
 		if resp.Deleted == 0 && explicit {
 			ts.Fatalf("etcdexpire: %s holds no live lease", id)

@@ -181,6 +181,9 @@ const (
 
 var _ journal.Backend = Backend{}
 
+// Name names the store: "bbolt".
+func (Backend) Name() string { return "bbolt" }
+
 // Exists reports whether dir holds a journal file.
 func (Backend) Exists(dir string) (bool, error) { return Exists(dir) }
 

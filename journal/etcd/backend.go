@@ -204,6 +204,9 @@ func timeoutOf(d time.Duration) time.Duration {
 
 func (b *Backend) metaKey(name string) string { return b.cfg.Prefix + famMeta + name }
 
+// Name names the store: "etcd".
+func (b *Backend) Name() string { return "etcd" }
+
 // Exists reports whether the prefix holds a journal.
 func (b *Backend) Exists(string) (bool, error) {
 	cli, err := b.connect()

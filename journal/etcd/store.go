@@ -52,7 +52,7 @@ func (s *Store) ctx() (context.Context, context.CancelFunc) {
 }
 
 func (s *Store) newTx(ctx context.Context, write bool) *Tx {
-	return &Tx{s: s, ctx: ctx, write: write, reads: map[string]int64{}, buf: map[string]*op{}, live: map[string]*mvccpb.KeyValue{}}
+	return &Tx{s: s, ctx: ctx, write: write, reads: map[string]int64{}, buf: map[string]*op{}}
 }
 
 // View runs fn on one snapshot. A snapshot that etcd compacted away while

@@ -57,8 +57,7 @@ type Tx struct {
 	cached   bool                        // the store's cache is current (Store.cacheValid)
 	liveScan map[string]*mvccpb.KeyValue // every liveness key at the snapshot, once scanned
 
-	live  map[string]*mvccpb.KeyValue // P/l/ID as read, by task id
-	first uint64                      // first event this run appended
+	first uint64 // first event this run appended
 }
 
 // op is one buffered write.
@@ -194,38 +193,75 @@ const prefetchMax = 64
 // a key out; a failed prefetch is forgotten (get reads the keys itself).
 func (t *Tx) prefetch(ids []string) {
 	var keys []string
-	var ops []clientv3.Op
 	for _, id := range ids {
 		for _, k := range []string{t.key(famTask, id), t.key(famLive, id)} {
 			_, mine := t.buf[k]
 			_, have := t.fetched[k]
 			_, read := t.reads[k]
-			if mine || have || read {
-				continue
+			if !mine && !have && !read {
+				keys = append(keys, k)
 			}
-			keys = append(keys, k)
-			ops = append(ops, clientv3.OpGet(k, t.pinned()...))
 		}
-		if len(ops) >= prefetchMax {
+		if len(keys) >= prefetchMax {
 			break
 		}
 	}
-	if len(ops) == 0 {
+	if len(keys) == 0 {
 		return
 	}
-	resp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
+	kvs, err := t.readAt(keys)
 	if err != nil {
 		return
 	}
 	if t.fetched == nil {
 		t.fetched = map[string]*mvccpb.KeyValue{}
 	}
-	for i, r := range resp.Responses {
-		var kv *mvccpb.KeyValue
-		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
-			kv = kvs[0]
+	for i, k := range keys {
+		t.fetched[k] = kvs[i]
+	}
+}
+
+// readAt reads keys at the snapshot in one request: one kv per key, nil
+// for an absent one.
+func (t *Tx) readAt(keys []string) ([]*mvccpb.KeyValue, error) {
+	ops := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		ops[i] = clientv3.OpGet(k, t.pinned()...)
+	}
+	var ranges [][]*mvccpb.KeyValue
+	if len(ops) == 1 {
+		resp, err := t.s.b.cli.Do(t.ctx, ops[0])
+		if err != nil {
+			return nil, err
 		}
-		t.fetched[keys[i]] = kv
+		ranges = append(ranges, resp.Get().Kvs)
+	} else {
+		resp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range resp.Responses {
+			ranges = append(ranges, r.GetResponseRange().Kvs)
+		}
+	}
+	out := make([]*mvccpb.KeyValue, len(keys))
+	for i, kvs := range ranges {
+		if len(kvs) > 0 {
+			out[i] = kvs[0]
+		}
+	}
+	return out, nil
+}
+
+// track records that k was read as kv (nil: absent), for the commit's
+// check.
+func (t *Tx) track(k string, kv *mvccpb.KeyValue) {
+	if !t.write {
+		return
+	}
+	t.reads[k] = 0
+	if kv != nil {
+		t.reads[k] = kv.ModRevision
 	}
 }
 
@@ -245,7 +281,8 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 		return nil, err
 	}
 	out := make(map[string]*mvccpb.KeyValue, len(keys))
-	var ops []clientv3.Op
+	livePrefix := t.key(famLive, "")
+	var missing []string
 	for _, k := range keys {
 		if o, ok := t.buf[k]; ok {
 			if !o.del {
@@ -256,60 +293,32 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 			continue
 		}
 		kv, ok := t.fetched[k]
-		live := strings.HasPrefix(k, t.key(famLive, ""))
+		live := strings.HasPrefix(k, livePrefix)
 		if !ok && live && t.liveScan != nil {
-			kv, ok = t.liveScan[k[len(t.key(famLive, "")):]], true
+			kv, ok = t.liveScan[k[len(livePrefix):]], true
 		}
 		if !ok && t.cached && !live {
 			kv, ok = t.s.cacheGet(k)
 		}
 		if ok {
 			out[k] = kv
-			if t.write {
-				t.reads[k] = 0
-				if kv != nil {
-					t.reads[k] = kv.ModRevision
-				}
-			}
+			t.track(k, kv)
 			continue
 		}
-		ops = append(ops, clientv3.OpGet(k, t.pinned()...))
+		missing = append(missing, k)
 	}
-	if len(ops) == 0 {
+	if len(missing) == 0 {
 		return out, nil
 	}
-	var kvs [][]*mvccpb.KeyValue
-	if len(ops) == 1 {
-		resp, err := t.s.b.cli.Do(t.ctx, ops[0])
-		if err != nil {
-			return nil, t.fail(err)
-		}
-		kvs = append(kvs, resp.Get().Kvs)
-	} else {
-		resp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
-		if err != nil {
-			return nil, t.fail(err)
-		}
-		for _, r := range resp.Responses {
-			kvs = append(kvs, r.GetResponseRange().Kvs)
-		}
+	kvs, err := t.readAt(missing)
+	if err != nil {
+		return nil, t.fail(err)
 	}
-	for i, o := range ops {
-		k := string(o.KeyBytes())
-		var kv *mvccpb.KeyValue
-		if len(kvs[i]) > 0 {
-			kv = kvs[i][0]
-		}
-		out[k] = kv
-		if t.write {
-			if kv != nil {
-				t.reads[k] = kv.ModRevision
-			} else {
-				t.reads[k] = 0
-			}
-		}
-		if t.cached && !strings.HasPrefix(k, t.key(famLive, "")) {
-			t.s.cachePut(k, kv)
+	for i, k := range missing {
+		out[k] = kvs[i]
+		t.track(k, kvs[i])
+		if t.cached && !strings.HasPrefix(k, livePrefix) {
+			t.s.cachePut(k, kvs[i])
 		}
 	}
 	return out, nil
@@ -420,7 +429,6 @@ func (t *Tx) Task(id string) (record.Task, bool, error) {
 	if err != nil {
 		return record.Task{}, false, err
 	}
-	t.live[id] = kvs[lk]
 	kv := kvs[tk]
 	if kv == nil {
 		return record.Task{}, false, nil
