@@ -42,6 +42,8 @@ type Backend struct {
 	sess    *concurrency.Session // for the writers' queue, made on first need
 	poolMu  sync.Mutex
 	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
+	warmMu  sync.Mutex
+	warm    *snapshot // what Exists read, for the first write (warm.go)
 }
 
 var _ journal.Backend = (*Backend)(nil)
@@ -209,17 +211,18 @@ func (b *Backend) Name() string { return "etcd" }
 
 // Exists reports whether the prefix holds a journal.
 func (b *Backend) Exists(string) (bool, error) {
-	cli, err := b.connect()
-	if err != nil {
+	if _, err := b.connect(); err != nil {
 		return false, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout())
 	defer cancel()
-	resp, err := cli.Get(ctx, b.metaKey(metaVersion), clientv3.WithCountOnly())
+	snap, err := b.readSnapshot(ctx)
 	if err != nil {
 		return false, b.unreachable(err)
 	}
-	return resp.Count > 0, nil
+	b.keepWarm(snap)
+	_, ok := snap.meta[metaVersion]
+	return ok, nil
 }
 
 // Path names the journal: its URL.
@@ -236,8 +239,12 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 		clock = func() time.Time { return time.Now().UTC() }
 	}
 	s := &Store{b: b, dir: dir, prefix: b.cfg.Prefix, readOnly: o.ReadOnly, timeout: timeoutOf(o.Timeout), clock: clock}
-	// An absent or foreign journal is reported at open, as bbolt does.
-	err := s.View(func(journal.Tx) error { return nil })
+	// An absent or foreign journal is reported at open, as bbolt does:
+	// from what Exists just read, else by reading it.
+	var err error
+	if w := b.peekWarm(); w == nil || b.checkMeta(w.meta) != nil {
+		err = s.View(func(journal.Tx) error { return nil })
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +332,7 @@ func (l *treeLock) Open(o journal.OpenOptions) (journal.Store, error) { return l
 // Create makes the journal in one transaction that holds only if the
 // prefix has none: a create that failed left nothing.
 func (l *treeLock) Create(d record.Defaults, seed uint64) error {
+	l.b.keepWarm(nil)
 	ctx, cancel := l.ctx()
 	defer cancel()
 	b := l.b
@@ -352,6 +360,7 @@ func (b *Backend) asidePrefix(now time.Time) string {
 // SetAside copies the journal to a prefix beside it (a page at a time:
 // it may be larger than one etcd transaction), then deletes it.
 func (l *treeLock) SetAside(now time.Time) (string, error) {
+	l.b.keepWarm(nil)
 	ctx, cancel := l.ctx()
 	defer cancel()
 	b := l.b

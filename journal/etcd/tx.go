@@ -58,6 +58,11 @@ type Tx struct {
 	liveScan map[string]*mvccpb.KeyValue // every liveness key at the snapshot, once scanned
 
 	first uint64 // first event this run appended
+	// warm is the snapshot this run starts from instead of reading one
+	// (warm.go); the run's outcome is then checked afresh unless it commits.
+	warm     *snapshot
+	tried    bool // commit sent writes (whatever became of them)
+	requests int  // reads sent to etcd, begin's included (for tests)
 }
 
 // op is one buffered write.
@@ -89,8 +94,9 @@ func (t *Tx) fail(err error) error {
 	return err
 }
 
-// begin reads the meta keys, which fixes the snapshot every later read
-// of this transaction sees.
+// begin fixes the snapshot every later read of this transaction sees:
+// the first write transaction of a process may take the one Exists read
+// moments ago (warm.go); every other reads it afresh.
 func (t *Tx) begin() error {
 	if t.err != nil {
 		return t.err
@@ -98,59 +104,34 @@ func (t *Tx) begin() error {
 	if t.rev != 0 {
 		return nil
 	}
-	// One request reads the meta keys and the first page of the indexes
-	// most transactions scan (expiry and liveness for the reap every claim
-	// does first, the ready index for claim-next), all at one revision:
-	// the snapshot. The pages are kept (page) for the scans to find.
-	metaKey := t.key(famMeta, "")
-	ops := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
-	var pre []pageKey
-	for _, f := range []struct {
-		fam   string
-		limit int64
-	}{{famExpiry, pageSize}, {famLive, pageSize}, {famReady, firstReadyPage}} {
-		lo := t.key(f.fam, "")
-		pre = append(pre, pageKey{lo, rangeEnd(lo), f.limit})
-		ops = append(ops, clientv3.OpGet(lo, clientv3.WithRange(rangeEnd(lo)), clientv3.WithLimit(f.limit)))
+	snap := t.warm
+	if snap == nil {
+		t.requests++
+		var err error
+		if snap, err = t.s.b.readSnapshot(t.ctx); err != nil {
+			return t.fail(err)
+		}
 	}
-	tresp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
-	if err != nil {
-		return t.fail(err)
-	}
-	t.rev = tresp.Header.Revision
-	resp := tresp.Responses[0].GetResponseRange()
+	t.rev = snap.rev
 	if t.pages == nil {
 		t.pages = map[pageKey]*clientv3.GetResponse{}
 	}
-	for i, k := range pre {
-		t.pages[k] = (*clientv3.GetResponse)(tresp.Responses[i+1].GetResponseRange())
+	for k, p := range snap.pages {
+		t.pages[k] = p
 	}
-	t.meta = map[string]string{}
-	for _, kv := range resp.Kvs {
-		t.meta[string(kv.Key[len(metaKey):])] = string(kv.Value)
-	}
-	var headRev int64
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == t.key(famMeta, metaHead) {
-			headRev = kv.ModRevision
-		}
-	}
+	t.meta = snap.meta
 	if t.write {
-		t.reads[t.key(famMeta, metaHead)] = headRev
+		t.reads[t.key(famMeta, metaHead)] = snap.headRev
 	}
-	t.cached = t.s.cacheValid(headRev)
-	v, ok := t.meta[metaVersion]
-	switch {
-	case !ok:
-		t.err = fmt.Errorf("%w at %s", journal.ErrNoJournal, t.s.b.cfg.URL())
-	case v != SchemaVersion:
-		t.err = &journal.VersionError{Path: t.s.b.cfg.URL(), Found: v, Supported: SchemaVersion}
-	default:
-		t.head, err = decodeHead(t.meta[metaHead])
-		if err != nil {
-			t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: err.Error()}
-		}
+	t.cached = t.s.cacheValid(snap.headRev)
+	if t.err = t.s.b.checkMeta(snap.meta); t.err != nil {
+		return t.err
 	}
+	h, err := decodeHead(t.meta[metaHead])
+	if err != nil {
+		t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: err.Error()}
+	}
+	t.head = h
 	return t.err
 }
 
@@ -173,6 +154,7 @@ func (t *Tx) page(from, hi string, limit int64) (*clientv3.GetResponse, error) {
 	if r, ok := t.pages[k]; ok {
 		return r, nil
 	}
+	t.requests++
 	r, err := t.s.b.cli.Get(t.ctx, from, append(t.pinned(), clientv3.WithRange(hi), clientv3.WithLimit(limit))...)
 	if err != nil {
 		return nil, err
@@ -206,6 +188,11 @@ func (t *Tx) prefetch(ids []string) {
 			break
 		}
 	}
+	t.prefetchKeys(keys)
+}
+
+// prefetchKeys reads keys ahead in one request, for get to find.
+func (t *Tx) prefetchKeys(keys []string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -224,6 +211,7 @@ func (t *Tx) prefetch(ids []string) {
 // readAt reads keys at the snapshot in one request: one kv per key, nil
 // for an absent one.
 func (t *Tx) readAt(keys []string) ([]*mvccpb.KeyValue, error) {
+	t.requests++
 	ops := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		ops[i] = clientv3.OpGet(k, t.pinned()...)
@@ -425,6 +413,7 @@ func (t *Tx) Writes() int { return t.writes }
 // Task returns the record of id, its lease judged by etcd's clock.
 func (t *Tx) Task(id string) (record.Task, bool, error) {
 	tk, lk := t.key(famTask, id), t.key(famLive, id)
+	t.prefetchClaim(id, tk, lk)
 	kvs, err := t.get(tk, lk)
 	if err != nil {
 		return record.Task{}, false, err
@@ -438,6 +427,44 @@ func (t *Tx) Task(id string) (record.Task, bool, error) {
 		return record.Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
 	}
 	return t.judge(rec, kvs[lk]), true, nil
+}
+
+// prefetchClaim reads, in the round trip that reads a claimed task's
+// record, the claim of its current token too, which the steps on a claim
+// (complete, heartbeat, release, fail) look up next: the token is in the
+// expiry index's first page, which begin read. Only when the record must
+// be read anyway (not cached, not read yet).
+func (t *Tx) prefetchClaim(id, tk, lk string) {
+	if t.begin() != nil {
+		return
+	}
+	_, mine := t.buf[tk]
+	_, have := t.fetched[tk]
+	_, read := t.reads[tk]
+	if mine || have || read {
+		return
+	}
+	if t.cached {
+		if _, ok := t.s.cacheGet(tk); ok {
+			return
+		}
+	}
+	lo := t.key(famExpiry, "")
+	page, ok := t.pages[pageKey{lo, rangeEnd(lo), pageSize}]
+	if !ok {
+		return
+	}
+	want := t.key(famExpiry, id)
+	i := sort.Search(len(page.Kvs), func(i int) bool { return string(page.Kvs[i].Key) >= want })
+	if i == len(page.Kvs) || string(page.Kvs[i].Key) != want {
+		return
+	}
+	_, token := decodeExpiry(string(page.Kvs[i].Value))
+	ck := t.key(famClaim, u64(token))
+	if _, mine := t.buf[ck]; mine {
+		return
+	}
+	t.prefetchKeys([]string{tk, lk, ck})
 }
 
 // PutTask stores rec, keeps the indexes and counts in step, and ties a
