@@ -81,7 +81,11 @@ const libraryEtcdCycles = 2000
 // 16 etcd clients whose transactions race (retries/claim: the
 // transactions a conflict made run again, per claim; timeouts: claims
 // that lost every race for the store's 10 s and were run again). The etcd rows run
-// in etcdbench (the member in a process of its own, over loopback).
+// in etcdbench (the member in a process of its own, over loopback). The
+// diagnose row asks etcd, for every conflict, whether the head key alone
+// (P/m/head, which every write rewrites) caused it: head-only-pct is
+// what removing that key could save at most. It pays a round trip per
+// conflict, so its claims/s is not comparable.
 func BenchmarkBackend_Library(b *testing.B) {
 	b.Run("backend=bbolt/goroutines=16", func(b *testing.B) {
 		n := libraryEtcdCycles * b.N
@@ -101,9 +105,16 @@ func BenchmarkBackend_Library(b *testing.B) {
 		b.StopTimer()
 		report(b, r)
 	})
-	for _, trees := range []int{1, 16} {
+	for _, row := range []struct {
+		trees    int
+		diagnose bool
+	}{{1, false}, {16, false}, {16, true}} {
+		trees := row.trees
 		name := "backend=etcd/goroutines=16"
-		if trees > 1 {
+		switch {
+		case row.diagnose:
+			name = "backend=etcd/clients=16/diagnose"
+		case trees > 1:
 			name = "backend=etcd/clients=16"
 		}
 		b.Run(name, func(b *testing.B) {
@@ -122,11 +133,14 @@ func BenchmarkBackend_Library(b *testing.B) {
 				LatsNS    []int64 `json:"lats_ns"`
 				Retries   int64   `json:"retries"`
 				Timeouts  int64   `json:"timeouts"`
+				HeadOnly  int64   `json:"head_only"`
+				Other     int64   `json:"other"`
 			}
 			floorBefore := quickFloor(b)
 			mark := markCPU()
 			cmd := exec.Command(etcdBenchBin, "library", "-endpoints", endpoints, "-dir", dir,
-				"-tasks", fmt.Sprint(n), "-goroutines", "16", "-trees", fmt.Sprint(trees))
+				"-tasks", fmt.Sprint(n), "-goroutines", "16", "-trees", fmt.Sprint(trees),
+				fmt.Sprintf("-diagnose=%v", row.diagnose))
 			out, err := cmd.Output()
 			other := otherCPU(mark, markCPU())
 			if err != nil {
@@ -145,6 +159,9 @@ func BenchmarkBackend_Library(b *testing.B) {
 			b.ReportMetric(float64(res.Retries)/float64(res.Ops), "retries/claim")
 			if res.Timeouts > 0 {
 				b.ReportMetric(float64(res.Timeouts), "timeouts")
+			}
+			if row.diagnose && res.HeadOnly+res.Other > 0 {
+				b.ReportMetric(100*float64(res.HeadOnly)/float64(res.HeadOnly+res.Other), "head-only-pct")
 			}
 		})
 	}

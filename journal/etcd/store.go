@@ -47,6 +47,36 @@ var _ journal.Store = (*Store)(nil)
 // another client's commit made run again.
 var Retries atomic.Int64
 
+// Diagnose makes every failed commit ask etcd once more whether it
+// failed on the head key alone (HeadOnlyConflicts) or on something else
+// it read too (OtherConflicts): what the head key costs under contention,
+// for the benchmarks. Off by default (it costs a round trip per conflict).
+var (
+	Diagnose          atomic.Bool
+	HeadOnlyConflicts atomic.Int64
+	OtherConflicts    atomic.Int64
+)
+
+// classifyConflict counts a failed commit as head-only if its compares
+// other than the head's still hold.
+func (t *Tx) classifyConflict(cmps []clientv3.Cmp) {
+	head := t.key(famMeta, metaHead)
+	var rest []clientv3.Cmp
+	for _, c := range cmps {
+		if string(c.KeyBytes()) != head {
+			rest = append(rest, c)
+		}
+	}
+	resp, err := t.s.b.cli.Txn(t.ctx).If(rest...).Commit()
+	switch {
+	case err != nil:
+	case resp.Succeeded:
+		HeadOnlyConflicts.Add(1)
+	default:
+		OtherConflicts.Add(1)
+	}
+}
+
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.timeout)
 }
@@ -231,6 +261,9 @@ func (t *Tx) commit() error {
 		return t.s.b.unreachable(err)
 	case !resp.Succeeded:
 		t.s.dropCache() // what was read is stale somewhere: read afresh
+		if Diagnose.Load() {
+			t.classifyConflict(cmps)
+		}
 		return errConflict
 	}
 	return nil
