@@ -127,6 +127,7 @@ const (
 	InputRequestID   Input = "request_id"   // a claim's idempotency key
 	InputToken       Input = "token"        // a fencing token
 	InputID          Input = "id"           // a task id
+	InputBatch       Input = "batch"        // how many tasks a batch claim takes
 	InputOutputName  Input = "output_name"  // the name of a fenced output
 	InputRoot        Input = "root"         // the task tree's directory
 	InputJournal     Input = "journal"      // where a tree's journal is (init --journal)

@@ -337,8 +337,17 @@ func checkRequestID(id string) error {
 // events): otherwise every later claim would look at it again, and 100k
 // such tasks would make every claim stat 100k files.
 func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []record.Event, err error) {
+	return t.nextClaimableExcept(tx, inClaimed, now, nil)
+}
+
+// nextClaimableExcept is nextClaimable passing over the tasks in skip
+// (those a batch already chose).
+func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now time.Time, skip map[string]bool) (id string, settled []record.Event, err error) {
 	var gone []string
 	tx.Ready(func(cand string) bool {
+		if skip[cand] {
+			return true
+		}
 		dir := fsmirror.Available
 		if inClaimed[cand] {
 			dir = fsmirror.Claimed

@@ -80,7 +80,10 @@ func (t *Tree) mirrorEvents(evs []record.Event, check bool) (failed map[string]e
 		failed[id] = err
 	}
 	b := t.mirror.NewBatch()
-	for _, m := range movesOf(evs) {
+	for i, m := range movesOf(evs) {
+		if i > 0 {
+			crashAt("mirror:mid") // a commit of several moves, half moved
+		}
 		m.check = check
 		if err := t.place(b, m); err != nil {
 			fail(m.id, err)

@@ -16,7 +16,7 @@ func claimCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "claim",
 		Usage:     "claim the named task or the next ready one; prints its token",
-		UsageText: "claim [ID] [--agent A] [--ttl D] [--wait D] [--token T] [--request-id K] [--format text|json|env]",
+		UsageText: "claim [ID...] [--agent A] [--ttl D] [--wait D] [--token T] [--request-id K] [--batch N] [--partial] [--format text|json|env]",
 		Description: `Reaps expired leases first, then claims the named task or the highest-priority,
 oldest available one, issues a new fencing token and moves the file to claimed/.
 Keep the token: every later step on the task must show it.
@@ -39,6 +39,17 @@ With --request-id K, a claim already granted to request K of the same agent
 lease renewed, instead of claiming another task: an agent that writes K down
 before claiming can always recover a claim whose answer it never read.
 
+Batches: several tasks in one step, each with its own token, all committed
+together. Name them (all or nothing: if one cannot be claimed, none is, exit 4
+with a reason per task; with --partial, those that can be are claimed and the
+rest reported), or take the next N ready ones with --batch N (up to N, in claim
+order; exit 4 if none is ready). --format env then sets FENCE_TASKS,
+FENCE_TOKENS and FENCE_TASK_FILES, space-separated, in the same order.
+
+   fencectl claim fetch build-1 build-2 --agent a1               # all three or none
+   fencectl claim fetch build-1 build-2 --agent a1 --partial --json
+   fencectl claim --batch 10 --agent a1 --json                   # up to 10 ready tasks
+
 Exit 4 when nothing is ready (or the named task is not available).`,
 		Flags: []cli.Flag{
 			agentFlag(),
@@ -46,14 +57,12 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			&cli.DurationFlag{Name: "wait", Usage: "keep trying this long while nothing is ready"},
 			&cli.GenericFlag{Name: "token", Value: tokenValue(), Usage: "restore: renew this claim if its token is still current"},
 			&cli.StringFlag{Name: "request-id", Usage: "idempotency key: the same agent repeating it gets the same claim back while it is current"},
+			&cli.IntFlag{Name: "batch", Usage: "claim up to N ready tasks at once, each with its own token"},
+			&cli.BoolFlag{Name: "partial", Usage: "with several named tasks: claim those that can be, report the rest"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json or env (NAME='value' lines for eval)"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
-			id, err := optionalArg(c)
-			if err != nil {
-				return err
-			}
 			format := c.String("format")
 			switch format {
 			case "text", "env":
@@ -70,6 +79,13 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			}
 			if c.IsSet("token") && (c.IsSet("request-id") || c.IsSet("wait")) {
 				return usagef("--token restores a claim you hold; --request-id and --wait are for a new claim: give one or the other")
+			}
+			if c.NArg() > 1 || c.IsSet("batch") || c.IsSet("partial") {
+				return claimBatch(c, out, format)
+			}
+			id, err := optionalArg(c)
+			if err != nil {
+				return err
 			}
 			return withTree(c, out, func(t *fence.Tree) error {
 				res, err := t.Claim(c.Context, fence.ClaimRequest{

@@ -30,8 +30,12 @@ func classify(err error) errorObject {
 		start    *startError
 		readable *fence.JournalReadableError
 		file     *fence.TaskFileError
+		batch    *fence.BatchError
 	)
 	switch {
+	case errors.As(err, &batch):
+		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNotAvailable
+		obj.Failed = batchFailures(batch.Failed)
 	case errors.As(err, &stale):
 		obj.Code, obj.Reason, obj.Task = exitFenced, stale.Reason, stale.Task
 		obj.YourToken, obj.State, obj.LostBy = stale.Yours, string(stale.State), stale.LostBy

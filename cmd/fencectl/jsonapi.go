@@ -430,6 +430,7 @@ type errorObject struct {
 	LostAt    *time.Time          `json:"lost_at,omitempty"`
 	LostBy    string              `json:"lost_by,omitempty"`
 	Run       *runJSON            `json:"run,omitempty"`
+	Failed    []errorObject       `json:"failed,omitempty"` // a batch claim refused: why, per task
 	Notices   []noticeJSON        `json:"notices,omitempty"`
 }
 

@@ -25,6 +25,7 @@ var jsonTypes = map[string]func() any{
 	"show":    func() any { return new(showJSON) },
 	"revoke":  func() any { return new(revokeJSON) },
 	"claim":   func() any { return new(claimJSON) },
+	"batch":   func() any { return new(batchJSON) },
 	"status":  func() any { return new(statusJSON) },
 	"init":    func() any { return new(initJSON) },
 	"reap":    func() any { return new(reapJSON) },
@@ -179,7 +180,7 @@ func TestJSON_FieldOrder(t *testing.T) {
 	fixed := map[string][]string{
 		"notice":  {"notice", "name", "detail"},
 		"recover": {"root", "kept_aside", "counts", "freed", "first_token", "findings", "notices"},
-		"error":   {"code", "reason", "message", "rule", "task", "your_token", "holder", "held_since", "state", "lost_at", "lost_by", "run", "notices"},
+		"error":   {"code", "reason", "message", "rule", "task", "your_token", "holder", "held_since", "state", "lost_at", "lost_by", "run", "failed", "notices"},
 	}
 	types := map[string]reflect.Type{
 		"lease": reflect.TypeFor[leaseJSON](), "last_lease": reflect.TypeFor[lastLeaseJSON](),

@@ -180,6 +180,21 @@ func crashCases() []crashCase {
 					t.Errorf("claim --request-id again after the crash: %v, want t1 renewed with token %v", c, want)
 				}
 			}},
+		// A batch claim commits its claims together: all or none.
+		{name: "claim-batch", point: "claim:after-commit", pending: crashPendingYes, want: s("t1", "claimed", "t2", "claimed", "t3", "claimed"),
+			setup: func(rt *runTree) []string {
+				rt.OK("add", "--id", "t1")
+				rt.OK("add", "--id", "t2")
+				rt.OK("add", "--id", "t3")
+				return []string{"claim", "t1", "t2", "t3", "--ttl", "60s"}
+			}},
+		{name: "claim-batch-mid-moves", point: "mirror:mid", pending: crashPendingYes, want: s("t1", "claimed", "t2", "claimed", "t3", "claimed"),
+			setup: func(rt *runTree) []string {
+				rt.OK("add", "--id", "t1")
+				rt.OK("add", "--id", "t2")
+				rt.OK("add", "--id", "t3")
+				return []string{"claim", "--batch", "3", "--ttl", "60s"}
+			}},
 		{name: "heartbeat", point: "heartbeat:after-commit", want: s("t1", "claimed"),
 			setup: func(rt *runTree) []string { return []string{"heartbeat", "t1", "--token", claimed(rt)} }},
 		{name: "complete-result", then: retry, point: "complete:after-commit", pending: crashPendingYes, want: s("t1", "done"), outputs: s("t1/result", "the result\n"), unpublished: []string{"t1/result"},
