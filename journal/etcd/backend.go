@@ -43,7 +43,7 @@ type Backend struct {
 	poolMu  sync.Mutex
 	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
 	warmMu  sync.Mutex
-	warm    *snapshot // what Exists read, for the first write (warm.go)
+	warm    *snapshot // what Exists read, for the first write (snapshot.go)
 }
 
 var _ journal.Backend = (*Backend)(nil)

@@ -27,10 +27,7 @@
 // range scanned) and applies the writes. A failed compare means another
 // client committed first: Update runs the function again on a fresh
 // snapshot. Each retry follows someone else's commit, so contention slows
-// claims but cannot stop them all (no livelock). A process's first write
-// may start from the snapshot its Exists read moments before (warm.go),
-// which saves a CLI command two round trips; its outcome is checked
-// afresh unless it commits.
+// claims but cannot stop them all (no livelock).
 //
 // P/m/head is the one key every write rewrites: the event sequence and the
 // token counter must be dense and ordered across hosts. Two claims

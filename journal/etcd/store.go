@@ -155,24 +155,13 @@ func (s *Store) Update(fn func(journal.Tx) error) error {
 		}
 		t := s.newTx(ctx, true)
 		t.locked = locked
-		if attempt == 0 {
-			t.warm = s.b.takeWarm()
-		}
 		err := t.begin()
 		if err == nil {
 			err = fn(t)
 		}
 		err = t.spoiled(err)
 		if err == nil {
-			t.tried = len(t.buf) > 0
 			err = t.commit()
-		}
-		if t.warm != nil && !t.tried {
-			// An answer from the warm snapshot that no commit checked
-			// (a refusal, nothing to write) may be out of date: run again
-			// on a fresh one (warm.go). Not a conflict: no backoff.
-			attempt--
-			continue
 		}
 		if err == nil {
 			return nil

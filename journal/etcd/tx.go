@@ -57,12 +57,8 @@ type Tx struct {
 	cached   bool                        // the store's cache is current (Store.cacheValid)
 	liveScan map[string]*mvccpb.KeyValue // every liveness key at the snapshot, once scanned
 
-	first uint64 // first event this run appended
-	// warm is the snapshot this run starts from instead of reading one
-	// (warm.go); the run's outcome is then checked afresh unless it commits.
-	warm     *snapshot
-	tried    bool // commit sent writes (whatever became of them)
-	requests int  // reads sent to etcd, begin's included (for tests)
+	first    uint64 // first event this run appended
+	requests int    // reads sent to etcd, begin's included (for tests)
 }
 
 // op is one buffered write.
@@ -94,9 +90,9 @@ func (t *Tx) fail(err error) error {
 	return err
 }
 
-// begin fixes the snapshot every later read of this transaction sees:
-// the first write transaction of a process may take the one Exists read
-// moments ago (warm.go); every other reads it afresh.
+// begin reads the meta keys and the first pages of the indexes most
+// transactions scan, in one request; its revision fixes the snapshot every
+// later read of this transaction sees.
 func (t *Tx) begin() error {
 	if t.err != nil {
 		return t.err
@@ -104,13 +100,10 @@ func (t *Tx) begin() error {
 	if t.rev != 0 {
 		return nil
 	}
-	snap := t.warm
-	if snap == nil {
-		t.requests++
-		var err error
-		if snap, err = t.s.b.readSnapshot(t.ctx); err != nil {
-			return t.fail(err)
-		}
+	t.requests++
+	snap, err := t.s.b.readSnapshot(t.ctx)
+	if err != nil {
+		return t.fail(err)
 	}
 	t.rev = snap.rev
 	if t.pages == nil {
@@ -127,9 +120,9 @@ func (t *Tx) begin() error {
 	if t.err = t.s.b.checkMeta(snap.meta); t.err != nil {
 		return t.err
 	}
-	h, err := decodeHead(t.meta[metaHead])
-	if err != nil {
-		t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: err.Error()}
+	h, herr := decodeHead(t.meta[metaHead])
+	if herr != nil {
+		t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: herr.Error()}
 	}
 	t.head = h
 	return t.err

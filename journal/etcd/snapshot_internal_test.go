@@ -58,63 +58,9 @@ func addTask(t *testing.T, s journal.Store, rec record.Task) {
 	}
 }
 
-var errAbsent = errors.New("absent")
-
-// A write that starts from the warm snapshot (what Exists read) and does
-// not commit is run again on a fresh one: a refusal is never based on a
-// state older than the call. Here another client adds the task after
-// Exists; an Update that would refuse for want of it must see it.
-func TestWarm_RefusalIsCheckedAfresh(t *testing.T) {
-	cfg, dir := newJournal(t)
-	_, s := open(t, cfg, dir) // Exists kept a snapshot without the task
-	_, other := open(t, cfg, dir)
-	addTask(t, other, record.Task{ID: "late", State: record.Available, Seq: 1})
-
-	runs, warmRuns := 0, 0
-	err := s.Update(func(jt journal.Tx) error {
-		runs++
-		if jt.(*Tx).warm != nil {
-			warmRuns++
-		}
-		_, ok, err := jt.Task("late")
-		if err == nil && !ok {
-			err = errAbsent
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatalf("Update refused from a snapshot older than the call: %v (runs %d)", err, runs)
-	}
-	if warmRuns != 1 || runs != 2 {
-		t.Fatalf("runs %d (warm %d); want the warm run, then one fresh", runs, warmRuns)
-	}
-}
-
-// A write that commits from the warm snapshot is checked by the commit:
-// a change since then makes it run again, and what it read is current.
-func TestWarm_CommitIsChecked(t *testing.T) {
-	cfg, dir := newJournal(t)
-	_, s := open(t, cfg, dir)
-	_, other := open(t, cfg, dir)
-	addTask(t, other, record.Task{ID: "a", State: record.Available, Seq: 1})
-
-	var seen []int
-	err := s.Update(func(tx journal.Tx) error {
-		seen = append(seen, tx.Counts()[record.Available])
-		_, err := tx.Append(record.Event{Type: record.EvAdd, Task: "b", To: record.Available})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(seen) != 2 || seen[0] != 0 || seen[1] != 1 {
-		t.Fatalf("available counts seen by the runs: %v; want [0 1] (the warm run's commit fails, the fresh run sees the add)", seen)
-	}
-}
-
 // The steps on a claim read the task and then the claim of its token:
 // one round trip after begin, not two (prefetchClaim).
-func TestWarm_TaskReadsItsClaimAlong(t *testing.T) {
+func TestPrefetch_TaskReadsItsClaimAlong(t *testing.T) {
 	cfg, dir := newJournal(t)
 	_, s := open(t, cfg, dir)
 	const token = 77
@@ -151,5 +97,28 @@ func TestWarm_TaskReadsItsClaimAlong(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Open checks the journal from what Exists just read: no request of its
+// own, and still the refusal of a prefix that holds no journal.
+func TestWarm_OpenChecksFromExists(t *testing.T) {
+	cfg, dir := newJournal(t)
+	b, _ := open(t, cfg, dir)
+	if b.peekWarm() == nil {
+		t.Fatal("Exists kept no snapshot for Open")
+	}
+	empty := cfg
+	empty.Prefix = "/nothing-here"
+	e, err := New(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if ok, err := e.Exists(dir); err != nil || ok {
+		t.Fatalf("Exists on an empty prefix = %v, %v", ok, err)
+	}
+	if _, err := e.Open(dir, journal.OpenOptions{Timeout: 5 * time.Second}); !errors.Is(err, journal.ErrNoJournal) {
+		t.Fatalf("Open of an empty prefix = %v; want no journal", err)
 	}
 }

@@ -10,25 +10,19 @@ import (
 	"github.com/fencectl/fencectl/journal"
 )
 
-// The warm snapshot: one request instead of three at the start of a
-// command.
+// Exists reads what a transaction's begin reads (one request: the meta
+// keys and the first pages of the indexes) and keeps it for a moment, so
+// that Open can check the journal it just found without a request of its
+// own: a CLI command starts with Exists, then Open.
 //
-// A CLI command asks Exists (is there a journal?), then Open (is it one we
-// read?), then begins its first transaction: three round trips that read
-// the same meta keys. So Exists reads what a transaction's begin reads
-// (the meta keys and the first pages of the indexes, at one revision) and
-// keeps it; Open checks the journal from it, and the process's first
-// write transaction starts from it if it is younger than warmMaxAge.
-//
-// A slightly old snapshot is safe for a write that commits: the commit
-// checks the mod revision of everything read, so a change since the
-// snapshot fails it and the function runs again on a fresh one. A run that
-// does not commit (a refusal, or nothing to write) has nothing checked, so
-// Update runs it again on a fresh snapshot before answering: an answer is
-// never older than the call. Views never use it, for the same reason.
+// Transactions never start from it. An earlier version let a process's
+// first write start from it (two round trips fewer per command, the commit
+// checking everything read): the etcd kill storm then adopted inbox files
+// twice, which no test of the cheaper path had shown, so every transaction
+// reads its own snapshot.
 
-// warmMaxAge bounds how old a warm snapshot may be when a write starts
-// from it: past it, a conflict is likely, and a fresh read is cheaper.
+// warmMaxAge bounds how old the kept snapshot may be when Open checks the
+// journal with it.
 const warmMaxAge = 250 * time.Millisecond
 
 // snapshot is what begin reads in one request: the meta keys and the
@@ -85,7 +79,7 @@ func (b *Backend) checkMeta(meta map[string]string) error {
 	return nil
 }
 
-// keepWarm keeps s for the first write transaction.
+// keepWarm keeps s for Open.
 func (b *Backend) keepWarm(s *snapshot) {
 	b.warmMu.Lock()
 	b.warm = s
@@ -100,16 +94,4 @@ func (b *Backend) peekWarm() *snapshot {
 		b.warm = nil
 	}
 	return b.warm
-}
-
-// takeWarm hands the warm snapshot to one transaction: it is used once,
-// and only if it shows a journal (a snapshot from before Create would
-// only fail the run).
-func (b *Backend) takeWarm() *snapshot {
-	s := b.peekWarm()
-	b.keepWarm(nil)
-	if s == nil || b.checkMeta(s.meta) != nil {
-		return nil
-	}
-	return s
 }
