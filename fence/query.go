@@ -150,7 +150,7 @@ func (t *Tree) List(ctx context.Context, f ListFilter) (ListPage, error) {
 // negative limit, or an agent with a state no lease is in.
 func (f ListFilter) check() error {
 	if f.State != "" && !slices.Contains(record.States, f.State) {
-		return invalidValue(InputState, RuleFormat, string(f.State), "must be one of "+stateNames())
+		return invalidValue(InputState, RuleFormat, string(f.State), "must be one of "+strings.Join(StateNames(), ", "))
 	}
 	if f.After != "" {
 		if err := fsmirror.ValidateID(f.After); err != nil {
@@ -159,14 +159,14 @@ func (f ListFilter) check() error {
 			if errors.As(err, &bad) {
 				why = bad.Why
 			}
-			return invalidValue(InputAfter, RuleFormat, f.After, why+" (the cursor is the id of the last task of the previous page)")
+			return invalidValue(InputAfter, RuleFormat, f.After, why+"; the cursor is the id of the last task of the previous page")
 		}
 	}
 	if f.Limit < 0 {
 		return invalidValue(InputLimit, RuleRange, f.Limit, "must be 0 (all) or more")
 	}
 	if f.Agent != "" && f.State != "" && f.State != record.Claimed {
-		return invalidValue(InputState, RuleConflict, string(f.State), "only claimed tasks have an agent; leave the state out or ask for "+string(record.Claimed))
+		return invalidValue(InputState, RuleConflict, string(f.State), "only claimed tasks have an agent: leave the state out, or select "+string(record.Claimed))
 	}
 	return nil
 }
@@ -178,15 +178,6 @@ func (f ListFilter) selects(rec record.Task) bool {
 		return false
 	}
 	return f.Agent == "" || (rec.State == record.Claimed && rec.Lease != nil && rec.Lease.Agent == f.Agent)
-}
-
-// stateNames lists the states for a message: "available, claimed, …".
-func stateNames() string {
-	names := make([]string, len(record.States))
-	for i, s := range record.States {
-		names[i] = string(s)
-	}
-	return strings.Join(names, ", ")
 }
 
 // LogFilter selects events for Log.
