@@ -31,7 +31,7 @@
 //     state.go and types.go (the words), errors.go (the typed refusals);
 //   - the Tree and its operations: tree.go (Open, Options), init.go,
 //     ops.go (add, claim, the fenced calls, reap, revoke, requeue),
-//     query.go (status, show, log), request.go (claim request ids);
+//     query.go (status, show, list, log), request.go (claim request ids);
 //   - the write path: groupcommit.go (one transaction, one commit and one
 //     set of directory syncs for many callers), adopt.go (inbox/ first);
 //   - repair: settle.go (finish the last commit's moves), replay.go (the

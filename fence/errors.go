@@ -123,7 +123,9 @@ const (
 	InputTTL         Input = "ttl"          // a lease length
 	InputMaxAttempts Input = "max_attempts" // attempts before failed/
 	InputWait        Input = "wait"         // how long a claim keeps trying
-	InputLimit       Input = "limit"        // how many events Log returns
+	InputLimit       Input = "limit"        // how many events Log or tasks List returns
+	InputState       Input = "state"        // a task state to select (List)
+	InputAfter       Input = "after"        // a listing's cursor: the id a page starts after
 	InputRequestID   Input = "request_id"   // a claim's idempotency key
 	InputToken       Input = "token"        // a fencing token
 	InputID          Input = "id"           // a task id

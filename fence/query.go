@@ -2,6 +2,9 @@ package fence
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -99,6 +102,82 @@ func (t *Tree) Show(ctx context.Context, id string) (TaskView, error) {
 		return err
 	})
 	return v, err
+}
+
+// ListFilter selects and pages tasks for List.
+type ListFilter struct {
+	State record.State // only tasks in this state ("": every state)
+	Agent string       // only claimed tasks whose lease this agent holds ("": any)
+	After string       // the cursor: start strictly after this id ("": from the first)
+	Limit int          // at most this many tasks (0: all)
+}
+
+// ListPage is one page of List: the tasks in id order, and whether more
+// tasks that the filter selects follow the last one (the next page's
+// cursor is its id).
+type ListPage struct {
+	Tasks []record.Task
+	More  bool
+}
+
+// List reads a page of tasks in id order, from the first id after
+// f.After. It reads the journal from the cursor on (TasksFrom), so a page
+// costs the same whatever the journal holds; a filter is applied while
+// reading, so a page of a rare state or agent reads on until it is full.
+func (t *Tree) List(ctx context.Context, f ListFilter) (ListPage, error) {
+	if err := f.check(); err != nil {
+		return ListPage{}, err
+	}
+	var p ListPage
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+		p = ListPage{} // a store may run this more than once
+		return tx.TasksFrom(f.After, func(rec record.Task) (bool, error) {
+			if !f.selects(rec) {
+				return true, nil
+			}
+			if f.Limit > 0 && len(p.Tasks) == f.Limit {
+				p.More = true
+				return false, nil
+			}
+			p.Tasks = append(p.Tasks, rec)
+			return true, nil
+		})
+	})
+	return p, err
+}
+
+// check refuses a filter that names no state, an invalid cursor, a
+// negative limit, or an agent with a state no lease is in.
+func (f ListFilter) check() error {
+	if f.State != "" && !slices.Contains(record.States, f.State) {
+		return invalidValue(InputState, RuleFormat, string(f.State), "must be one of "+strings.Join(StateNames(), ", "))
+	}
+	if f.After != "" {
+		if err := fsmirror.ValidateID(f.After); err != nil {
+			var bad *fsmirror.InvalidNameError
+			why := err.Error()
+			if errors.As(err, &bad) {
+				why = bad.Why
+			}
+			return invalidValue(InputAfter, RuleFormat, f.After, why+"; the cursor is the id of the last task of the previous page")
+		}
+	}
+	if f.Limit < 0 {
+		return invalidValue(InputLimit, RuleRange, f.Limit, "must be 0 (all) or more")
+	}
+	if f.Agent != "" && f.State != "" && f.State != record.Claimed {
+		return invalidValue(InputState, RuleConflict, string(f.State), "only claimed tasks have an agent: leave the state out, or select "+string(record.Claimed))
+	}
+	return nil
+}
+
+// selects reports whether rec passes the filter (the cursor and limit
+// aside).
+func (f ListFilter) selects(rec record.Task) bool {
+	if f.State != "" && rec.State != f.State {
+		return false
+	}
+	return f.Agent == "" || (rec.State == record.Claimed && rec.Lease != nil && rec.Lease.Agent == f.Agent)
 }
 
 // LogFilter selects events for Log.

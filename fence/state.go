@@ -24,6 +24,16 @@ func DirOf(s record.State) (fsmirror.Dir, error) {
 	return "", fmt.Errorf("task state %q is not one of available, claimed, done, failed: no directory holds it", string(s))
 }
 
+// StateNames names every state, in lifecycle order (record.States), for
+// messages and help.
+func StateNames() []string {
+	names := make([]string, len(record.States))
+	for i, s := range record.States {
+		names[i] = string(s)
+	}
+	return names
+}
+
 // stateOfDir is the inverse of DirOf for the four state directories.
 func stateOfDir(d fsmirror.Dir) (record.State, bool) {
 	for _, s := range record.States {

@@ -148,6 +148,12 @@ type Tx interface {
 	PutTask(old *record.Task, rec record.Task) error
 	// ForEachTask calls fn for every record, in id order.
 	ForEachTask(fn func(record.Task) error) error
+	// TasksFrom calls fn for each record whose id sorts strictly after
+	// after ("" : from the first), in id order, as Task returns it, until
+	// fn returns false or an error. It reads only as far as fn goes (a
+	// seek, then page by page), never every record: one page of a listing
+	// costs the same whatever the journal holds.
+	TasksFrom(after string, fn func(record.Task) (more bool, err error)) error
 	// Counts returns how many tasks are in each state.
 	Counts() map[record.State]int
 	// Ready calls fn with the ids of available tasks in claim order

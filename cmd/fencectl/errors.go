@@ -98,6 +98,8 @@ var flagOf = map[fence.Input]string{
 	fence.InputMaxAttempts: "--max-attempts",
 	fence.InputWait:        "--wait",
 	fence.InputLimit:       "--limit",
+	fence.InputState:       "--state",
+	fence.InputAfter:       "--after",
 	fence.InputRequestID:   "--request-id",
 	fence.InputToken:       "--token",
 	fence.InputID:          "--id",

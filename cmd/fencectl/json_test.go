@@ -16,7 +16,7 @@ var jsonErrorArgs = map[string][]string{
 	"init": {}, "add": {"--id", "t9"}, "claim": {}, "heartbeat": {"t1", "--token", "5"},
 	"verify": {"t1", "--token", "5"}, "complete": {"t1", "--token", "5"}, "release": {"t1", "--token", "5"},
 	"fail": {"t1", "--token", "5"}, "reap": {}, "revoke": {"t1"}, "requeue": {"t1"}, "status": {},
-	"show": {"t1"}, "log": {}, "replay": {"--check"}, "recover": {}, "run": {"--", "true"},
+	"show": {"t1"}, "list": {}, "log": {}, "replay": {"--check"}, "recover": {}, "run": {"--", "true"},
 	"put": {"t1", "n1", "--token", "5"},
 }
 
@@ -93,8 +93,8 @@ func TestJSON_EveryCommandErrorIsOneObject(t *testing.T) {
 // TestJSON_NoticesNeverOnStderr (issue 9, item 19): with --json a notice
 // (here the world-writable warning every command gives) is part of the
 // result on stdout: a "notices" field of the one result object, or, for
-// log's stream of events, {"notice",…} objects after them. stderr stays
-// empty on success.
+// log's stream of events and list's array, {"notice",…} objects after
+// them. stderr stays empty on success.
 func TestJSON_NoticesNeverOnStderr(t *testing.T) {
 	tree := filepath.Join(t.TempDir(), "tree")
 	for _, args := range [][]string{{"init"}, {"add", "--id", "t1"}, {"add", "--id", "t2"}} {
@@ -105,7 +105,7 @@ func TestJSON_NoticesNeverOnStderr(t *testing.T) {
 	if err := os.Chmod(tree, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"status"}, {"show", "t1"}, {"log"}, {"claim", "t1"}, {"claim", "t2", "--format", "json"}, {"reap"}, {"replay", "--check"}, {"add", "--id", "t3"}} {
+	for _, args := range [][]string{{"status"}, {"show", "t1"}, {"list"}, {"log"}, {"claim", "t1"}, {"claim", "t2", "--format", "json"}, {"reap"}, {"replay", "--check"}, {"add", "--id", "t3"}} {
 		code, stdout, stderr := runCLI(append([]string{"--dir", tree, "--json"}, args...)...)
 		if code != 0 || stderr != "" {
 			t.Errorf("%v: exit %d, stderr %q; want 0 and nothing on stderr", args, code, stderr)
@@ -114,9 +114,9 @@ func TestJSON_NoticesNeverOnStderr(t *testing.T) {
 			t.Errorf("%v: the notice is not in the result: %q", args, stdout)
 		}
 		for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
-			var m map[string]any
-			if err := json.Unmarshal([]byte(line), &m); err != nil {
-				t.Errorf("%v: stdout line is not one JSON object: %q", args, line)
+			var v any // an object, or list's array
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Errorf("%v: stdout line is not one JSON value: %q", args, line)
 			}
 		}
 	}

@@ -23,6 +23,7 @@ var jsonTypes = map[string]func() any{
 	"task":    func() any { return new(taskJSON) },
 	"fenced":  func() any { return new(fencedJSON) },
 	"show":    func() any { return new(showJSON) },
+	"list":    func() any { return new([]taskJSON) }, // an array of tasks, not an object
 	"revoke":  func() any { return new(revokeJSON) },
 	"claim":   func() any { return new(claimJSON) },
 	"batch":   func() any { return new(batchJSON) },
@@ -187,7 +188,11 @@ func TestJSON_FieldOrder(t *testing.T) {
 		"status_lease": reflect.TypeFor[statusLeaseJSON](), "reaped": reflect.TypeFor[reapedJSON](),
 	}
 	for kind, mk := range jsonTypes {
-		types[kind] = reflect.TypeOf(mk()).Elem()
+		typ := reflect.TypeOf(mk()).Elem()
+		if typ.Kind() == reflect.Slice { // list: its elements' keys
+			typ = typ.Elem()
+		}
+		types[kind] = typ
 	}
 	if got, want := jsonNames(reflect.TypeFor[findingJSON]()), []string{"kind", "task", "dir", "detail", "fixed"}; !slices.Equal(got, want) {
 		t.Errorf("finding: keys %v, want %v", got, want)
@@ -293,6 +298,8 @@ func TestJSON_OutputsDecodeStrictly(t *testing.T) {
 	step(0, one("fenced"), nil, "heartbeat", "t1", "--token", tok1)
 	step(0, one("fenced"), nil, "put", "t1", "rep.txt", "-", "--token", tok1)
 	step(0, one("show"), nil, "show", "t1")
+	step(0, []string{"list", "notice"}, nil, "list")
+	step(0, []string{"list", "notice"}, nil, "list", "--state", "done")
 	step(0, one("status"), nil, "status")
 	step(0, one("fenced"), nil, "complete", "t1", "--token", tok1)
 	step(0, one("fenced"), nil, "complete", "t1", "--token", tok1)

@@ -124,6 +124,7 @@ func commands(out *output) []*cli.Command {
 		requeueCommand(out),
 		statusCommand(out),
 		showCommand(out),
+		listCommand(out),
 		logCommand(out),
 		replayCommand(out),
 		recoverCommand(out),

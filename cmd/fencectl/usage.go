@@ -130,7 +130,7 @@ func placeholder(f cli.Flag) string {
 	return strings.ToUpper(f.Names()[0])
 }
 
-var placeholders = map[string]string{"agent": "A", "request-id": "K", "reason": "R", "task": "ID", "result": "FILE|-", "since": "T", "format": "text|json|env"}
+var placeholders = map[string]string{"agent": "A", "after": "ID", "state": "S", "request-id": "K", "reason": "R", "task": "ID", "result": "FILE|-", "since": "T", "format": "text|json|env"}
 
 // durationHint is how every duration error says what is expected.
 const durationHint = "use a duration such as 30s, 5m or 1h30m"

@@ -163,6 +163,29 @@ func (t *Tx) ForEachTask(fn func(record.Task) error) error {
 	})
 }
 
+// TasksFrom calls fn for each record whose id sorts after after, in id
+// order, from a cursor seek: it reads only what fn consumes.
+func (t *Tx) TasksFrom(after string, fn func(record.Task) (more bool, err error)) error {
+	c := t.tx.Bucket(bucketTasks).Cursor()
+	k, v := c.First()
+	if after != "" {
+		k, v = c.Seek([]byte(after))
+		if k != nil && string(k) == after {
+			k, v = c.Next()
+		}
+	}
+	for ; k != nil; k, v = c.Next() {
+		rec, err := journal.DecodeTask(v)
+		if err != nil {
+			return fmt.Errorf("decode task %q: %w", k, err)
+		}
+		if more, err := fn(rec); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
 // NextToken issues a fencing token: max(counter+1, now in µs), kept below
 // the durable token ceiling (ceiling.go) and stored back as the new
 // counter. See the package doc for why the clock takes part.

@@ -7,6 +7,7 @@ package journaltest
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -34,6 +35,8 @@ func Run(t *testing.T, newStore func(t *testing.T) journal.Store) {
 	}{
 		{"Defaults", testDefaults},
 		{"TasksPutGet", testTasks},
+		{"TasksFrom", testTasksFrom},
+		{"TasksFromPages", testTasksFromPages},
 		{"ReadyOrder", testReady},
 		{"ExpiryOrder", testExpiry},
 		{"Claims", testClaims},
@@ -140,6 +143,128 @@ func testTasks(t *testing.T, s journal.Store) {
 		want := map[record.State]int{record.Available: 1, record.Claimed: 1, record.Done: 0, record.Failed: 0}
 		if c := tx.Counts(); !reflect.DeepEqual(c, want) {
 			t.Errorf("Counts = %v; want %v", c, want)
+		}
+		return nil
+	})
+}
+
+// tasksFrom returns the ids TasksFrom(after) hands fn, stopping after n
+// (0: all).
+func tasksFrom(t *testing.T, tx journal.Tx, after string, n int) []string {
+	t.Helper()
+	var ids []string
+	err := tx.TasksFrom(after, func(r record.Task) (bool, error) {
+		ids = append(ids, r.ID)
+		return n == 0 || len(ids) < n, nil
+	})
+	if err != nil {
+		t.Errorf("TasksFrom(%q): %v", after, err)
+	}
+	return ids
+}
+
+// testTasksFrom: the paged scan of a listing starts strictly after the
+// cursor (a known id or any string between two), goes in id order, stops
+// when fn says so, hands on fn's error, sees the transaction's own
+// writes, and returns the records as Task does.
+func testTasksFrom(t *testing.T, s journal.Store) {
+	recs := []record.Task{available("c", 0, 3), available("a", 1, 1), available("e", 0, 5), available("b", 0, 2), available("d", 0, 4)}
+	recs[3] = claimed(recs[3], 7, T0.Add(time.Minute))
+	put(t, s, recs...)
+	view(t, s, func(tx journal.Tx) error {
+		for _, c := range []struct {
+			after string
+			n     int
+			want  []string
+		}{
+			{"", 0, []string{"a", "b", "c", "d", "e"}},  // the start
+			{"b", 0, []string{"c", "d", "e"}},           // the middle: strictly after a known id
+			{"b5", 0, []string{"c", "d", "e"}},          // between two ids
+			{"0", 0, []string{"a", "b", "c", "d", "e"}}, // before the first
+			{"e", 0, nil},               // the last id: nothing after it
+			{"zz", 0, nil},              // past the end
+			{"", 2, []string{"a", "b"}}, // fn stops the scan
+			{"c", 1, []string{"d"}},
+		} {
+			if got := tasksFrom(t, tx, c.after, c.n); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("TasksFrom(%q), stopping after %d = %v; want %v", c.after, c.n, got, c.want)
+			}
+		}
+		asTask(t, tx)
+		// fn's error ends the scan and is returned.
+		boom := errors.New("boom")
+		calls := 0
+		if err := tx.TasksFrom("", func(record.Task) (bool, error) { calls++; return true, boom }); !errors.Is(err, boom) || calls != 1 {
+			t.Errorf("TasksFrom with fn failing: %v after %d calls; want boom after 1", err, calls)
+		}
+		return nil
+	})
+	// A store with a clock of its own judges a lease in the scan as Task
+	// does: one that ran out reads back expired.
+	if ex, ok := s.(LeaseExpirer); ok {
+		if err := ex.ExpireLease("b"); err != nil {
+			t.Fatal(err)
+		}
+		view(t, s, func(tx journal.Tx) error {
+			if r := asTask(t, tx); r.Lease == nil || r.Lease.Deadline.After(tx.Now()) {
+				t.Errorf("TasksFrom gave b with lease %+v after etcd expired it; want a deadline not after %v", r.Lease, tx.Now())
+			}
+			return nil
+		})
+	}
+	// Inside a write transaction the scan sees what it wrote.
+	update(t, s, func(tx journal.Tx) error {
+		if err := tx.PutTask(nil, available("bb", 0, 6)); err != nil {
+			return err
+		}
+		if got, want := tasksFrom(t, tx, "b", 2), []string{"bb", "c"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("TasksFrom(b) after PutTask(bb) in the same transaction = %v; want %v", got, want)
+		}
+		return nil
+	})
+}
+
+// asTask checks that the first record after "a" (b, claimed) is what
+// Task returns, and returns it.
+func asTask(t *testing.T, tx journal.Tx) (got record.Task) {
+	t.Helper()
+	err := tx.TasksFrom("a", func(r record.Task) (bool, error) {
+		got = r
+		want, _, err := tx.Task(r.ID)
+		if err != nil || !reflect.DeepEqual(r, want) {
+			t.Errorf("TasksFrom gave %+v; Task(%s) = %+v, %v", r, r.ID, want, err)
+		}
+		return false, nil
+	})
+	if err != nil || got.ID != "b" {
+		t.Errorf("TasksFrom(a) first gave %q, %v; want b", got.ID, err)
+	}
+	return got
+}
+
+// testTasksFromPages: a scan longer than any one page a store reads at a
+// time (etcd's: 256 keys) goes on across pages, from any cursor.
+func testTasksFromPages(t *testing.T, s journal.Store) {
+	const n, batch = 600, 50 // batch: well inside etcd's 128 operations a transaction
+	var all []string
+	for i := 0; i < n; i += batch {
+		var recs []record.Task
+		for j := i; j < i+batch; j++ {
+			id := fmt.Sprintf("t%04d", j)
+			all = append(all, id)
+			recs = append(recs, available(id, 0, uint64(j+1)))
+		}
+		put(t, s, recs...)
+	}
+	view(t, s, func(tx journal.Tx) error {
+		if got := tasksFrom(t, tx, "", 0); !reflect.DeepEqual(got, all) {
+			t.Errorf("TasksFrom(\"\") gave %d ids; want all %d in order", len(got), n)
+		}
+		if got := tasksFrom(t, tx, "t0099", 0); !reflect.DeepEqual(got, all[100:]) {
+			t.Errorf("TasksFrom(t0099) gave %d ids from %v; want %d from t0100", len(got), got[:min(1, len(got))], n-100)
+		}
+		if got := tasksFrom(t, tx, "t0250", 300); !reflect.DeepEqual(got, all[251:551]) {
+			t.Errorf("TasksFrom(t0250) stopping after 300 gave %d ids; want t0251..t0550", len(got))
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package clitest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -33,6 +34,8 @@ func IDSteps() []IDStep {
 		{"add", func(w string, _ uint64) []string { return []string{"add", "--id", w, "--json"} }, 0},
 		{"show", func(w string, _ uint64) []string { return []string{"show", w, "--json"} }, 0},
 		{"log", func(w string, _ uint64) []string { return []string{"log", "--task", w, "--json"} }, 0},
+		// list's cursor: the tasks after w, never w itself.
+		{"list", func(w string, _ uint64) []string { return []string{"list", "--after", w, "--json"} }, 0},
 		{"requeue", func(w string, _ uint64) []string { return []string{"requeue", w, "--json"} }, ExitNotAvailable},
 		{"revoke", func(w string, _ uint64) []string { return []string{"revoke", w, "--json"} }, ExitNotAvailable},
 		{"claim", func(w string, _ uint64) []string { return []string{"claim", w, "--json"} }, 0},
@@ -83,6 +86,14 @@ func CheckReservedID(run CLIRunner, w string) []error {
 			Token uint64 `json:"token"`
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if s.Cmd == "list" { // an array of the tasks after the cursor w
+			var page []struct{ Task string }
+			err := json.Unmarshal([]byte(lines[0]), &page)
+			if err != nil || slices.ContainsFunc(page, func(p struct{ Task string }) bool { return p.Task == w }) {
+				errs = append(errs, fmt.Errorf("fencectl %s: not a page after cursor %q (err %v)\nstdout: %.300s", strings.Join(args, " "), w, err, stdout))
+			}
+			continue
+		}
 		line := lines[len(lines)-1]
 		if s.Cmd == "log" {
 			line = lines[0]
