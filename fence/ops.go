@@ -774,15 +774,19 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 func (t *Tree) Cancel(ctx context.Context, id, agent, reason string) (Result, error) {
 	return t.operator(ctx, record.EvCancel, id, func(rec record.Task, now time.Time) (record.Event, error) {
 		ev, retry, err := CancelEvent(rec, agent, reason, now)
+		if err != nil {
+			return ev, err
+		}
+		// On etcd, a command on this task that died after its commit (a
+		// release, a revoke, this very cancel: its repeat finishes it)
+		// left its move undone.
+		if dir, err := DirOf(rec.State); err == nil {
+			t.finishMove(id, dir)
+		}
 		if retry {
 			return ev, errNoChange
 		}
-		if err == nil {
-			if dir, err := DirOf(rec.State); err == nil {
-				t.finishMove(id, dir) // a release or revoke that died after its commit (etcd)
-			}
-		}
-		return ev, err
+		return ev, nil
 	})
 }
 
