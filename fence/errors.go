@@ -44,7 +44,7 @@ type StaleTokenError struct {
 	HeldSince time.Time    // when the current lease was claimed (zero if none)
 	State     record.State // the task's state now
 	LostAt    time.Time    // when Yours stopped authorising (zero if never did)
-	LostBy    string       // how: reaped, revoked, completed, released, failed, expired
+	LostBy    string       // how: reaped, revoked, cancelled, completed, released, failed, expired
 }
 
 func (e *StaleTokenError) Error() string {
@@ -74,7 +74,7 @@ func (e *StaleTokenError) Error() string {
 
 // NotAvailableError means the named task exists but is not in a state the
 // operation applies to (claim of a claimed task, requeue of an available
-// one, revoke of an unclaimed one).
+// one, revoke of an unclaimed one, cancel of a finished one).
 type NotAvailableError struct {
 	Task  string
 	State record.State
@@ -87,6 +87,8 @@ func (e *NotAvailableError) Error() string {
 		return fmt.Sprintf("task %s is %s, not claimed: nothing to revoke", e.Task, e.State)
 	case "requeue":
 		return fmt.Sprintf("task %s is %s: only done or failed tasks can be requeued", e.Task, e.State)
+	case "cancel":
+		return fmt.Sprintf("task %s is %s: it already finished, nothing to cancel", e.Task, e.State)
 	}
 	return fmt.Sprintf("task %s is %s, not available", e.Task, e.State)
 }

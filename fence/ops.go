@@ -773,7 +773,35 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 	})
 }
 
-// operator runs an unfenced operator action on one task.
+// Cancel ends a task that has not finished: it goes to failed/ with the
+// reason "cancelled" (": reason" added when one is given), any lease on it
+// ends (the holder's token is refused from this commit on, lost_by
+// "cancelled"), and no attempt is counted. Only requeue brings it back.
+// Cancelling a cancelled task again answers success with Retry and
+// changes nothing; a done task, or one failed for another reason, is
+// refused with NotAvailableError (see CancelEvent).
+func (t *Tree) Cancel(ctx context.Context, id, agent, reason string) (Result, error) {
+	return t.operator(ctx, record.EvCancel, id, func(rec record.Task, now time.Time) (record.Event, error) {
+		ev, retry, err := CancelEvent(rec, agent, reason, now)
+		if err != nil {
+			return ev, err
+		}
+		// On etcd, a command on this task that died after its commit (a
+		// release, a revoke, this very cancel: its repeat finishes it)
+		// left its move undone.
+		if dir, err := DirOf(rec.State); err == nil {
+			t.finishMove(id, dir)
+		}
+		if retry {
+			return ev, errNoChange
+		}
+		return ev, nil
+	})
+}
+
+// operator runs an unfenced operator action on one task. build may answer
+// errNoChange: the action was done already (a retry), success with
+// Result.Retry and nothing recorded.
 func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, build func(rec record.Task, now time.Time) (record.Event, error)) (Result, error) {
 	if err := fsmirror.ValidateID(id); err != nil {
 		return Result{}, invalidf(InputID, RuleFormat, id, "%v", err)
@@ -789,6 +817,10 @@ func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, bu
 			return nil, &NoSuchTaskError{Task: id}
 		}
 		ev, err := build(rec, now)
+		if errors.Is(err, errNoChange) {
+			res.Task, res.Retry = rec, true
+			return nil, errNoChange
+		}
 		if err != nil {
 			return nil, err
 		}

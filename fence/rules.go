@@ -91,6 +91,8 @@ func lostBy(t record.EventType) string {
 		return "released"
 	case record.EvFail, record.EvMissing:
 		return "failed"
+	case record.EvCancel:
+		return "cancelled"
 	}
 	return string(t)
 }
@@ -156,7 +158,10 @@ func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 		}
 		t.Last = &record.LeaseEnd{Token: t.Lease.Token, Agent: t.Lease.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
 		t.Lease = nil
-	case record.EvMissing:
+	case record.EvMissing, record.EvCancel:
+		// Any lease ends, and the end is recorded even without one, so
+		// that the task says why it is failed (and a repeated cancel knows
+		// it is a repeat). No attempt: nobody tried.
 		end := &record.LeaseEnd{At: ev.Time, By: ev.Type, Reason: ev.Reason}
 		if t.Lease != nil {
 			end.Token, end.Agent = t.Lease.Token, t.Lease.Agent
@@ -183,7 +188,7 @@ func ApplyClaim(prev *record.Claim, ev record.Event) (record.Claim, bool) {
 	switch ev.Type {
 	case record.EvClaim:
 		return record.Claim{Token: ev.Token, Task: ev.Task, Agent: ev.Agent, At: ev.Time, RequestID: ev.RequestID}, true
-	case record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke, record.EvMissing:
+	case record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke, record.EvMissing, record.EvCancel:
 		if prev == nil {
 			return record.Claim{}, false
 		}
@@ -215,4 +220,35 @@ func missingEvent(task record.Task, now time.Time) record.Event {
 // that its absence from every directory is no drift.
 func settledMissing(task record.Task) bool {
 	return (task.State == record.Failed || task.State == record.Done) && task.Last != nil && task.Last.By == record.EvMissing
+}
+
+// ReasonCancelled is the reason a cancel records: "cancelled", or
+// "cancelled: R" with the operator's reason R.
+const ReasonCancelled = "cancelled"
+
+// Cancelled reports whether task sits in failed/ because an operator
+// cancelled it (and was not requeued since).
+func Cancelled(task record.Task) bool {
+	return task.State == record.Failed && task.Last != nil && task.Last.By == record.EvCancel
+}
+
+// CancelEvent decides, with no I/O, what an operator's cancel of task does
+// at now. A task that is not finished goes to failed/ with the reason
+// "cancelled" (": reason" added when one is given); a lease it had ends,
+// so its token is dead from that commit on; no attempt is counted. A task
+// already cancelled answers retry (success, nothing to record), so an
+// operator can repeat a cancel safely. A done task, or one that failed for
+// another reason, is refused: it already finished (NotAvailableError).
+func CancelEvent(task record.Task, agent, reason string, now time.Time) (ev record.Event, retry bool, err error) {
+	switch {
+	case Cancelled(task):
+		return record.Event{}, true, nil
+	case task.State == record.Done || task.State == record.Failed:
+		return record.Event{}, false, &NotAvailableError{Task: task.ID, State: task.State, Op: "cancel"}
+	}
+	why := ReasonCancelled
+	if reason != "" {
+		why += ": " + reason
+	}
+	return endEvent(record.EvCancel, task, record.Failed, agent, why, now), false, nil
 }

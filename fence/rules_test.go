@@ -111,6 +111,7 @@ func tokenCases() []tokenCase {
 		{record.EvReap, "reaped", record.Available},
 		{record.EvReap, "reaped", record.Failed},
 		{record.EvRevoke, "revoked", record.Available},
+		{record.EvCancel, "cancelled", record.Failed},
 		{record.EvComplete, "completed", record.Done},
 		{record.EvRelease, "released", record.Available},
 		{record.EvFail, "failed", record.Available},
@@ -118,7 +119,7 @@ func tokenCases() []tokenCase {
 	}
 	for _, e := range ends {
 		retry := e.by
-		if e.by == record.EvReap || e.by == record.EvRevoke {
+		if e.by == record.EvReap || e.by == record.EvRevoke || e.by == record.EvCancel {
 			retry = "" // nobody's call: no retry
 		}
 		cases = append(cases,
@@ -321,6 +322,7 @@ func TestRules_ApplyTransitions(t *testing.T) {
 		end(record.EvComplete, record.Done, 1),
 		end(record.EvRelease, record.Available, 1), // no attempt
 		end(record.EvRevoke, record.Available, 1),  // no attempt
+		end(record.EvCancel, record.Failed, 1),     // no attempt
 		end(record.EvFail, record.Available, 2),    // one attempt
 		end(record.EvFail, record.Failed, 2),
 		end(record.EvReap, record.Available, 2), // one attempt
@@ -398,7 +400,7 @@ func TestRules_ApplyClaim(t *testing.T) {
 	if !ok || !reflect.DeepEqual(c, want) {
 		t.Fatalf("ApplyClaim(claim) = %+v, %v; want %+v, true", c, ok, want)
 	}
-	for _, typ := range []record.EventType{record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke} {
+	for _, typ := range []record.EventType{record.EvComplete, record.EvRelease, record.EvFail, record.EvReap, record.EvRevoke, record.EvCancel} {
 		t.Run(string(typ), func(t *testing.T) {
 			ev := record.Event{Seq: 4, Time: base.Add(time.Second), Type: typ, Task: "t1", Agent: "operator", Token: curToken, Reason: "because"}
 			prev := c
@@ -544,5 +546,130 @@ func TestRules_RefusalNeverShowsCurrentToken(t *testing.T) {
 		if want := "held by " + se.Holder + " since " + se.HeldSince.UTC().Format(time.RFC3339); !strings.Contains(msg, want) {
 			t.Errorf("%s: message %q lacks %q", tc.name, msg, want)
 		}
+	}
+}
+
+// TestRules_Cancel: what an operator's cancel does from every state. A
+// task that has not finished goes to failed/ with reason "cancelled" (the
+// operator's reason appended), its lease ends (the holder's token dies,
+// lost_by "cancelled") and attempts stay as they were; a cancelled task
+// answers retry; a done task, or one failed for another reason, is
+// refused.
+func TestRules_Cancel(t *testing.T) {
+	at := base.Add(5 * time.Second)
+	held := heldTask()
+	held.Attempts = 2
+	expired := heldTask()
+	expiredAt := deadline.Add(time.Hour) // the lease ran out, not reaped yet
+	failedBy := func(by record.EventType) record.Task {
+		rec := freeTask(record.Failed)
+		rec.Attempts = 3
+		rec.Last = &record.LeaseEnd{Token: oldToken, Agent: "old", At: lostAt, By: by, Reason: "x"}
+		return rec
+	}
+	for _, tc := range []struct {
+		name    string
+		task    record.Task
+		now     time.Time
+		reason  string
+		retry   bool
+		refused bool
+		// wantEv is the event (To Failed, Type cancel, Time now, Task t1).
+		from   record.State
+		token  uint64 // the lease the cancel ends (0: none)
+		holder string
+		why    string
+	}{
+		{name: "available", task: freeTask(record.Available), now: at, from: record.Available, why: "cancelled"},
+		{name: "available/with-reason", task: freeTask(record.Available), now: at, reason: "superseded", from: record.Available, why: "cancelled: superseded"},
+		{name: "available/after-a-release", task: func() record.Task {
+			r := freeTask(record.Available)
+			r.Last = &record.LeaseEnd{Token: oldToken, Agent: "old", At: lostAt, By: record.EvRelease}
+			return r
+		}(), now: at, from: record.Available, why: "cancelled"},
+		{name: "claimed", task: held, now: at, reason: "gone", from: record.Claimed, token: curToken, holder: "a", why: "cancelled: gone"},
+		{name: "claimed/lease-expired-unreaped", task: expired, now: expiredAt, from: record.Claimed, token: curToken, holder: "a", why: "cancelled"},
+		{name: "failed/cancelled-already", task: failedBy(record.EvCancel), now: at, retry: true},
+		{name: "failed/cancelled-already-other-reason", task: failedBy(record.EvCancel), now: at, reason: "again", retry: true},
+		{name: "failed/by-fail", task: failedBy(record.EvFail), now: at, refused: true},
+		{name: "failed/by-reap", task: failedBy(record.EvReap), now: at, refused: true},
+		{name: "failed/by-missing", task: failedBy(record.EvMissing), now: at, refused: true},
+		{name: "failed/no-last", task: freeTask(record.Failed), now: at, refused: true},
+		{name: "done", task: freeTask(record.Done), now: at, refused: true},
+		{name: "done/cancel-then-requeued-then-done", task: func() record.Task {
+			r := freeTask(record.Done)
+			r.Last = &record.LeaseEnd{Token: curToken, Agent: "a", At: lostAt, By: record.EvComplete}
+			return r
+		}(), now: at, refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, retry, err := fence.CancelEvent(tc.task, "operator", tc.reason, tc.now)
+			if tc.refused {
+				var na *fence.NotAvailableError
+				if !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: tc.task.State, Op: "cancel"}) || retry {
+					t.Fatalf("CancelEvent = %+v, %v, %v; want NotAvailableError", ev, retry, err)
+				}
+				if !strings.Contains(err.Error(), "already finished") {
+					t.Errorf("message %q does not say the task already finished", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("CancelEvent: %v", err)
+			}
+			if retry != tc.retry {
+				t.Fatalf("retry = %v, want %v", retry, tc.retry)
+			}
+			if retry {
+				if ev != (record.Event{}) {
+					t.Errorf("a retry built an event: %+v", ev)
+				}
+				return
+			}
+			want := record.Event{Time: tc.now, Type: record.EvCancel, Task: "t1", From: tc.from, To: record.Failed,
+				Agent: "operator", Token: tc.token, Reason: tc.why}
+			if !reflect.DeepEqual(ev, want) {
+				t.Fatalf("event =\n  %+v\nwant\n  %+v", ev, want)
+			}
+
+			// Folded: failed, no lease, attempts unchanged, the end recorded.
+			ev.Seq = 9
+			got, err := fence.Apply(&tc.task, ev)
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			w := tc.task
+			w.State, w.Updated, w.Lease = record.Failed, tc.now, nil
+			w.Last = &record.LeaseEnd{Token: tc.token, Agent: tc.holder, At: tc.now, By: record.EvCancel, Reason: tc.why}
+			if !reflect.DeepEqual(got, w) {
+				t.Errorf("Apply =\n  %+v last %+v\nwant\n  %+v last %+v", got, got.Last, w, w.Last)
+			}
+			if !fence.Cancelled(got) {
+				t.Errorf("Cancelled(after) = false")
+			}
+			// Cancelling again is a retry.
+			if _, retry, err := fence.CancelEvent(got, "operator", "", tc.now); !retry || err != nil {
+				t.Errorf("second cancel: retry %v, err %v; want a retry", retry, err)
+			}
+			if tc.token == 0 {
+				return
+			}
+			// The holder's token is dead, lost_by "cancelled", and no call
+			// of its is a retry.
+			c, ok := fence.ApplyClaim(&record.Claim{Token: curToken, Task: "t1", Agent: "a", At: base}, ev)
+			if !ok {
+				t.Fatal("ApplyClaim touched no claim")
+			}
+			aerr := fence.Authorize(got, curToken, &c, tc.now)
+			var se *fence.StaleTokenError
+			if !errors.As(aerr, &se) || se.Reason != fence.ReasonStaleToken || se.LostBy != "cancelled" || !se.LostAt.Equal(tc.now) || se.State != record.Failed {
+				t.Errorf("Authorize(cancelled token) = %v; want stale_token, lost_by cancelled at the cancel", aerr)
+			}
+			for _, op := range []record.EventType{record.EvHeartbeat, record.EvComplete, record.EvRelease, record.EvFail, record.EvPut} {
+				if fence.IsRetry(op, got, &c) {
+					t.Errorf("%s with the cancelled token counts as a retry", op)
+				}
+			}
+		})
 	}
 }

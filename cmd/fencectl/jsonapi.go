@@ -89,9 +89,9 @@ func newLastLease(e *record.LeaseEnd) *lastLeaseJSON {
 	return &lastLeaseJSON{Agent: e.Agent, EndedAt: e.At.UTC(), EndedBy: string(e.By), Reason: e.Reason, Token: e.Token}
 }
 
-// taskJSON is the task record: add and requeue print it; show, revoke and
-// the fenced commands print it with more fields (showJSON, revokeJSON,
-// fencedJSON).
+// taskJSON is the task record: add and requeue print it; show, revoke,
+// cancel and the fenced commands print it with more fields (showJSON,
+// revokeJSON, cancelJSON, fencedJSON).
 type taskJSON struct {
 	Attempts    int            `json:"attempts"`
 	Created     time.Time      `json:"created"`
@@ -197,6 +197,33 @@ func newRevoke(t record.Task, path string, revoked uint64) *revokeJSON {
 	return &revokeJSON{
 		Attempts: r.Attempts, Created: r.Created, LastLease: r.LastLease, Lease: r.Lease, MaxAttempts: r.MaxAttempts,
 		Path: r.Path, Priority: r.Priority, RevokedToken: revoked, State: r.State, Task: r.Task, Updated: r.Updated,
+	}
+}
+
+// cancelJSON is cancel's answer: the task record, the token whose lease
+// the cancel ended (0 if the task had none, and for a retry), and whether
+// the call repeated a cancel already done (nothing changed).
+type cancelJSON struct {
+	Attempts       int            `json:"attempts"`
+	CancelledToken uint64         `json:"cancelled_token"`
+	Created        time.Time      `json:"created"`
+	LastLease      *lastLeaseJSON `json:"last_lease,omitempty"`
+	Lease          *leaseJSON     `json:"lease,omitempty"`
+	MaxAttempts    int            `json:"max_attempts"`
+	notices
+	Path     string    `json:"path"`
+	Priority int64     `json:"priority"`
+	Retry    bool      `json:"retry"`
+	State    string    `json:"state"`
+	Task     string    `json:"task"`
+	Updated  time.Time `json:"updated"`
+}
+
+func newCancel(t record.Task, path string, cancelled uint64, retry bool) *cancelJSON {
+	r := newTask(t, path)
+	return &cancelJSON{
+		Attempts: r.Attempts, CancelledToken: cancelled, Created: r.Created, LastLease: r.LastLease, Lease: r.Lease,
+		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, Retry: retry, State: r.State, Task: r.Task, Updated: r.Updated,
 	}
 }
 

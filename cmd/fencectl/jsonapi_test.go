@@ -25,6 +25,7 @@ var jsonTypes = map[string]func() any{
 	"show":    func() any { return new(showJSON) },
 	"list":    func() any { return new([]taskJSON) }, // an array of tasks, not an object
 	"revoke":  func() any { return new(revokeJSON) },
+	"cancel":  func() any { return new(cancelJSON) },
 	"claim":   func() any { return new(claimJSON) },
 	"batch":   func() any { return new(batchJSON) },
 	"status":  func() any { return new(statusJSON) },
@@ -311,6 +312,8 @@ func TestJSON_OutputsDecodeStrictly(t *testing.T) {
 	step(0, one("fenced"), nil, "release", "t2", "--token", tok3)
 	tok4 := token(step(0, one("claim"), nil, "claim", "t2"))
 	step(0, one("fenced"), nil, "fail", "t2", "--token", tok4)
+	step(0, one("cancel"), nil, "cancel", "t2", "--reason", "superseded")
+	step(0, one("cancel"), nil, "cancel", "t2") // a retry
 	step(6, nil, one("error"), "show", "nosuch")
 	step(2, nil, one("error"), "claim", "--ttl", "-1s")
 	step(0, one("claim"), nil, "claim", "t3", "--ttl", "1m")

@@ -121,6 +121,7 @@ func commands(out *output) []*cli.Command {
 		failCommand(out),
 		reapCommand(out),
 		revokeCommand(out),
+		cancelCommand(out),
 		requeueCommand(out),
 		statusCommand(out),
 		showCommand(out),

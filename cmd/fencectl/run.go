@@ -30,7 +30,7 @@ and keeps the lease alive in the background (a heartbeat every ttl/3). It
 follows the lease's real deadline: a heartbeat with the same token and a
 shorter --ttl (CMD's own) is answered with one of run's own at once.
 
-If the lease is lost (revoked, reaped, taken over) or would run out before a
+If the lease is lost (revoked, cancelled, reaped, taken over) or would run out before a
 heartbeat can get through (journal busy, disk error), CMD's process group gets
 SIGTERM at once and SIGKILL after --grace (shortened so that it lands before
 the lease deadline); the task is not completed and run exits 3. With --loop a

@@ -17,18 +17,20 @@ type State string
 
 const (
 	// Available tasks wait in available/. They leave it by a claim (to
-	// Claimed), by any agent.
+	// Claimed), by any agent, or by an operator's cancel (Failed).
 	Available State = "available"
 	// Claimed tasks sit in claimed/ under a lease. They leave it by complete
 	// (Done), release or fail below max attempts (Available), fail at max
 	// attempts (Failed), all with the current token; by reap once the lease
-	// expired (Available or Failed); and by an operator's revoke (Available).
+	// expired (Available or Failed); and by an operator's revoke (Available)
+	// or cancel (Failed).
 	Claimed State = "claimed"
 	// Done tasks sit in done/. Only an operator's requeue moves them (to
 	// Available).
 	Done State = "done"
-	// Failed tasks reached max attempts and sit in failed/, the dead letter
-	// directory. Only an operator's requeue moves them (to Available).
+	// Failed tasks reached max attempts, or were cancelled by an operator,
+	// and sit in failed/, the dead letter directory. Only an operator's
+	// requeue moves them (to Available).
 	Failed State = "failed"
 )
 
@@ -98,6 +100,7 @@ const (
 	EvRequeue   EventType = "requeue"   // done/failed → available, attempts reset
 	EvPut       EventType = "put"       // a fenced output written to out/<task>/<name>; no state change
 	EvMissing   EventType = "missing"   // the task's file is in no directory: → failed (done stays done), any lease ends, no attempt counted
+	EvCancel    EventType = "cancel"    // operator: any state but done/failed → failed, any lease ends (its token dies), no attempt counted
 )
 
 // Event is one entry of the append-only log. From and To are the task's

@@ -29,7 +29,7 @@ import (
 // TestTorture_Linearizability is part 2 of the torture suite: 8 workers
 // run the real binary sequentially, every command on 4 tasks (claim named
 // and next, claim --token, heartbeat, put, verify, complete, release, fail,
-// revoke, requeue, reap, and deliberate stale tokens: ended, another
+// revoke, cancel, requeue, reap, and deliberate stale tokens: ended, another
 // task's, never issued, expired), while a killer SIGKILLs processes in
 // flight (half the time the one holding the tree's lock) and some writers
 // exit at a crash point of the test build. Every call is recorded (call
@@ -532,6 +532,7 @@ func (r *linRunner) parse(c *model.Call, stdout []byte) {
 		Retry    bool           `json:"retry"`
 		State    string         `json:"state"`
 		Revoked  uint64         `json:"revoked_token"`
+		Cancels  uint64         `json:"cancelled_token"`
 		Attempts *int           `json:"attempts"`
 		Reaped   []model.Reaped `json:"reaped"`
 	}
@@ -544,6 +545,8 @@ func (r *linRunner) parse(c *model.Call, stdout []byte) {
 		c.OutTask, c.OutToken, c.Renewed = out.Task, out.Token, out.Renewed
 	case model.Revoke:
 		c.OutToken, c.State = out.Revoked, out.State
+	case model.Cancel:
+		c.OutToken, c.State, c.Retry = out.Cancels, out.State, out.Retry
 	case model.Reap:
 		c.Reaped = out.Reaped
 	default:
@@ -616,6 +619,11 @@ func (r *linRunner) learn(c *model.Call) {
 	case model.Revoke:
 		k.issue(c.OutToken, c.Task)
 		k.dead = append(k.dead, linDead{c.OutToken, c.Task, model.Revoke})
+	case model.Cancel:
+		if c.OutToken != 0 {
+			k.issue(c.OutToken, c.Task)
+			k.dead = append(k.dead, linDead{c.OutToken, c.Task, model.Cancel})
+		}
 	case model.Reap:
 		for _, x := range c.Reaped {
 			k.issue(x.Token, x.Task)
@@ -674,9 +682,15 @@ func (a *linAgent) step() {
 		if !c.Killed && c.Code == clitest.ExitOK {
 			a.held = &linHeld{token: c.OutToken, task: c.OutTask} // any earlier claim is abandoned
 		}
-	case x < 0.70:
+	case x < 0.68:
 		task := a.task()
 		a.r.exec(a.id, &model.Call{Kind: model.Revoke, Task: task}, "revoke", task, "--json")
+	case x < 0.70:
+		// An operator's cancel, now and then repeated (its retry).
+		task := a.task()
+		for range 1 + a.rng.IntN(2) {
+			a.r.exec(a.id, &model.Call{Kind: model.Cancel, Task: task}, "cancel", task, "--json")
+		}
 	case x < 0.81:
 		task := a.task()
 		a.r.exec(a.id, &model.Call{Kind: model.Requeue, Task: task}, "requeue", task, "--json")

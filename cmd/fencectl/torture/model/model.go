@@ -8,7 +8,8 @@
 //
 // What one task's state holds (taskState):
 //
-//   - its phase (available, claimed, done, failed), its attempts, and the
+//   - its phase (available, claimed, done, failed; failed by a cancel or
+//     not), its attempts, and the
 //     lease: the current token (0 when the claim that set it was killed, so
 //     nobody saw the token) and whether the lease has expired;
 //   - the highest token known to have been issued for it: a claim must
@@ -21,7 +22,9 @@
 //     of them ended it: repeating that very call is the idempotent retry
 //     (exit 0, "retry": true, nothing changes); anything else with that
 //     token, like any token that is not the current one, is fenced (exit 3,
-//     nothing changes). A lease ended by reap or revoke has no retry.
+//     nothing changes). A lease ended by reap, revoke or cancel has no
+//     retry. A cancel itself is retried by cancelling again: success,
+//     nothing changes, while the task is still failed by that cancel.
 //
 // Time: every process reads the test clock (FENCE_TEST_CLOCK), which stands
 // still while processes run. The test moves it only at a barrier, when no
@@ -102,9 +105,10 @@ const (
 	Requeue               // requeue ID
 	Reap                  // reap
 	Tick                  // the test moved the clock past every lease
+	Cancel                // cancel ID (last: saved histories keep their kinds' numbers)
 )
 
-var kindNames = [...]string{"claim", "claim-next", "restore", "heartbeat", "put", "verify", "complete", "release", "fail", "revoke", "requeue", "reap", "tick"}
+var kindNames = [...]string{"claim", "claim-next", "restore", "heartbeat", "put", "verify", "complete", "release", "fail", "revoke", "requeue", "reap", "tick", "cancel"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -157,10 +161,10 @@ type Call struct {
 
 	Code     int      `json:"code"`
 	OutTask  string   `json:"out_task,omitempty"`  // claim, claim-next
-	OutToken uint64   `json:"out_token,omitempty"` // claim: token; revoke: revoked token
+	OutToken uint64   `json:"out_token,omitempty"` // claim: token; revoke, cancel: the token whose lease it ended
 	Retry    bool     `json:"retry,omitempty"`
 	Renewed  bool     `json:"renewed,omitempty"`
-	State    string   `json:"state,omitempty"`    // the task's state afterwards (fenced ops, revoke, requeue)
+	State    string   `json:"state,omitempty"`    // the task's state afterwards (fenced ops, revoke, requeue, cancel)
 	Attempts *int     `json:"attempts,omitempty"` // the task's attempts afterwards, where the answer says
 	Reaped   []Reaped `json:"reaped,omitempty"`
 	Stderr   string   `json:"stderr,omitempty"`
@@ -205,7 +209,7 @@ func (p phase) String() string { return phaseNames[p] }
 // tokenEnd records how a token's lease on the task ended.
 type tokenEnd struct {
 	Token uint64
-	By    Kind // complete, release, fail, reap, revoke
+	By    Kind // complete, release, fail, reap, revoke, cancel
 }
 
 // taskState is one partition's state. It is never mutated: Step returns
@@ -217,6 +221,9 @@ type taskState struct {
 	Attempts int
 	MaxTok   uint64 // highest token known to have been issued for this task
 	Ends     []tokenEnd
+	// Cancelled: failed by a cancel (not requeued since), so a cancel
+	// again is its retry, where a task failed otherwise refuses it.
+	Cancelled bool
 }
 
 func (s taskState) endOf(tok uint64) (Kind, bool) {
@@ -291,7 +298,7 @@ func (s taskState) current(tok uint64) bool {
 }
 
 func (s taskState) equal(o taskState) bool {
-	if s.Phase != o.Phase || s.Token != o.Token || s.Expired != o.Expired || s.Attempts != o.Attempts || s.MaxTok != o.MaxTok || len(s.Ends) != len(o.Ends) {
+	if s.Phase != o.Phase || s.Token != o.Token || s.Expired != o.Expired || s.Cancelled != o.Cancelled || s.Attempts != o.Attempts || s.MaxTok != o.MaxTok || len(s.Ends) != len(o.Ends) {
 		return false
 	}
 	if len(s.Ends) > 0 && &s.Ends[0] == &o.Ends[0] {
@@ -304,6 +311,9 @@ func (s taskState) hash() uint64 {
 	h := uint64(s.Phase)*0x9e3779b97f4a7c15 ^ s.Token*0xbf58476d1ce4e5b9 ^ s.MaxTok*0x94d049bb133111eb ^ uint64(s.Attempts)<<40 ^ uint64(len(s.Ends))<<48
 	if s.Expired {
 		h ^= 1 << 63
+	}
+	if s.Cancelled {
+		h ^= 1 << 62
 	}
 	return h
 }
@@ -328,6 +338,14 @@ func (m Config) reap(s taskState) taskState {
 	s.Phase = m.afterAttempt(s)
 	s.Attempts++
 	s.Token, s.Expired = 0, false
+	return s
+}
+
+// cancel ends the task in failed/: the lease of tok (0: none) ends, no
+// attempt is counted.
+func (m Config) cancel(s taskState, tok uint64) taskState {
+	s = s.withEnd(tok, Cancel)
+	s.Phase, s.Token, s.Expired, s.Cancelled = phFailed, 0, false, true
 	return s
 }
 
@@ -458,10 +476,34 @@ func (m Config) step(s taskState, in opIn, out opOut) (bool, taskState) {
 			if s.Phase != phDone && s.Phase != phFailed {
 				return false, s
 			}
-			s.Phase, s.Attempts = phAvailable, 0
+			s.Phase, s.Attempts, s.Cancelled = phAvailable, 0, false
 			return c.State == s.Phase.String() && reports(c, s), s
 		case codeNotAvailable:
 			return s.Phase != phDone && s.Phase != phFailed, s
+		}
+		return false, s
+	case Cancel:
+		switch c.Code {
+		case codeOK:
+			if c.Retry {
+				return s.Phase == phFailed && s.Cancelled && c.OutToken == 0 && reports(c, s), s
+			}
+			switch s.Phase {
+			case phAvailable:
+				if c.OutToken != 0 {
+					return false, s
+				}
+			case phClaimed: // expired or not: the cancel ends the lease
+				if s.Token != 0 && c.OutToken != s.Token || s.Token == 0 && c.OutToken <= s.MaxTok {
+					return false, s
+				}
+			default:
+				return false, s
+			}
+			s = m.cancel(s, c.OutToken)
+			return c.State == s.Phase.String() && reports(c, s), s
+		case codeNotAvailable:
+			return s.Phase == phDone || s.Phase == phFailed && !s.Cancelled, s
 		}
 		return false, s
 	case Reap:
@@ -544,7 +586,11 @@ func (m Config) effect(s taskState, in opIn) taskState {
 		}
 	case Requeue:
 		if s.Phase == phDone || s.Phase == phFailed {
-			s.Phase, s.Attempts = phAvailable, 0
+			s.Phase, s.Attempts, s.Cancelled = phAvailable, 0, false
+		}
+	case Cancel:
+		if s.Phase == phAvailable || s.Phase == phClaimed {
+			s = m.cancel(s, s.Token)
 		}
 	case Reap:
 		s = m.reap(s)
@@ -598,6 +644,9 @@ func (m Config) model() porcupine.Model {
 				if s.Expired {
 					b.WriteString(" expired")
 				}
+			}
+			if s.Cancelled {
+				b.WriteString(" (cancelled)")
 			}
 			fmt.Fprintf(&b, " att=%d max=%s ended=%d", s.Attempts, shortTok(s.MaxTok), len(s.Ends))
 			return b.String()

@@ -203,3 +203,86 @@ func TestModel_BrokenRulesRejectALegalHistory(t *testing.T) {
 		}
 	}
 }
+
+// Cancel: available or claimed (expired or not) → failed, the lease's
+// token dead, attempts kept; again: a retry; done, or failed otherwise: 4;
+// requeue brings it back and a later cancel is a new one.
+func TestModel_Cancel(t *testing.T) {
+	h := &hist{}
+	h.add(Call{Kind: Cancel, Task: "a", Code: 0, State: "failed", Attempts: ptr(0)})
+	h.add(Call{Kind: Cancel, Task: "a", Code: 0, Retry: true, State: "failed"})
+	h.add(Call{Kind: Claim, Task: "a", Code: 4})
+	h.add(Call{Kind: Requeue, Task: "a", Code: 0, State: "available"})
+	h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+	h.add(Call{Kind: Fail, Task: "a", Token: 100, Code: 0, State: "available", Attempts: ptr(1)})
+	h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 101})
+	h.add(Call{Kind: Cancel, Task: "a", Code: 0, OutToken: 101, State: "failed", Attempts: ptr(1)})
+	h.add(Call{Kind: Heartbeat, Task: "a", Token: 101, Stale: StaleDead, Code: 3})
+	h.add(Call{Kind: Complete, Task: "a", Token: 101, Stale: StaleDead, Code: 3})
+	h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 102})
+	h.add(Call{Kind: Tick})
+	h.add(Call{Kind: Cancel, Task: "b", Code: 0, OutToken: 102, State: "failed", Attempts: ptr(0)}) // expired, not reaped
+	h.add(Call{Kind: Reap, Code: 0})
+	h.add(Call{Kind: Requeue, Task: "b", Code: 0, State: "available"})
+	h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 110})
+	h.add(Call{Kind: Complete, Task: "b", Token: 110, Code: 0, State: "done"})
+	h.add(Call{Kind: Cancel, Task: "b", Code: 4})
+	// A killed cancel may have taken effect: then its repeat is a retry.
+	h.add(Call{Kind: Requeue, Task: "a", Code: 0, State: "available"})
+	h.add(Call{Kind: Cancel, Task: "a", Killed: true})
+	h.add(Call{Kind: Cancel, Task: "a", Code: 0, Retry: true, State: "failed"})
+	if got := h.check(t, Config{MaxAttempts: 3}); got != porcupine.Ok {
+		t.Fatalf("legal history with cancels: %s, want Ok", got)
+	}
+
+	for _, tc := range []struct {
+		name string
+		bad  func(h *hist)
+	}{
+		{"the cancelled token still acts", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, OutToken: 100, State: "failed"})
+			h.add(Call{Kind: Complete, Task: "a", Token: 100, Stale: StaleDead, Code: 0, State: "done"})
+		}},
+		{"a cancelled task is claimed", func(h *hist) {
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, State: "failed"})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+		}},
+		{"cancel names another token than the holder's", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, OutToken: 99, State: "failed"})
+		}},
+		{"cancel counts an attempt", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, OutToken: 100, State: "failed", Attempts: ptr(1)})
+		}},
+		{"cancel of a done task succeeds", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Complete, Task: "a", Token: 100, Code: 0, State: "done"})
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, State: "failed"})
+		}},
+		{"cancel of a task failed otherwise is a retry", func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Fail, Task: "a", Token: 100, Code: 0, State: "available"})
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 101})
+			h.add(Call{Kind: Fail, Task: "a", Token: 101, Code: 0, State: "failed"})
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, Retry: true, State: "failed"})
+		}},
+		{"a first cancel answers retry", func(h *hist) {
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, Retry: true, State: "failed"})
+		}},
+		{"a cancel after a requeue is refused", func(h *hist) {
+			h.add(Call{Kind: Cancel, Task: "a", Code: 0, State: "failed"})
+			h.add(Call{Kind: Requeue, Task: "a", Code: 0, State: "available"})
+			h.add(Call{Kind: Cancel, Task: "a", Code: 4})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &hist{}
+			tc.bad(h)
+			if got := h.check(t, Config{MaxAttempts: 2}); got != porcupine.Illegal {
+				t.Errorf("%s, want Illegal", got)
+			}
+		})
+	}
+}
