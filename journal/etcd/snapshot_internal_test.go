@@ -50,56 +50,6 @@ func open(t *testing.T, cfg journal.Config, dir string) (*Backend, journal.Store
 	return b, s
 }
 
-func addTask(t *testing.T, s journal.Store, rec record.Task) {
-	t.Helper()
-	err := s.Update(func(tx journal.Tx) error { return tx.PutTask(nil, rec) })
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// The steps on a claim read the task and then the claim of its token:
-// one round trip after begin, not two (prefetchClaim).
-func TestPrefetch_TaskReadsItsClaimAlong(t *testing.T) {
-	cfg, dir := newJournal(t)
-	_, s := open(t, cfg, dir)
-	const token = 77
-	deadline := time.Now().Add(time.Minute)
-	err := s.Update(func(tx journal.Tx) error {
-		rec := record.Task{ID: "x", State: record.Claimed, Seq: 1, Attempts: 1,
-			Lease: &record.Lease{Token: token, Agent: "a", Deadline: deadline, TTL: time.Minute}}
-		if err := tx.PutTask(nil, rec); err != nil {
-			return err
-		}
-		return tx.PutClaim(record.Claim{Token: token, Task: "x", Agent: "a"})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, s2 := open(t, cfg, dir) // a new process: nothing cached
-	err = s2.Update(func(jt journal.Tx) error {
-		tx := jt.(*Tx)
-		if err := tx.begin(); err != nil {
-			return err
-		}
-		before := tx.requests
-		rec, ok, err := tx.Task("x")
-		if err != nil || !ok || rec.Lease == nil || rec.Lease.Token != token {
-			t.Fatalf("Task = %+v, %v, %v", rec, ok, err)
-		}
-		if c, ok, err := tx.Claim(token); err != nil || !ok || c.Task != "x" {
-			t.Fatalf("Claim = %+v, %v, %v", c, ok, err)
-		}
-		if n := tx.requests - before; n != 1 {
-			t.Errorf("Task then Claim took %d requests; want 1", n)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Open checks the journal from what Exists just read: no request of its
 // own, and still the refusal of a prefix that holds no journal.
 func TestWarm_OpenChecksFromExists(t *testing.T) {

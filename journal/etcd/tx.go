@@ -406,7 +406,6 @@ func (t *Tx) Writes() int { return t.writes }
 // Task returns the record of id, its lease judged by etcd's clock.
 func (t *Tx) Task(id string) (record.Task, bool, error) {
 	tk, lk := t.key(famTask, id), t.key(famLive, id)
-	t.prefetchClaim(id, tk, lk)
 	kvs, err := t.get(tk, lk)
 	if err != nil {
 		return record.Task{}, false, err
@@ -420,44 +419,6 @@ func (t *Tx) Task(id string) (record.Task, bool, error) {
 		return record.Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
 	}
 	return t.judge(rec, kvs[lk]), true, nil
-}
-
-// prefetchClaim reads, in the round trip that reads a claimed task's
-// record, the claim of its current token too, which the steps on a claim
-// (complete, heartbeat, release, fail) look up next: the token is in the
-// expiry index's first page, which begin read. Only when the record must
-// be read anyway (not cached, not read yet).
-func (t *Tx) prefetchClaim(id, tk, lk string) {
-	if t.begin() != nil {
-		return
-	}
-	_, mine := t.buf[tk]
-	_, have := t.fetched[tk]
-	_, read := t.reads[tk]
-	if mine || have || read {
-		return
-	}
-	if t.cached {
-		if _, ok := t.s.cacheGet(tk); ok {
-			return
-		}
-	}
-	lo := t.key(famExpiry, "")
-	page, ok := t.pages[pageKey{lo, rangeEnd(lo), pageSize}]
-	if !ok {
-		return
-	}
-	want := t.key(famExpiry, id)
-	i := sort.Search(len(page.Kvs), func(i int) bool { return string(page.Kvs[i].Key) >= want })
-	if i == len(page.Kvs) || string(page.Kvs[i].Key) != want {
-		return
-	}
-	_, token := decodeExpiry(string(page.Kvs[i].Value))
-	ck := t.key(famClaim, u64(token))
-	if _, mine := t.buf[ck]; mine {
-		return
-	}
-	t.prefetchKeys([]string{tk, lk, ck})
 }
 
 // PutTask stores rec, keeps the indexes and counts in step, and ties a
