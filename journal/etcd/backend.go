@@ -216,13 +216,11 @@ func (b *Backend) Exists(string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout())
 	defer cancel()
-	snap, err := b.readSnapshot(ctx)
+	resp, err := b.cli.Get(ctx, b.metaKey(metaVersion), clientv3.WithCountOnly())
 	if err != nil {
 		return false, b.unreachable(err)
 	}
-	b.keepWarm(snap)
-	_, ok := snap.meta[metaVersion]
-	return ok, nil
+	return resp.Count > 0, nil
 }
 
 // Path names the journal: its URL.
@@ -239,12 +237,8 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 		clock = func() time.Time { return time.Now().UTC() }
 	}
 	s := &Store{b: b, dir: dir, prefix: b.cfg.Prefix, readOnly: o.ReadOnly, timeout: timeoutOf(o.Timeout), clock: clock}
-	// An absent or foreign journal is reported at open, as bbolt does:
-	// from what Exists just read, else by reading it.
-	var err error
-	if w := b.peekWarm(); w == nil || b.checkMeta(w.meta) != nil {
-		err = s.View(func(journal.Tx) error { return nil })
-	}
+	// An absent or foreign journal is reported at open, as bbolt does.
+	err := s.View(func(journal.Tx) error { return nil })
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +326,6 @@ func (l *treeLock) Open(o journal.OpenOptions) (journal.Store, error) { return l
 // Create makes the journal in one transaction that holds only if the
 // prefix has none: a create that failed left nothing.
 func (l *treeLock) Create(d record.Defaults, seed uint64) error {
-	l.b.keepWarm(nil)
 	ctx, cancel := l.ctx()
 	defer cancel()
 	b := l.b
@@ -360,7 +353,6 @@ func (b *Backend) asidePrefix(now time.Time) string {
 // SetAside copies the journal to a prefix beside it (a page at a time:
 // it may be larger than one etcd transaction), then deletes it.
 func (l *treeLock) SetAside(now time.Time) (string, error) {
-	l.b.keepWarm(nil)
 	ctx, cancel := l.ctx()
 	defer cancel()
 	b := l.b

@@ -3,27 +3,11 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencectl/fencectl/journal"
 )
-
-// Exists reads what a transaction's begin reads (one request: the meta
-// keys and the first pages of the indexes) and keeps it for a moment, so
-// that Open can check the journal it just found without a request of its
-// own: a CLI command starts with Exists, then Open.
-//
-// Transactions never start from it. An earlier version let a process's
-// first write start from it (two round trips fewer per command, the commit
-// checking everything read): the etcd kill storm then adopted inbox files
-// twice, which no test of the cheaper path had shown, so every transaction
-// reads its own snapshot.
-
-// warmMaxAge bounds how old the kept snapshot may be when Open checks the
-// journal with it.
-const warmMaxAge = 250 * time.Millisecond
 
 // snapshot is what begin reads in one request: the meta keys and the
 // first page of the indexes most transactions scan, at one revision.
@@ -32,7 +16,6 @@ type snapshot struct {
 	meta    map[string]string
 	headRev int64
 	pages   map[pageKey]*clientv3.GetResponse
-	at      time.Time
 }
 
 // readSnapshot reads a snapshot: expiry and liveness pages for the reap
@@ -53,7 +36,7 @@ func (b *Backend) readSnapshot(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rev: resp.Header.Revision, meta: map[string]string{}, pages: map[pageKey]*clientv3.GetResponse{}, at: time.Now()}
+	s := &snapshot{rev: resp.Header.Revision, meta: map[string]string{}, pages: map[pageKey]*clientv3.GetResponse{}}
 	for i, k := range pre {
 		s.pages[k] = (*clientv3.GetResponse)(resp.Responses[i+1].GetResponseRange())
 	}
@@ -77,21 +60,4 @@ func (b *Backend) checkMeta(meta map[string]string) error {
 		return &journal.VersionError{Path: b.cfg.URL(), Found: v, Supported: SchemaVersion}
 	}
 	return nil
-}
-
-// keepWarm keeps s for Open.
-func (b *Backend) keepWarm(s *snapshot) {
-	b.warmMu.Lock()
-	b.warm = s
-	b.warmMu.Unlock()
-}
-
-// peekWarm returns the warm snapshot if it is young enough, keeping it.
-func (b *Backend) peekWarm() *snapshot {
-	b.warmMu.Lock()
-	defer b.warmMu.Unlock()
-	if b.warm != nil && time.Since(b.warm.at) > warmMaxAge {
-		b.warm = nil
-	}
-	return b.warm
 }

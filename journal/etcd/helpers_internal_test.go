@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,7 +14,7 @@ import (
 // its config and meta directory.
 func newJournal(t *testing.T) (journal.Config, string) {
 	t.Helper()
-	cfg := journal.Config{Backend: "etcd", Endpoints: etcdtest.Start(t, 1).Endpoints(), Prefix: "/warm"}
+	cfg := journal.Config{Backend: "etcd", Endpoints: etcdtest.Start(t, 1).Endpoints(), Prefix: "/internal"}
 	dir := filepath.Join(t.TempDir(), ".fence")
 	b, err := New(cfg)
 	if err != nil {
@@ -48,27 +47,4 @@ func open(t *testing.T, cfg journal.Config, dir string) (*Backend, journal.Store
 		t.Fatal(err)
 	}
 	return b, s
-}
-
-// Open checks the journal from what Exists just read: no request of its
-// own, and still the refusal of a prefix that holds no journal.
-func TestWarm_OpenChecksFromExists(t *testing.T) {
-	cfg, dir := newJournal(t)
-	b, _ := open(t, cfg, dir)
-	if b.peekWarm() == nil {
-		t.Fatal("Exists kept no snapshot for Open")
-	}
-	empty := cfg
-	empty.Prefix = "/nothing-here"
-	e, err := New(empty)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	if ok, err := e.Exists(dir); err != nil || ok {
-		t.Fatalf("Exists on an empty prefix = %v, %v", ok, err)
-	}
-	if _, err := e.Open(dir, journal.OpenOptions{Timeout: 5 * time.Second}); !errors.Is(err, journal.ErrNoJournal) {
-		t.Fatalf("Open of an empty prefix = %v; want no journal", err)
-	}
 }
