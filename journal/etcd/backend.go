@@ -42,8 +42,6 @@ type Backend struct {
 	sess    *concurrency.Session // for the writers' queue, made on first need
 	poolMu  sync.Mutex
 	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
-	warmMu  sync.Mutex
-	warm    *snapshot // what Exists read, for the first write (snapshot.go)
 }
 
 var _ journal.Backend = (*Backend)(nil)
