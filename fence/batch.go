@@ -116,21 +116,10 @@ func (t *Tree) ClaimBatch(ctx context.Context, req BatchClaimRequest) (BatchClai
 	if err := req.validate(); err != nil {
 		return BatchClaimResult{}, err
 	}
-	end := time.Now().Add(req.Wait)
-	for {
-		res, err := t.claimBatchOnce(ctx, req)
+	return keepTrying(ctx, req.Wait, func() (BatchClaimResult, error) { return t.claimBatchOnce(ctx, req) }, func(err error) bool {
 		var be *BatchError
-		waitable := errors.Is(err, ErrNothingToClaim) || errors.As(err, &be) && be.waitable()
-		left := time.Until(end)
-		if !waitable || left <= 0 {
-			return res, err
-		}
-		select {
-		case <-ctx.Done():
-			return res, err
-		case <-time.After(min(pollInterval, left)):
-		}
-	}
+		return errors.Is(err, ErrNothingToClaim) || errors.As(err, &be) && be.waitable()
+	})
 }
 
 func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (BatchClaimResult, error) {
@@ -141,19 +130,11 @@ func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (Batch
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		reaped, evs, err := reapExpired(tx, now)
+		reaped, evs, d, inClaimed, err := reapFirst(tx, now)
 		if err != nil {
 			return nil, err
 		}
 		res.Reaped = reaped
-		d, err := tx.Defaults()
-		if err != nil {
-			return nil, err
-		}
-		inClaimed := map[string]bool{}
-		for _, r := range reaped {
-			inClaimed[r.Task] = true
-		}
 		before := tx.Writes()
 		var todo []record.Task
 		if len(req.IDs) > 0 {

@@ -162,13 +162,21 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	if req.Wait < 0 {
 		return ClaimResult{}, invalidValue(InputWait, RuleRange, req.Wait, "must not be negative")
 	}
-	end := time.Now().Add(req.Wait)
-	for {
-		res, err := t.claimOnce(ctx, req)
+	return keepTrying(ctx, req.Wait, func() (ClaimResult, error) { return t.claimOnce(ctx, req) }, func(err error) bool {
 		var na *NotAvailableError
-		waitable := errors.Is(err, ErrNothingToClaim) || errors.As(err, &na)
+		return req.Token == 0 && (errors.Is(err, ErrNothingToClaim) || errors.As(err, &na))
+	})
+}
+
+// keepTrying runs try until it succeeds, fails in a way waiting cannot
+// help (waitable false), wait has passed or ctx is done; it returns the
+// last outcome. claim --wait and batch claims share it.
+func keepTrying[T any](ctx context.Context, wait time.Duration, try func() (T, error), waitable func(error) bool) (T, error) {
+	end := time.Now().Add(wait)
+	for {
+		res, err := try()
 		left := time.Until(end)
-		if !waitable || left <= 0 || req.Token != 0 {
+		if err == nil || !waitable(err) || left <= 0 {
 			return res, err
 		}
 		select {
@@ -177,6 +185,23 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 		case <-time.After(min(pollInterval, left)):
 		}
 	}
+}
+
+// reapFirst is what every claim does first, in its transaction: free the
+// expired leases, and note which tasks that leaves with their files still
+// in claimed/ (the moves come after the commit).
+func reapFirst(tx journal.Tx, now time.Time) (reaped []Reaped, evs []record.Event, d record.Defaults, inClaimed map[string]bool, err error) {
+	if reaped, evs, err = reapExpired(tx, now); err != nil {
+		return nil, nil, d, nil, err
+	}
+	if d, err = tx.Defaults(); err != nil {
+		return nil, nil, d, nil, err
+	}
+	inClaimed = map[string]bool{}
+	for _, r := range reaped {
+		inClaimed[r.Task] = true
+	}
+	return reaped, evs, d, inClaimed, nil
 }
 
 func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
@@ -189,21 +214,11 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		reaped, evs, err := reapExpired(tx, now)
+		reaped, evs, d, inClaimed, err := reapFirst(tx, now)
 		if err != nil {
 			return nil, err
 		}
 		res.Reaped = reaped
-		d, err := tx.Defaults()
-		if err != nil {
-			return nil, err
-		}
-		// Files of tasks reaped just now are still in claimed/: the moves
-		// come after the commit.
-		inClaimed := map[string]bool{}
-		for _, r := range reaped {
-			inClaimed[r.Task] = true
-		}
 		ev, rec, settled, err := t.claimStep(tx, req, now, d.TTL, inClaimed)
 		evs = append(evs, settled.events...)
 		if err != nil {
