@@ -121,6 +121,11 @@ func RaiseCeiling(dir string, v uint64) error {
 	if v > maxCeiling {
 		return fmt.Errorf("raise the token ceiling to %d: above the largest ceiling fencectl accepts (%d)", v, uint64(maxCeiling))
 	}
+	unlock, err := lockCeiling(dir)
+	if err != nil {
+		return fmt.Errorf("raise the token ceiling: %w", err)
+	}
+	defer unlock()
 	for i, p := range CeilingPaths(dir) {
 		if old, ok, err := readCeilingFile(p); err == nil && ok && old >= v {
 			continue
@@ -134,6 +139,37 @@ func RaiseCeiling(dir string, v uint64) error {
 		}
 	}
 	return nil
+}
+
+// CeilingLockName is the file whose flock makes each raise of the ceiling
+// files a read-compare-write no other raise interleaves with. Without it,
+// two writers that do not take turns (etcd trees, several processes or
+// hosts) could both read an old ceiling, and the one raising less could
+// rename its file over the larger one last: the files would fall below a
+// ceiling the journal already holds, and a recover after a lost journal
+// could issue tokens again. (On NFS, Linux maps flock to the protocol's
+// byte-range locks, so it holds across hosts.)
+const CeilingLockName = "tokens.lock"
+
+// lockCeiling takes the ceiling lock of the journal in dir and returns
+// its release.
+func lockCeiling(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, CeilingLockName)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "lock", Path: path, Err: err}
+	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // writeCeilingFile replaces path atomically: a temporary file beside it,
