@@ -96,6 +96,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		return ReplayReport{}, err
 	}
 	defer db.Close()
+	var dead []string // staged files whose writer was gone before the log was read
 	if !check {
 		// Replay is a writer: like every writer it first finishes the last
 		// commit and adopts the inbox.
@@ -108,8 +109,10 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 			// replay, the full repair, does, so that what a dead adopter
 			// staged goes back to inbox/ (or on to its task's directory)
 			// and a dead writer's content to .fence/quarantine; then it
-			// adopts what went back.
-			t.sweepStaging(db)
+			// adopts what went back. Which dead files are content of no
+			// commit can only be told after the log is read (see
+			// quarantineDead).
+			dead = t.deadStaged(db)
 			t.adoptInbox(db)
 		}
 	}
@@ -129,6 +132,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	if err != nil {
 		return rep, err
 	}
+	t.quarantineDead(st, dead)
 	if err := t.compareTree(st, &rep); err != nil {
 		return rep, err
 	}
@@ -144,6 +148,48 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		rep.Findings[i].Fixed = rep.Findings[i].Kind.Fixable()
 	}
 	return rep, nil
+}
+
+// deadStaged returns the staged files no live writer holds, and puts back
+// what dead adopters staged (the journal says whether their adoption
+// committed).
+func (t *Tree) deadStaged(db journal.Store) []string {
+	dead, adopting, err := t.mirror.Sweep(true)
+	if err != nil {
+		t.notify(NoticeWarning, string(fsmirror.Staging), err.Error())
+	}
+	t.restoreAdoptions(db, adopting)
+	return dead
+}
+
+// quarantineDead moves to .fence/quarantine the dead staged files that no
+// committed event names. A writer that died after its commit but before
+// publishing leaves its content staged and unlocked: that content is the
+// task's (or output's) only copy, and compareTree publishes it. Every
+// name in dead was dead before the log was read, so a commit naming it,
+// which came before its writer died, is in st.
+func (t *Tree) quarantineDead(st *replayState, dead []string) {
+	needed := st.neededStaged()
+	for _, name := range dead {
+		if needed[name] {
+			continue
+		}
+		if _, err := t.mirror.Quarantine(fsmirror.Staging, name); err == nil {
+			t.notify(NoticeQuarantined, name, "staged by a process that died before its commit; moved to .fence/quarantine")
+		}
+	}
+}
+
+// neededStaged is the set of staged names that committed events name.
+func (st *replayState) neededStaged() map[string]bool {
+	needed := map[string]bool{}
+	for _, s := range st.staged {
+		needed[s] = true
+	}
+	for _, s := range st.outputs {
+		needed[s] = true // an output the next writer publishes (settle)
+	}
+	return needed
 }
 
 // unjudged is rec with want's lease deadline when the store judged rec's
@@ -293,28 +339,25 @@ func sameJSON(a, b any) bool {
 // folded records.
 func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
-	sc, err := scanStateDirs(t.mirror, "left in place, move it out by hand")
-	if err != nil {
-		return err
-	}
-	rep.Findings = append(rep.Findings, sc.invalid...)
-	where, order := sc.where, sc.order
+	// Staging first: a writer on another host that publishes a staged
+	// file meanwhile moves it into a state directory not yet listed, so
+	// the file is seen in one place or the other, never in neither.
 	staging := map[string]bool{}
 	if entries, err := t.mirror.List(fsmirror.Staging); err == nil {
 		for _, e := range entries {
 			staging[e.Name] = e.Kind == fsmirror.Regular
 		}
 	}
+	sc, err := scanStateDirs(t.mirror, "left in place, move it out by hand")
+	if err != nil {
+		return err
+	}
+	rep.Findings = append(rep.Findings, sc.invalid...)
+	where, order := sc.where, sc.order
 	// Staged files whose writer is dead: the next writer moves them to
 	// .fence/quarantine. A staged file a missing task still needs is
 	// reported below as misplaced instead.
-	needed := map[string]bool{}
-	for _, s := range st.staged {
-		needed[s] = true
-	}
-	for _, s := range st.outputs {
-		needed[s] = true // an output the next writer publishes (settle)
-	}
+	needed := st.neededStaged()
 	sweeper := "the next writer" // on etcd no writer sweeps: replay does
 	if st.ownClock {
 		sweeper = "replay"
@@ -471,23 +514,35 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 	}
 	crashAt("replay:after-rebuild")
 	if len(st.adopt) > 0 {
+		var adopted []adoption
 		err := db.Update(func(tx journal.Tx) error {
+			adopted = adopted[:0] // the store may run this more than once
 			d, err := tx.Defaults()
 			if err != nil {
 				return err
 			}
 			now := tx.Now()
 			for _, a := range st.adopt {
+				// A writer on another host may have added or adopted the
+				// task since the log was read: then the file is its, not
+				// an unknown one.
+				if _, known, err := tx.Task(a.id); err != nil || known {
+					if err != nil {
+						return err
+					}
+					continue
+				}
 				if _, _, err := commit(tx, nil, adoptEvent(a.id, a.from, a.to, d.MaxAttempts, now)); err != nil {
 					return err
 				}
+				adopted = append(adopted, a)
 			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("adopt unknown files: %w", err)
 		}
-		for _, a := range st.adopt {
+		for _, a := range adopted {
 			to, err := DirOf(a.to)
 			if err != nil {
 				return err
@@ -502,6 +557,9 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 				rec, ok, err := tx.Task(id)
 				if err != nil {
 					return err
+				}
+				if ok && !db.Exclusive() && t.touchedSince(tx, id, st.lastSeq) {
+					continue // a writer on another host has it in hand
 				}
 				if ok {
 					if _, _, err := commit(tx, &rec, missingEvent(rec, now)); err != nil {
@@ -527,6 +585,9 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 	if err := b.Sync(); err != nil {
 		return err
 	}
+	if !db.Exclusive() {
+		defer t.settleAgain(db, st)
+	}
 	for _, x := range st.extra {
 		if dropped, err := t.mirror.DropLink(x.dir, x.id, x.keep, x.id); err != nil || dropped {
 			if err != nil {
@@ -539,6 +600,41 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 		}
 	}
 	return nil
+}
+
+// touchedSince reports whether task id has an event after seq, or a file
+// in some directory: on a store whose writers do not take turns, either
+// means the task was not missing after all, or is no longer replay's to
+// settle (its file was seen in no directory while another host moved it).
+func (t *Tree) touchedSince(tx journal.Tx, id string, seq uint64) bool {
+	newer := false
+	_ = tx.TaskEventsBackward(id, func(ev record.Event) (bool, error) {
+		newer = ev.Seq > seq
+		return false, nil
+	})
+	if newer {
+		return true
+	}
+	_, _, err := t.mirror.Locate(id)
+	return err == nil
+}
+
+// settleAgain puts the files of the tasks replay moved where the journal
+// says they are now. Replay planned its moves from a log read earlier; on
+// a store whose writers do not take turns, a writer on another host may
+// have committed a change to one of them and moved its file since, and
+// replay's move would then undo that writer's. Writers read the journal
+// again after their moves for the same reason (reconcile): whoever moves
+// last puts the file where the journal says.
+func (t *Tree) settleAgain(db journal.Store, st *replayState) {
+	var evs []record.Event
+	for _, m := range st.moves {
+		evs = append(evs, record.Event{Task: m.id})
+	}
+	for _, x := range st.extra {
+		evs = append(evs, record.Event{Task: x.id})
+	}
+	t.reconcileTasks(db, evs)
 }
 
 // Describe renders a finding for people.

@@ -283,6 +283,15 @@ func (t *Tree) reconcile(db journal.Store, evs []record.Event) {
 			return
 		}
 	}
+	t.reconcileTasks(db, evs)
+}
+
+// reconcileTasks is reconcile without its shortcut: it reads the journal
+// for the tasks of evs and moves each file that is not where it says.
+func (t *Tree) reconcileTasks(db journal.Store, evs []record.Event) {
+	if len(evs) == 0 {
+		return
+	}
 	var todo []move
 	err := db.View(func(tx journal.Tx) error {
 		todo = todo[:0]
