@@ -448,11 +448,14 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 	case errors.Is(err, errRolledBack):
 		return nil, nil
 	case err != nil:
+		// The store failed: nothing of this group committed, and what the
+		// last run of the function reported is void. (A store that runs
+		// the function again after a conflict may fail before the rerun:
+		// the outcomes left in the ops are then those of the spoiled run,
+		// such as "the snapshot changed; run again", never meant for a
+		// caller.)
 		for _, p := range ops {
-			if p.err == nil {
-				p.err = err
-			}
-			p.evs, p.committed = nil, false
+			p.err, p.evs, p.committed = err, nil, false
 		}
 		return nil, err
 	}

@@ -147,3 +147,39 @@ func TestGroup_RefuseBeforeWritingFailsAlone(t *testing.T) {
 		t.Errorf("others: runs %d %d, errs %v %v, committed %v %v; want one run each, committed", runsA, runsC, a.err, c.err, a.committed, c.committed)
 	}
 }
+
+// runThenFail is a store whose Update runs the function once (a run the
+// store then throws away, as etcd does one that met a changed snapshot)
+// and then fails before running it again.
+type runThenFail struct {
+	journal.Store
+	err error
+}
+
+func (s runThenFail) Update(fn func(journal.Tx) error) error {
+	_ = s.Store.View(fn)
+	return s.err
+}
+
+// When the store fails, every op of the group answers the store's error,
+// not what a thrown-away run of its function reported. Before, an op kept
+// the outcome of the spoiled run: etcd's internal "the snapshot changed;
+// run again" reached a complete's caller after a leader was killed.
+func TestGroup_StoreFailureVoidsOutcomesOfEarlierRuns(t *testing.T) {
+	tree, _ := groupTree(t)
+	db, err := tree.open(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spoiled := errors.New("the snapshot changed; run again")
+	storeDown := errors.New("etcd unreachable")
+	op := &pendingOp{op: "x", done: make(chan struct{}), lead: make(chan struct{}, 1),
+		fn: func(journal.Tx, time.Time) ([]record.Event, error) { return nil, spoiled }}
+	if _, err := tree.commitGroup(runThenFail{db, storeDown}, []*pendingOp{op}); err != storeDown {
+		t.Fatalf("commitGroup: %v, want the store's error", err)
+	}
+	if op.err != storeDown || op.committed {
+		t.Errorf("op: err %v, committed %v; want the store's error", op.err, op.committed)
+	}
+}
