@@ -147,6 +147,11 @@ type batcher struct {
 // view made per heartbeat parks no handle of its own: one journal mapping
 // and descriptor per Tree, however long it runs.
 type writerSlot struct {
+	// finishedMu guards finished: the tasks whose files finishMove moved
+	// inside a transaction's function, by that transaction's snapshot
+	// (see finishMove); the group settles them again once it is done.
+	finishedMu sync.Mutex
+	finished   []string
 	// shared says the journal's writers do not take turns (etcd): set by
 	// beginWrite, for the claim's per-task crash finish (nextClaimable).
 	shared atomic.Bool
@@ -348,10 +353,31 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		fail(group, err)
 		return
 	}
+	defer t.settleFinished(db)
 	if t.commitAll(db, group) != nil {
 		return
 	}
 	healthy = true
+}
+
+// settleFinished puts the files finishMove moved during the group where
+// the journal says now. finishMove acts on a transaction's snapshot, and
+// a run whose snapshot another host's commit overtook is thrown away and
+// run again: the move it made stays (a done task's file moved back to
+// available/, say) unless someone reads the journal again after it.
+func (t *Tree) settleFinished(db journal.Store) {
+	t.batch.finishedMu.Lock()
+	ids := t.batch.finished
+	t.batch.finished = nil
+	t.batch.finishedMu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	evs := make([]record.Event, len(ids))
+	for i, id := range ids {
+		evs[i].Task = id
+	}
+	t.reconcileTasks(db, evs)
 }
 
 // commitAll commits group with bbolt's Batch semantics: an operation

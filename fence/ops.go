@@ -434,6 +434,9 @@ func (t *Tree) finishMove(id string, dir fsmirror.Dir) bool {
 	if err := t.mirror.Move(id, from, dir); err != nil {
 		return false
 	}
+	t.batch.finishedMu.Lock()
+	t.batch.finished = append(t.batch.finished, id)
+	t.batch.finishedMu.Unlock()
 	t.notify(NoticeSettled, id, "finished the move to "+string(dir)+"/ that an interrupted command left undone")
 	return true
 }

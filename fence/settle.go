@@ -287,40 +287,67 @@ func (t *Tree) reconcile(db journal.Store, evs []record.Event) {
 }
 
 // reconcileTasks is reconcile without its shortcut: it reads the journal
-// for the tasks of evs and moves each file that is not where it says.
+// for the tasks of evs and moves each file that is not where it says,
+// then reads again for the files it moved, until a read finds them in
+// place. A move made on a read that another host's commit has since
+// overtaken would otherwise stand: whoever moves a file last must be the
+// one who checks it last. Two reconcilers of one task converge, since
+// every read after the last commit names the same directory.
 func (t *Tree) reconcileTasks(db journal.Store, evs []record.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	var todo []move
-	err := db.View(func(tx journal.Tx) error {
-		todo = todo[:0]
-		seen := map[string]bool{}
-		for _, ev := range evs {
-			if seen[ev.Task] {
-				continue
-			}
+	ids := make([]string, 0, len(evs))
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		if !seen[ev.Task] {
 			seen[ev.Task] = true
-			rec, ok, err := tx.Task(ev.Task)
-			if err != nil || !ok {
-				continue
-			}
-			m := move{id: ev.Task}
-			if m.to, m.err = DirOf(rec.State); m.err != nil {
-				continue
-			}
-			if ok, err := t.mirror.Exists(m.to, m.id); err == nil && !ok {
-				todo = append(todo, m)
-			}
+			ids = append(ids, ev.Task)
 		}
-		return nil
-	})
-	if err != nil {
-		return // the next writer to touch these tasks reconciles them
 	}
-	for _, m := range todo {
-		if err := t.ensure(m); err != nil {
-			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for replay")
+	var failed map[string]error
+	for round := 0; len(ids) > 0; round++ {
+		var todo []move
+		err := db.View(func(tx journal.Tx) error {
+			todo = todo[:0]
+			for _, id := range ids {
+				rec, ok, err := tx.Task(id)
+				if err != nil || !ok {
+					continue
+				}
+				m := move{id: id}
+				if m.to, m.err = DirOf(rec.State); m.err != nil {
+					continue
+				}
+				if ok, err := t.mirror.Exists(m.to, m.id); err == nil && !ok {
+					todo = append(todo, m)
+				}
+			}
+			return nil
+		})
+		if err != nil || len(todo) == 0 {
+			return // in place, or the next writer to touch them reconciles them
+		}
+		if round == maxReconcileRounds {
+			for _, m := range todo {
+				detail := "its file keeps moving away from where the journal says"
+				if err := failed[m.id]; err != nil {
+					detail = err.Error()
+				}
+				t.notify(NoticeNotSettled, m.id, detail+"; left for replay")
+			}
+			return
+		}
+		ids, failed = ids[:0], map[string]error{}
+		for _, m := range todo {
+			if err := t.ensure(m); err != nil {
+				failed[m.id] = err // perhaps moved meanwhile: look again
+			} else if ok, _ := t.mirror.Exists(m.to, m.id); !ok {
+				continue // in no directory: ensure said so
+			}
+			ids = append(ids, m.id)
 		}
 	}
 }
+
+// maxReconcileRounds bounds reconcileTasks' move-and-check rounds: more
+// than a few means hosts keep committing changes to the task faster than
+// its file can follow, and the last of them settles it.
+const maxReconcileRounds = 4
