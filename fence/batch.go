@@ -130,7 +130,7 @@ func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (Batch
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		reaped, evs, d, inClaimed, err := reapFirst(tx, now)
+		reaped, evs, d, inClaimed, err := t.reapFirst(tx, now, 0)
 		if err != nil {
 			return nil, err
 		}

@@ -153,7 +153,7 @@ func TestTree_ReapCountsAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fence.Reaped{Task: "t1", Holder: "a", Token: c1.Token, ExpiredFor: 30 * time.Second, Attempts: 1, MaxAttempts: 2, To: record.Available}
+	want := fence.Reaped{Task: "t1", Holder: "a", Token: c1.Token, ExpiredFor: 30 * time.Second, Reason: fence.ReasonExpiredLease, Attempts: 1, MaxAttempts: 2, To: record.Available}
 	if len(dry) != 1 || dry[0] != want {
 		t.Errorf("reap --dry-run = %+v, want [%+v]", dry, want)
 	}

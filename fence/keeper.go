@@ -45,7 +45,23 @@ type KeeperConfig struct {
 	// Tick is how often the loop looks at the clock (default
 	// DefaultKeeperTick).
 	Tick time.Duration
+	// TieToProcess ties the claim to this process (see liveness.go): from
+	// Start until the keeper ends, a reaper that finds the process dead
+	// reaps the task at once, reason "holder died", without waiting for
+	// the TTL. For holders whose death means the work stopped (`fencectl
+	// run`), not for an agent that outlives its process. bbolt trees only.
+	TieToProcess bool
 }
+
+// TieError means a keeper could not tie its claim to its process: the
+// claim is kept all the same, and a death is noticed at the TTL.
+type TieError struct{ Err error }
+
+func (e *TieError) Error() string {
+	return fmt.Sprintf("cannot tie the claim to this process (%v): if it dies, its task is freed when its lease runs out, not at once", e.Err)
+}
+
+func (e *TieError) Unwrap() error { return e.Err }
 
 // LeaseAtRiskError means heartbeats kept failing and the lease would run
 // out before another could succeed.
@@ -89,6 +105,7 @@ type LeaseKeeper struct {
 	lastErr   error
 	lostErr   error
 
+	untie    func() // drops the liveness file (TieToProcess)
 	lost     chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
@@ -146,12 +163,14 @@ func (e *WatchError) Unwrap() error { return e.Err }
 // heartbeat one lease twice and close its channels twice.
 var ErrKeeperStarted = errors.New("lease keeper already started: a keeper runs once; make a new one with NewKeeper")
 
-// Start sets up the journal watch, then runs the keeper in the background
-// until Stop, ctx's end, or the end of the lease. The watch is in place
-// when Start returns, so a holder that starts its work after Start cannot
-// miss a revoke that lands right away. A non-nil error is a *WatchError:
-// the keeper runs all the same, polling every CheckInterval. A keeper runs
-// once: a second Start returns ErrKeeperStarted and changes nothing.
+// Start sets up the journal watch (and with TieToProcess the liveness
+// file), then runs the keeper in the background until Stop, ctx's end, or
+// the end of the lease. The watch is in place when Start returns, so a
+// holder that starts its work after Start cannot miss a revoke that lands
+// right away. A non-nil error is a *WatchError or a *TieError (or both,
+// joined): the keeper runs all the same, polling every CheckInterval, or
+// leaving a death to the TTL. A keeper runs once: a second Start returns
+// ErrKeeperStarted and changes nothing.
 func (k *LeaseKeeper) Start(ctx context.Context) error {
 	k.mu.Lock()
 	again := k.started
@@ -170,6 +189,13 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 		changed = w.C()
 	} else {
 		err = &WatchError{Err: err}
+	}
+	if k.cfg.TieToProcess && k.tree.store.Name() == "bbolt" {
+		untie, terr := k.tree.holdLiveness(k.cfg.Token)
+		if terr != nil {
+			err = errors.Join(err, &TieError{Err: terr})
+		}
+		k.untie = untie
 	}
 	go k.loop(ctx, w, changed)
 	return err
@@ -210,6 +236,9 @@ func (k *LeaseKeeper) Deadline() time.Time {
 
 func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-chan struct{}) {
 	defer close(k.done)
+	if k.untie != nil {
+		defer k.untie()
+	}
 	if w != nil {
 		defer w.Close()
 	}

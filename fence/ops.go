@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -124,8 +125,9 @@ type Reaped struct {
 	Task        string
 	Holder      string
 	Token       uint64
-	ExpiredFor  time.Duration
-	Attempts    int // after counting this expiry
+	ExpiredFor  time.Duration // 0 for a holder that died
+	Reason      string        // "lease expired" or "holder died" (ReasonHolderDied)
+	Attempts    int           // after counting this expiry
 	MaxAttempts int
 	To          record.State
 }
@@ -190,8 +192,8 @@ func keepTrying[T any](ctx context.Context, wait time.Duration, try func() (T, e
 // reapFirst is what every claim does first, in its transaction: free the
 // expired leases, and note which tasks that leaves with their files still
 // in claimed/ (the moves come after the commit).
-func reapFirst(tx journal.Tx, now time.Time) (reaped []Reaped, evs []record.Event, d record.Defaults, inClaimed map[string]bool, err error) {
-	if reaped, evs, err = reapExpired(tx, now); err != nil {
+func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Reaped, evs []record.Event, d record.Defaults, inClaimed map[string]bool, err error) {
+	if reaped, evs, err = t.reapAll(tx, now, keep); err != nil {
 		return nil, nil, d, nil, err
 	}
 	if d, err = tx.Defaults(); err != nil {
@@ -214,7 +216,11 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		reaped, evs, d, inClaimed, err := reapFirst(tx, now)
+		var keep uint64 // the claim this request id holds, if any: it is taken back, not reaped
+		if req.RequestID != "" {
+			keep, _ = tx.Request(req.Agent, req.RequestID)
+		}
+		reaped, evs, d, inClaimed, err := t.reapFirst(tx, now, keep)
 		if err != nil {
 			return nil, err
 		}
@@ -520,7 +526,7 @@ func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []record.Event, error)
 			continue // the index and the record disagree: trust the record
 		}
 		r := reapOf(rec, now)
-		after, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, r.To, "", "lease expired", now))
+		after, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, r.To, "", r.Reason, now))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -535,7 +541,7 @@ func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []record.Event, error)
 func reapOf(rec record.Task, now time.Time) Reaped {
 	return Reaped{
 		Task: rec.ID, Holder: rec.Lease.Agent, Token: rec.Lease.Token,
-		ExpiredFor: now.Sub(rec.Lease.Deadline), Attempts: rec.Attempts + 1,
+		ExpiredFor: now.Sub(rec.Lease.Deadline), Reason: ReasonExpiredLease, Attempts: rec.Attempts + 1,
 		MaxAttempts: rec.MaxAttempts, To: afterAttempt(rec),
 	}
 }
@@ -546,13 +552,17 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	if dryRun {
 		var out []Reaped
 		err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
-			out = nil // a store may run this more than once
+			died, err := t.diedOf(tx, now)
+			if err != nil {
+				return err
+			}
+			out = died // a store may run this more than once
 			for _, id := range tx.Expired(now) {
 				rec, ok, err := tx.Task(id)
 				if err != nil {
 					return err
 				}
-				if ok && rec.Lease != nil {
+				if ok && rec.Lease != nil && !slices.ContainsFunc(died, func(r Reaped) bool { return r.Task == id }) {
 					out = append(out, reapOf(rec, now))
 				}
 			}
@@ -562,7 +572,7 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	}
 	var out []Reaped
 	_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
-		reaped, evs, err := reapExpired(tx, now)
+		reaped, evs, err := t.reapAll(tx, now, 0)
 		out = reaped
 		if err == nil && len(evs) == 0 {
 			return nil, errNoChange

@@ -135,6 +135,10 @@ func shellQuote(s string) string {
 }
 
 func describeReap(r fence.Reaped) string {
+	if r.Reason == fence.ReasonHolderDied {
+		return fmt.Sprintf("the process of %s (token %d) died; attempt %d of %d; task goes to %s/",
+			r.Holder, r.Token, r.Attempts, r.MaxAttempts, r.To)
+	}
 	return fmt.Sprintf("lease of %s (token %d) expired %s ago; attempt %d of %d; task goes to %s/",
 		r.Holder, r.Token, r.ExpiredFor.Round(time.Second), r.Attempts, r.MaxAttempts, r.To)
 }

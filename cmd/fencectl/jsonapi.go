@@ -330,6 +330,7 @@ type reapedJSON struct {
 	ExpiredForSeconds float64 `json:"expired_for_seconds"`
 	Holder            string  `json:"holder"`
 	MaxAttempts       int     `json:"max_attempts"`
+	Reason            string  `json:"reason"` // "lease expired" or "holder died"
 	Task              string  `json:"task"`
 	To                string  `json:"to"`
 	Token             uint64  `json:"token"`
@@ -340,7 +341,7 @@ func newReap(dryRun bool, rs []fence.Reaped) *reapJSON {
 	for _, r := range rs {
 		list = append(list, reapedJSON{
 			Attempts: r.Attempts, ExpiredFor: r.ExpiredFor.String(), ExpiredForSeconds: r.ExpiredFor.Seconds(),
-			Holder: r.Holder, MaxAttempts: r.MaxAttempts, Task: r.Task, To: string(r.To), Token: r.Token,
+			Holder: r.Holder, MaxAttempts: r.MaxAttempts, Reason: r.Reason, Task: r.Task, To: string(r.To), Token: r.Token,
 		})
 	}
 	return &reapJSON{DryRun: dryRun, Reaped: list}

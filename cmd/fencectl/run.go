@@ -285,6 +285,7 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	keeper, err := t.NewKeeper(fence.KeeperConfig{
 		Task: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Deadline: claim.Deadline,
 		TTL: cmp.Or(cfg.ttl, length), Interval: cfg.heartbeat, StopBefore: grace + margin,
+		TieToProcess: true, // CMD dies with run: a dead run frees its task at once
 	})
 	if err != nil {
 		return taskRun{code: exitUsage, outcome: "not started", err: err}
@@ -293,7 +294,11 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	// The watch is up before CMD starts: a revoke cannot slip in between.
 	if err := keeper.Start(ctx); err != nil && !s.warnedWatch {
 		s.warnedWatch = true
-		out.notice(fence.Notice{Kind: fence.NoticeNoWatch, Name: claim.Task.ID, Detail: err.Error()})
+		kind := fence.NoticeNoWatch
+		if _, watch := errors.AsType[*fence.WatchError](err); !watch {
+			kind = fence.NoticeWarning // only the tie to this process failed
+		}
+		out.notice(fence.Notice{Kind: kind, Name: claim.Task.ID, Detail: err.Error()})
 		if !out.json { // with --json it rides in the task's summary
 			out.flushNotices()
 		}
