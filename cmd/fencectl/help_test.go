@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -42,5 +43,16 @@ func TestHelp_EveryCommand(t *testing.T) {
 		if noise.MatchString(line) {
 			t.Errorf("--help: %q", line)
 		}
+	}
+}
+
+// docs/agents.md is the guide as `fencectl guide --generic` prints it.
+func TestGuide_DocIsTheGenericGuide(t *testing.T) {
+	b, err := os.ReadFile("../../docs/agents.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := renderGuide(genericGuide); string(b) != want {
+		t.Errorf("docs/agents.md differs from `fencectl guide --generic`: regenerate it with\n  go run ./cmd/fencectl guide --generic > docs/agents.md")
 	}
 }

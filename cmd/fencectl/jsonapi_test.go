@@ -37,6 +37,7 @@ var jsonTypes = map[string]func() any{
 	"run":     func() any { return new(runJSON) },
 	"error":   func() any { return new(errorObject) },
 	"notice":  func() any { return new(noticeJSON) },
+	"guide":   func() any { return new(guideJSON) },
 }
 
 // decodeStrict decodes one JSON object into a new value of the named type,
