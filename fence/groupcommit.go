@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -61,7 +62,12 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 // open opens the tree's journal: for reading (under the shared lock), or
 // for writing, with the writer's turn.
 func (t *Tree) open(readOnly bool) (journal.Store, error) {
-	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, Clock: t.opts.Clock})
+	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, Clock: t.opts.Clock, OnUpgrade: t.upgraded})
+}
+
+// upgraded says once that a commit raised the journal's schema version.
+func (t *Tree) upgraded(from, to string) {
+	t.notify(NoticeUpgraded, t.store.Path(t.metaDir), fmt.Sprintf("journal upgraded in place from schema version %s to %s (a task uses dependencies or labels); a fencectl older than this one now refuses the tree", from, to))
 }
 
 // commit appends ev, folds it into the task's record and the token's claim

@@ -621,7 +621,7 @@ func TestRules_Cancel(t *testing.T) {
 				t.Fatalf("retry = %v, want %v", retry, tc.retry)
 			}
 			if retry {
-				if ev != (record.Event{}) {
+				if !reflect.DeepEqual(ev, record.Event{}) {
 					t.Errorf("a retry built an event: %+v", ev)
 				}
 				return

@@ -91,6 +91,11 @@ type OpenOptions struct {
 	// Clock is the local clock a store that has no clock of its own (bbolt)
 	// answers Tx.Now with; nil is time.Now.
 	Clock func() time.Time
+	// OnUpgrade, if set, is called after a commit that raised the
+	// journal's schema version to the newest (the first record that uses
+	// what it adds: dependencies, labels): from then on an older fencectl
+	// refuses the journal. A caller says so once.
+	OnUpgrade func(from, to string)
 }
 
 // Store is one open journal.

@@ -31,6 +31,9 @@ type Tx struct {
 	// sharing one transaction among several operations (fence's group
 	// commit) whether an operation that failed left anything behind.
 	writes int
+	// v2 is set once the transaction wrote a record only a version 4
+	// reader reads (journal.IsV2): Update raises the schema version.
+	v2 bool
 }
 
 var (
@@ -81,7 +84,9 @@ func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 			return err
 		}
 	}
-	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), journal.EncodeTask(rec)); err != nil {
+	enc := journal.EncodeTask(rec)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), enc); err != nil {
 		return err
 	}
 	if err := t.index(rec); err != nil {

@@ -57,6 +57,8 @@ type Tx struct {
 	cached   bool                        // the store's cache is current (Store.cacheValid)
 	liveScan map[string]*mvccpb.KeyValue // every liveness key at the snapshot, once scanned
 
+	verRev   int64  // the version key's mod revision at the snapshot
+	v2       bool   // this run wrote a V2 record (journal.IsV2): commit raises the version
 	first    uint64 // first event this run appended
 	requests int    // reads sent to etcd, begin's included (for tests)
 }
@@ -112,7 +114,7 @@ func (t *Tx) begin() error {
 	for k, p := range snap.pages {
 		t.pages[k] = p
 	}
-	t.meta = snap.meta
+	t.meta, t.verRev = snap.meta, snap.verRev
 	if t.write {
 		t.reads[t.key(famMeta, metaHead)] = snap.headRev
 	}
@@ -434,7 +436,9 @@ func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 			t.head.Counts[i]--
 		}
 	}
-	t.put(t.key(famTask, rec.ID), string(journal.EncodeTask(rec)))
+	enc := journal.EncodeTask(rec)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	t.put(t.key(famTask, rec.ID), string(enc))
 	switch {
 	case rec.State == record.Available:
 		t.put(t.key(famReady, readyKey(rec.Priority, rec.Seq)), rec.ID)
