@@ -209,6 +209,8 @@ func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]bool)
 			why = &NoSuchTaskError{Task: id}
 		case rec.State != record.Available:
 			why = &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
+		case rec.Blocked():
+			why = &NotAvailableError{Task: id, State: rec.State, Op: "claim", WaitsFor: rec.After}
 		default:
 			dir, derr := fileDir(rec, inClaimed)
 			if derr == nil {

@@ -84,6 +84,11 @@ func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, rec
 	if err := tx.PutTask(prev, rec); err != nil {
 		return rec, ev, err
 	}
+	if Unblocks(prev, ev) {
+		if err := unblockDependents(tx, rec.ID, ev.Time); err != nil {
+			return rec, ev, err
+		}
+	}
 	if ev.Token != 0 {
 		var prevClaim *record.Claim
 		if c, ok, err := tx.Claim(ev.Token); err != nil {
@@ -101,6 +106,30 @@ func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, rec
 		}
 	}
 	return rec, ev, nil
+}
+
+// unblockDependents records, in the transaction that made dep done, that
+// every task waiting for it no longer does (DepDoneEvent): those that wait
+// for nothing else are ready from this commit on. The reverse index names
+// them, so this reads only dep's dependents.
+func unblockDependents(tx journal.Tx, dep string, now time.Time) error {
+	var ids []string
+	if err := tx.Dependents(dep, func(id string) bool { ids = append(ids, id); return true }); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		d, ok, err := tx.Task(id)
+		if err != nil {
+			return err
+		}
+		if !ok || !slices.Contains(d.After, dep) {
+			continue // the index and the record disagree: trust the record
+		}
+		if _, _, err := commit(tx, &d, DepDoneEvent(d, dep, now)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // trackRequest keeps the request index in step with a claim: a claim made

@@ -31,6 +31,12 @@ type AddRequest struct {
 	Priority    int64     // higher is claimed first
 	MaxAttempts int       // 0 means the tree's default
 	Content     io.Reader // the task file's content; nil means empty
+	// After names tasks that must be done before this one can be
+	// claimed; those already done are not waited for. An unknown one is
+	// a *NoSuchTaskError, the task itself an *InvalidInputError.
+	After []string
+	// Labels are the task's labels (sorted and deduplicated when stored).
+	Labels []string
 }
 
 // Add writes a new task into available/. The content is staged in
@@ -45,6 +51,13 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	}
 	if req.MaxAttempts < 0 {
 		return Result{}, invalidValue(InputMaxAttempts, RuleRange, req.MaxAttempts, "must be at least 1")
+	}
+	if err := checkDeps(req.ID, req.After); err != nil {
+		return Result{}, err
+	}
+	labels, err := checkLabels(req.Labels)
+	if err != nil {
+		return Result{}, err
 	}
 	if req.Content == nil {
 		req.Content = eofReader{}
@@ -74,9 +87,13 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 			}
 			max = d.MaxAttempts
 		}
+		after, err := pendingDeps(tx, req.After)
+		if err != nil {
+			return nil, err
+		}
 		rec, ev, err := commit(tx, nil, record.Event{
 			Time: now, Type: record.EvAdd, Task: req.ID, To: record.Available,
-			Priority: req.Priority, MaxAttempts: max, Staged: staged,
+			Priority: req.Priority, MaxAttempts: max, Staged: staged, After: after, Labels: labels,
 		})
 		res = Result{Task: rec, Event: &ev}
 		return []record.Event{ev}, err
@@ -307,6 +324,9 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 	}
 	if rec.State != record.Available {
 		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
+	}
+	if rec.Blocked() {
+		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim", WaitsFor: rec.After}
 	}
 	if req.ID != "" {
 		dir, err := fileDir(rec, inClaimed)
@@ -818,6 +838,11 @@ func (t *Tree) Cancel(ctx context.Context, id, agent, reason string) (Result, er
 // errNoChange: the action was done already (a retry), success with
 // Result.Retry and nothing recorded.
 func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, build func(rec record.Task, now time.Time) (record.Event, error)) (Result, error) {
+	return t.operatorTx(ctx, typ, id, func(_ journal.Tx, rec record.Task, now time.Time) (record.Event, error) { return build(rec, now) })
+}
+
+// operatorTx is operator for a build that reads more of the journal.
+func (t *Tree) operatorTx(ctx context.Context, typ record.EventType, id string, build func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error)) (Result, error) {
 	if err := fsmirror.ValidateID(id); err != nil {
 		return Result{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
@@ -831,7 +856,7 @@ func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, bu
 		if !ok {
 			return nil, &NoSuchTaskError{Task: id}
 		}
-		ev, err := build(rec, now)
+		ev, err := build(tx, rec, now)
 		if errors.Is(err, errNoChange) {
 			res.Task, res.Retry = rec, true
 			return nil, errNoChange

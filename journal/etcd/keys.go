@@ -19,6 +19,8 @@ const (
 	famRequest = "/q/"
 	famEvent   = "/e/"
 	famByTask  = "/b/"
+	famDeps    = "/d/" // dependency, 0, dependent: the reverse index of After (etcd-2)
+	famLabel   = "/g/" // label, 0, ready key → id: the ready index per label (etcd-2)
 	keyLock    = "/lock"
 	keyWriters = "/w" // the writers' queue (store.go)
 
@@ -26,6 +28,7 @@ const (
 	metaTreeID   = "tree_id"
 	metaDefaults = "defaults"
 	metaHead     = "head"
+	metaBlocked  = "blocked" // how many available tasks wait for others (absent: 0)
 )
 
 // SchemaVersion is the etcd journal's newest layout version: etcd-2 adds
