@@ -205,3 +205,28 @@ func (t *Tree) Set(ctx context.Context, req SetRequest) (Result, error) {
 		return ev, nil
 	})
 }
+
+// checkClaimLabels checks the labels a claim asks for; they select among
+// ready tasks, so a claim that names its task (or restores a token) takes
+// none.
+func checkClaimLabels(labels []string, named bool) error {
+	if len(labels) > 0 && named {
+		return invalidf(InputLabel, RuleConflict, labels[0], "labels select among the ready tasks: name a task or ask for labels, not both")
+	}
+	for _, l := range labels {
+		if err := fsmirror.ValidateLabel(l); err != nil {
+			return invalidf(InputLabel, RuleFormat, l, "%v", err)
+		}
+	}
+	return nil
+}
+
+// hasLabels reports whether rec carries every one of labels.
+func hasLabels(rec record.Task, labels []string) bool {
+	for _, l := range labels {
+		if _, found := slices.BinarySearch(rec.Labels, l); !found {
+			return false
+		}
+	}
+	return true
+}

@@ -117,6 +117,10 @@ type ClaimRequest struct {
 	Token     uint64        // restore: renew this claim if still current
 	RequestID string        // recorded with the claim
 	Wait      time.Duration // keep trying this long when nothing is ready
+	// Labels, for claim-next, takes only a ready task that carries every
+	// one of them. The ready index of the first is walked (name the
+	// rarest first) and the others are checked on each candidate's record.
+	Labels []string
 
 	// RequestLock is RequestID's lock when the caller holds it for as long
 	// as it works on the claim (run); without it Claim holds the lock for
@@ -178,6 +182,9 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	}
 	if req.Wait < 0 {
 		return ClaimResult{}, invalidValue(InputWait, RuleRange, req.Wait, "must not be negative")
+	}
+	if err := checkClaimLabels(req.Labels, req.ID != "" || req.Token != 0); err != nil {
+		return ClaimResult{}, err
 	}
 	return keepTrying(ctx, req.Wait, func() (ClaimResult, error) { return t.claimOnce(ctx, req) }, func(err error) bool {
 		var na *NotAvailableError
@@ -306,7 +313,7 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 	id := req.ID
 	if id == "" {
 		var err error
-		id, settled.events, err = t.nextClaimable(tx, inClaimed, now)
+		id, settled.events, err = t.nextClaimable(tx, inClaimed, now, req.Labels)
 		settled.writes = tx.Writes()
 		if err != nil {
 			return record.Event{}, record.Task{}, err
@@ -371,17 +378,34 @@ func checkRequestID(id string) error {
 // directory at all is failed on the spot (missingEvent; settled holds the
 // events): otherwise every later claim would look at it again, and 100k
 // such tasks would make every claim stat 100k files.
-func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []record.Event, err error) {
-	return t.nextClaimableExcept(tx, inClaimed, now, nil)
+func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time, labels []string) (id string, settled []record.Event, err error) {
+	return t.nextClaimableExcept(tx, inClaimed, now, nil, labels)
 }
 
 // nextClaimableExcept is nextClaimable passing over the tasks in skip
 // (those a batch already chose).
-func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now time.Time, skip map[string]bool) (id string, settled []record.Event, err error) {
+func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now time.Time, skip map[string]bool, labels []string) (id string, settled []record.Event, err error) {
 	var gone []string
-	tx.Ready(func(cand string) bool {
+	var readErr error
+	ready := tx.Ready
+	if len(labels) > 0 {
+		// The first label's index, the others checked on the record: never
+		// a scan of every ready task.
+		ready = func(fn func(string) bool) { tx.ReadyLabel(labels[0], fn) }
+	}
+	ready(func(cand string) bool {
 		if skip[cand] {
 			return true
+		}
+		if len(labels) > 1 {
+			rec, ok, err := tx.Task(cand)
+			if err != nil {
+				readErr = err
+				return false
+			}
+			if !ok || !hasLabels(rec, labels[1:]) {
+				return true
+			}
 		}
 		dir := fsmirror.Available
 		if inClaimed[cand] {
@@ -414,6 +438,9 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now
 		}
 		return true
 	})
+	if readErr != nil {
+		return "", nil, readErr
+	}
 	for _, cand := range gone {
 		rec, ok, err := tx.Task(cand)
 		if err != nil {

@@ -231,6 +231,7 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	counts := map[record.State]int{}
 	ready, blocked := 0, 0
 	deps := map[[2]string]bool{} // (dependency, dependent) as the log has them
+	labels := map[string]int{}   // ready tasks per label
 	for _, rec := range st.tasks {
 		counts[rec.State]++
 		switch {
@@ -241,6 +242,11 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		}
 		for _, dep := range rec.After {
 			deps[[2]string{dep, rec.ID}] = true
+		}
+		if rec.Ready() {
+			for _, l := range rec.Labels {
+				labels[l]++
+			}
 		}
 	}
 	stored := tx.Counts()
@@ -269,6 +275,13 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	}
 	if stray > 0 || len(deps) > 0 {
 		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("dependents index: %d entries the event log does not have, %d missing", stray, len(deps))})
+	}
+	for l, want := range labels {
+		n := 0
+		tx.ReadyLabel(l, func(string) bool { n++; return true })
+		if n != want {
+			add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("ready index of label %s has %d entries, the event log has %d ready tasks with it", l, n, want)})
+		}
 	}
 	for _, f := range rep.Findings {
 		if f.Kind != "log_error" {
