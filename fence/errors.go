@@ -83,9 +83,6 @@ type NotAvailableError struct {
 	// WaitsFor, for a claim of a blocked task, lists the tasks it still
 	// waits for (its After): it is available but not ready.
 	WaitsFor []string
-	// Held, for a set, is true when the task is claimed: only a task
-	// nobody holds can be changed.
-	Held bool
 }
 
 // Blocked reports whether the task was refused because it waits for

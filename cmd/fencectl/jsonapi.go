@@ -248,6 +248,33 @@ func newCancel(t record.Task, path string, cancelled uint64, retry bool) *cancel
 	}
 }
 
+// setJSON is set's answer: the task record as it is now, and whether
+// there was nothing to change (retry: no event written).
+type setJSON struct {
+	After       []string       `json:"after,omitempty"`
+	Attempts    int            `json:"attempts"`
+	Blocked     bool           `json:"blocked,omitempty"`
+	Created     time.Time      `json:"created"`
+	Labels      []string       `json:"labels,omitempty"`
+	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
+	MaxAttempts int            `json:"max_attempts"`
+	notices
+	Path     string    `json:"path"`
+	Priority int64     `json:"priority"`
+	Retry    bool      `json:"retry"`
+	State    string    `json:"state"`
+	Task     string    `json:"task"`
+	Updated  time.Time `json:"updated"`
+}
+
+func newSet(res fence.Result) *setJSON {
+	r := newTask(res.Task, res.Path)
+	return &setJSON{
+		After: r.After, Attempts: r.Attempts, Blocked: r.Blocked, Created: r.Created, Labels: r.Labels, LastLease: r.LastLease,
+		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, Retry: res.Retry, State: r.State, Task: r.Task, Updated: r.Updated,
+	}
+}
+
 // claimJSON is a claim (claim --json or --format json).
 type claimJSON struct {
 	Agent       string    `json:"agent"`
