@@ -160,9 +160,9 @@ type showJSON struct {
 	Attempts    int            `json:"attempts"`
 	Blocked     bool           `json:"blocked,omitempty"`
 	Created     time.Time      `json:"created"`
-	Labels      []string       `json:"labels,omitempty"`
 	Events      []eventJSON    `json:"events"`
 	Journal     journalJSON    `json:"journal"`
+	Labels      []string       `json:"labels,omitempty"`
 	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
 	Lease       *leaseJSON     `json:"lease,omitempty"`
 	MaxAttempts int            `json:"max_attempts"`
