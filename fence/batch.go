@@ -29,6 +29,7 @@ type BatchClaimRequest struct {
 	Agent   string
 	TTL     time.Duration // 0 means the tree's default
 	Wait    time.Duration // keep trying this long while nothing can be claimed
+	Labels  []string      // with Count: only ready tasks that carry every one (see ClaimRequest.Labels)
 }
 
 // BatchClaimResult is what a batch claim granted and, with Partial, what
@@ -104,6 +105,9 @@ func (r BatchClaimRequest) validate() error {
 		}
 		seen[id] = true
 	}
+	if err := checkClaimLabels(r.Labels, len(r.IDs) > 0); err != nil {
+		return err
+	}
 	return checkTTL(r.TTL)
 }
 
@@ -144,7 +148,7 @@ func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (Batch
 			}
 		} else {
 			var settled []record.Event
-			todo, settled, err = t.nextClaimables(tx, req.Count, inClaimed, now)
+			todo, settled, err = t.nextClaimables(tx, req.Count, inClaimed, now, req.Labels)
 			evs = append(evs, settled...)
 			before = tx.Writes()
 			if err == nil && len(todo) == 0 {
@@ -209,6 +213,8 @@ func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]bool)
 			why = &NoSuchTaskError{Task: id}
 		case rec.State != record.Available:
 			why = &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
+		case rec.Blocked():
+			why = &NotAvailableError{Task: id, State: rec.State, Op: "claim", WaitsFor: rec.After}
 		default:
 			dir, derr := fileDir(rec, inClaimed)
 			if derr == nil {
@@ -230,12 +236,12 @@ func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]bool)
 // does for one (nextClaimable), settling tasks found without a file on
 // the way. It claims nothing; to find the next one after the first it
 // skips those already chosen.
-func (t *Tree) nextClaimables(tx journal.Tx, n int, inClaimed map[string]bool, now time.Time) ([]record.Task, []record.Event, error) {
+func (t *Tree) nextClaimables(tx journal.Tx, n int, inClaimed map[string]bool, now time.Time, labels []string) ([]record.Task, []record.Event, error) {
 	var out []record.Task
 	var settled []record.Event
 	chosen := map[string]bool{}
 	for len(out) < n {
-		id, evs, err := t.nextClaimableExcept(tx, inClaimed, now, chosen)
+		id, evs, err := t.nextClaimableExcept(tx, inClaimed, now, chosen, labels)
 		settled = append(settled, evs...)
 		if err != nil || id == "" {
 			return out, settled, err

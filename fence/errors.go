@@ -16,6 +16,7 @@ const (
 	ReasonLeaseExpired   = "lease_expired"
 	ReasonNotHeld        = "not_held"
 	ReasonNotAvailable   = "not_available"
+	ReasonBlocked        = "blocked" // not_available because the task waits for others (exit 4)
 	ReasonNothingToClaim = "nothing_to_claim"
 	ReasonBusy           = "busy"
 	ReasonNoSuchTask     = "no_such_task"
@@ -79,10 +80,25 @@ type NotAvailableError struct {
 	Task  string
 	State record.State
 	Op    string
+	// WaitsFor, for a claim of a blocked task, lists the tasks it still
+	// waits for (its After): it is available but not ready.
+	WaitsFor []string
 }
 
+// Blocked reports whether the task was refused because it waits for
+// other tasks.
+func (e *NotAvailableError) Blocked() bool { return len(e.WaitsFor) > 0 }
+
 func (e *NotAvailableError) Error() string {
+	if e.Blocked() {
+		return fmt.Sprintf("task %s is blocked: it waits for %s, not done yet", e.Task, strings.Join(e.WaitsFor, ", "))
+	}
 	switch e.Op {
+	case "set":
+		if e.State == record.Claimed {
+			return fmt.Sprintf("task %s is claimed: release it (or revoke the lease) before changing it", e.Task)
+		}
+		return fmt.Sprintf("task %s is %s: it finished, nothing to change (requeue it first)", e.Task, e.State)
 	case "revoke":
 		return fmt.Sprintf("task %s is %s, not claimed: nothing to revoke", e.Task, e.State)
 	case "requeue":
@@ -135,6 +151,8 @@ const (
 	InputOutputName  Input = "output_name"  // the name of a fenced output
 	InputRoot        Input = "root"         // the task tree's directory
 	InputJournal     Input = "journal"      // where a tree's journal is (init --journal)
+	InputDeps        Input = "dependency"   // a task another waits for (add/set --after)
+	InputLabel       Input = "label"        // a task's label
 )
 
 // Rule names the rule an input breaks in an InvalidInputError.
@@ -153,6 +171,7 @@ const (
 	RuleConflict     Rule = "conflict"      // contradicts what is already held or asked
 	RuleSharedPrefix Rule = "shared_prefix" // the etcd prefix holds another tree's journal
 	RuleNetworkFS    Rule = "network_fs"    // a bbolt journal on a file system other hosts may reach
+	RuleCycle        Rule = "cycle"         // dependencies that would wait for each other
 )
 
 func (e *InvalidInputError) Error() string {

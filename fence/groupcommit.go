@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -61,7 +62,12 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 // open opens the tree's journal: for reading (under the shared lock), or
 // for writing, with the writer's turn.
 func (t *Tree) open(readOnly bool) (journal.Store, error) {
-	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, Clock: t.opts.Clock})
+	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, Clock: t.opts.Clock, OnUpgrade: t.upgraded})
+}
+
+// upgraded says once that a commit raised the journal's schema version.
+func (t *Tree) upgraded(from, to string) {
+	t.notify(NoticeUpgraded, t.store.Path(t.metaDir), fmt.Sprintf("journal upgraded in place from schema version %s to %s (a task uses dependencies or labels); a fencectl older than this one now refuses the tree", from, to))
 }
 
 // commit appends ev, folds it into the task's record and the token's claim
@@ -77,6 +83,11 @@ func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, rec
 	}
 	if err := tx.PutTask(prev, rec); err != nil {
 		return rec, ev, err
+	}
+	if Unblocks(prev, ev) {
+		if err := unblockDependents(tx, rec.ID, ev.Time); err != nil {
+			return rec, ev, err
+		}
 	}
 	if ev.Token != 0 {
 		var prevClaim *record.Claim
@@ -95,6 +106,30 @@ func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, rec
 		}
 	}
 	return rec, ev, nil
+}
+
+// unblockDependents records, in the transaction that made dep done, that
+// every task waiting for it no longer does (DepDoneEvent): those that wait
+// for nothing else are ready from this commit on. The reverse index names
+// them, so this reads only dep's dependents.
+func unblockDependents(tx journal.Tx, dep string, now time.Time) error {
+	var ids []string
+	if err := tx.Dependents(dep, func(id string) bool { ids = append(ids, id); return true }); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		d, ok, err := tx.Task(id)
+		if err != nil {
+			return err
+		}
+		if !ok || !slices.Contains(d.After, dep) {
+			continue // the index and the record disagree: trust the record
+		}
+		if _, _, err := commit(tx, &d, DepDoneEvent(d, dep, now)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // trackRequest keeps the request index in step with a claim: a claim made

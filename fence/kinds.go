@@ -20,6 +20,7 @@ const (
 	NoticeSkipped        NoticeKind = "skipped"         // a candidate claim-next passed over
 	NoticeQuarantined    NoticeKind = "quarantined"     // an orphan staged file set aside
 	NoticeReopened       NoticeKind = "reopened"        // a directory replaced since the tree was opened
+	NoticeUpgraded       NoticeKind = "upgraded"        // a commit raised the journal's schema version (older fencectl refuse it now)
 	NoticeWarning        NoticeKind = "warning"         // anything else worth a line
 )
 

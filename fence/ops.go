@@ -32,6 +32,12 @@ type AddRequest struct {
 	Priority    int64     // higher is claimed first
 	MaxAttempts int       // 0 means the tree's default
 	Content     io.Reader // the task file's content; nil means empty
+	// After names tasks that must be done before this one can be
+	// claimed; those already done are not waited for. An unknown one is
+	// a *NoSuchTaskError, the task itself an *InvalidInputError.
+	After []string
+	// Labels are the task's labels (sorted and deduplicated when stored).
+	Labels []string
 }
 
 // Add writes a new task into available/. The content is staged in
@@ -46,6 +52,13 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	}
 	if req.MaxAttempts < 0 {
 		return Result{}, invalidValue(InputMaxAttempts, RuleRange, req.MaxAttempts, "must be at least 1")
+	}
+	if err := checkDeps(req.ID, req.After); err != nil {
+		return Result{}, err
+	}
+	labels, err := checkLabels(req.Labels)
+	if err != nil {
+		return Result{}, err
 	}
 	if req.Content == nil {
 		req.Content = eofReader{}
@@ -75,9 +88,13 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 			}
 			max = d.MaxAttempts
 		}
+		after, err := pendingDeps(tx, req.After)
+		if err != nil {
+			return nil, err
+		}
 		rec, ev, err := commit(tx, nil, record.Event{
 			Time: now, Type: record.EvAdd, Task: req.ID, To: record.Available,
-			Priority: req.Priority, MaxAttempts: max, Staged: staged,
+			Priority: req.Priority, MaxAttempts: max, Staged: staged, After: after, Labels: labels,
 		})
 		res = Result{Task: rec, Event: &ev}
 		return []record.Event{ev}, err
@@ -101,6 +118,10 @@ type ClaimRequest struct {
 	Token     uint64        // restore: renew this claim if still current
 	RequestID string        // recorded with the claim
 	Wait      time.Duration // keep trying this long when nothing is ready
+	// Labels, for claim-next, takes only a ready task that carries every
+	// one of them. The ready index of the first is walked (name the
+	// rarest first) and the others are checked on each candidate's record.
+	Labels []string
 
 	// RequestLock is RequestID's lock when the caller holds it for as long
 	// as it works on the claim (run); without it Claim holds the lock for
@@ -163,6 +184,9 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	}
 	if req.Wait < 0 {
 		return ClaimResult{}, invalidValue(InputWait, RuleRange, req.Wait, "must not be negative")
+	}
+	if err := checkClaimLabels(req.Labels, req.ID != "" || req.Token != 0); err != nil {
+		return ClaimResult{}, err
 	}
 	return keepTrying(ctx, req.Wait, func() (ClaimResult, error) { return t.claimOnce(ctx, req) }, func(err error) bool {
 		var na *NotAvailableError
@@ -295,7 +319,7 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 	id := req.ID
 	if id == "" {
 		var err error
-		id, settled.events, err = t.nextClaimable(tx, inClaimed, now)
+		id, settled.events, err = t.nextClaimable(tx, inClaimed, now, req.Labels)
 		settled.writes = tx.Writes()
 		if err != nil {
 			return record.Event{}, record.Task{}, err
@@ -313,6 +337,9 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 	}
 	if rec.State != record.Available {
 		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
+	}
+	if rec.Blocked() {
+		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim", WaitsFor: rec.After}
 	}
 	if req.ID != "" {
 		dir, err := fileDir(rec, inClaimed)
@@ -357,17 +384,34 @@ func checkRequestID(id string) error {
 // directory at all is failed on the spot (missingEvent; settled holds the
 // events): otherwise every later claim would look at it again, and 100k
 // such tasks would make every claim stat 100k files.
-func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time) (id string, settled []record.Event, err error) {
-	return t.nextClaimableExcept(tx, inClaimed, now, nil)
+func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time, labels []string) (id string, settled []record.Event, err error) {
+	return t.nextClaimableExcept(tx, inClaimed, now, nil, labels)
 }
 
 // nextClaimableExcept is nextClaimable passing over the tasks in skip
 // (those a batch already chose).
-func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now time.Time, skip map[string]bool) (id string, settled []record.Event, err error) {
+func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now time.Time, skip map[string]bool, labels []string) (id string, settled []record.Event, err error) {
 	var gone []string
-	tx.Ready(func(cand string) bool {
+	var readErr error
+	ready := tx.Ready
+	if len(labels) > 0 {
+		// The first label's index, the others checked on the record: never
+		// a scan of every ready task.
+		ready = func(fn func(string) bool) { tx.ReadyLabel(labels[0], fn) }
+	}
+	ready(func(cand string) bool {
 		if skip[cand] {
 			return true
+		}
+		if len(labels) > 1 {
+			rec, ok, err := tx.Task(cand)
+			if err != nil {
+				readErr = err
+				return false
+			}
+			if !ok || !hasLabels(rec, labels[1:]) {
+				return true
+			}
 		}
 		dir := fsmirror.Available
 		if inClaimed[cand] {
@@ -400,6 +444,9 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now
 		}
 		return true
 	})
+	if readErr != nil {
+		return "", nil, readErr
+	}
 	for _, cand := range gone {
 		rec, ok, err := tx.Task(cand)
 		if err != nil {
@@ -831,6 +878,11 @@ func (t *Tree) Cancel(ctx context.Context, id, agent, reason string) (Result, er
 // errNoChange: the action was done already (a retry), success with
 // Result.Retry and nothing recorded.
 func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, build func(rec record.Task, now time.Time) (record.Event, error)) (Result, error) {
+	return t.operatorTx(ctx, typ, id, func(_ journal.Tx, rec record.Task, now time.Time) (record.Event, error) { return build(rec, now) })
+}
+
+// operatorTx is operator for a build that reads more of the journal.
+func (t *Tree) operatorTx(ctx context.Context, typ record.EventType, id string, build func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error)) (Result, error) {
 	if err := fsmirror.ValidateID(id); err != nil {
 		return Result{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
@@ -844,7 +896,7 @@ func (t *Tree) operator(ctx context.Context, typ record.EventType, id string, bu
 		if !ok {
 			return nil, &NoSuchTaskError{Task: id}
 		}
-		ev, err := build(rec, now)
+		ev, err := build(tx, rec, now)
 		if errors.Is(err, errNoChange) {
 			res.Task, res.Retry = rec, true
 			return nil, errNoChange

@@ -20,6 +20,9 @@ type Status struct {
 	Defaults  record.Defaults
 	LastToken uint64
 	Journal   JournalInfo // which store holds the journal, and where
+	// Blocked counts the available tasks that wait for others (they are
+	// in Counts' available too).
+	Blocked int
 }
 
 // LeaseView is one live lease as status shows it.
@@ -50,6 +53,7 @@ func (t *Tree) Status(ctx context.Context) (Status, error) {
 	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
 		st.Leases = nil // a store may run this more than once
 		st.Counts = tx.Counts()
+		st.Blocked = tx.Blocked()
 		st.LastToken = tx.LastToken()
 		d, err := tx.Defaults()
 		if err != nil {
@@ -77,6 +81,9 @@ type TaskView struct {
 	Path    string
 	Events  []record.Event // most recent last
 	Journal JournalInfo    // which store holds the journal, and where
+	// WaitsFor, for a task with dependencies, is each task it waits for
+	// and where that is.
+	WaitsFor []Dependency
 }
 
 // showEvents is how many recent events Show returns.
@@ -97,6 +104,9 @@ func (t *Tree) Show(ctx context.Context, id string) (TaskView, error) {
 			return &NoSuchTaskError{Task: id}
 		}
 		v.Task, v.Path = rec, t.Path(id, rec.State)
+		if v.WaitsFor, err = dependencies(tx, rec); err != nil {
+			return err
+		}
 		evs, err := lastEvents(tx, LogFilter{Task: id, Limit: showEvents, Heartbeats: true})
 		v.Events = evs
 		return err
@@ -110,6 +120,10 @@ type ListFilter struct {
 	Agent string       // only claimed tasks whose lease this agent holds ("": any)
 	After string       // the cursor: start strictly after this id ("": from the first)
 	Limit int          // at most this many tasks (0: all)
+	// Blocked selects the available tasks that wait for others.
+	Blocked bool
+	// Labels selects the tasks that carry every one of these labels.
+	Labels []string
 }
 
 // ListPage is one page of List: the tasks in id order, and whether more
@@ -165,6 +179,17 @@ func (f ListFilter) check() error {
 	if f.Limit < 0 {
 		return invalidValue(InputLimit, RuleRange, f.Limit, "must be 0 (all) or more")
 	}
+	if f.Blocked && f.State != "" && f.State != record.Available {
+		return invalidValue(InputState, RuleConflict, string(f.State), "only available tasks are blocked: leave the state out, or select "+string(record.Available))
+	}
+	if f.Blocked && f.Agent != "" {
+		return invalidValue(InputState, RuleConflict, nil, "a blocked task has no agent: select blocked tasks or an agent's, not both")
+	}
+	for _, l := range f.Labels {
+		if err := fsmirror.ValidateLabel(l); err != nil {
+			return invalidf(InputLabel, RuleFormat, l, "%v", err)
+		}
+	}
 	if f.Agent != "" && f.State != "" && f.State != record.Claimed {
 		return invalidValue(InputState, RuleConflict, string(f.State), "only claimed tasks have an agent: leave the state out, or select "+string(record.Claimed))
 	}
@@ -174,8 +199,13 @@ func (f ListFilter) check() error {
 // selects reports whether rec passes the filter (the cursor and limit
 // aside).
 func (f ListFilter) selects(rec record.Task) bool {
-	if f.State != "" && rec.State != f.State {
+	if f.State != "" && rec.State != f.State || f.Blocked && !rec.Blocked() {
 		return false
+	}
+	for _, l := range f.Labels {
+		if _, found := slices.BinarySearch(rec.Labels, l); !found {
+			return false
+		}
 	}
 	return f.Agent == "" || (rec.State == record.Claimed && rec.Lease != nil && rec.Lease.Agent == f.Agent)
 }

@@ -275,8 +275,25 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		add(Finding{Kind: FindingClaimMismatch, Detail: fmt.Sprintf("%d token records stored, the event log has %d", nclaims, len(st.claims))})
 	}
 	counts := map[record.State]int{}
+	ready, blocked := 0, 0
+	deps := map[[2]string]bool{} // (dependency, dependent) as the log has them
+	labels := map[string]int{}   // ready tasks per label
 	for _, rec := range st.tasks {
 		counts[rec.State]++
+		switch {
+		case rec.Ready():
+			ready++
+		case rec.Blocked():
+			blocked++
+		}
+		for _, dep := range rec.After {
+			deps[[2]string{dep, rec.ID}] = true
+		}
+		if rec.Ready() {
+			for _, l := range rec.Labels {
+				labels[l]++
+			}
+		}
 	}
 	stored := tx.Counts()
 	for _, s := range record.States {
@@ -284,9 +301,33 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 			add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("count of %s is %d, the event log has %d", s, stored[s], counts[s])})
 		}
 	}
-	ready, expiry := tx.IndexSizes()
-	if ready != counts[record.Available] || expiry != counts[record.Claimed] {
-		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d available and %d claimed", ready, expiry, counts[record.Available], counts[record.Claimed])})
+	inReady, expiry := tx.IndexSizes()
+	if inReady != ready || expiry != counts[record.Claimed] {
+		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("ready index has %d entries, expiry index %d; the event log has %d ready and %d claimed", inReady, expiry, ready, counts[record.Claimed])})
+	}
+	if n := tx.Blocked(); n != blocked {
+		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("blocked count is %d, the event log has %d blocked tasks", n, blocked)})
+	}
+	stray := 0
+	err = tx.Dependencies(func(dep, id string) bool {
+		if !deps[[2]string{dep, id}] {
+			stray++
+		}
+		delete(deps, [2]string{dep, id})
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if stray > 0 || len(deps) > 0 {
+		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("dependents index: %d entries the event log does not have, %d missing", stray, len(deps))})
+	}
+	for l, want := range labels {
+		n := 0
+		tx.ReadyLabel(l, func(string) bool { n++; return true })
+		if n != want {
+			add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("ready index of label %s has %d entries, the event log has %d ready tasks with it", l, n, want)})
+		}
 	}
 	for _, f := range rep.Findings {
 		if f.Kind != "log_error" {

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fencectl/fencectl/journal/record"
@@ -129,6 +130,7 @@ func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 		return record.Task{
 			ID: ev.Task, State: ev.To, Priority: ev.Priority, MaxAttempts: ev.MaxAttempts,
 			Seq: ev.Seq, Created: ev.Time, Updated: ev.Time,
+			After: ev.After, Labels: ev.Labels, NotBefore: ev.NotBefore,
 		}, nil
 	}
 	t := *prev
@@ -169,6 +171,13 @@ func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 		t.Last, t.Lease = end, nil
 	case record.EvRequeue:
 		t.Attempts = 0
+	case record.EvSet:
+		if t.State == record.Claimed {
+			return t, fmt.Errorf("event %d: set of claimed task %q", ev.Seq, ev.Task)
+		}
+		t.Priority, t.Labels, t.After = ev.Priority, ev.Labels, ev.After
+	case record.EvDepDone:
+		t.After = ev.After
 	case record.EvPut:
 		if t.Lease == nil {
 			return t, fmt.Errorf("event %d: put of %q without a lease", ev.Seq, ev.Task)
@@ -180,6 +189,36 @@ func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 	}
 	t.State = ev.To
 	return t, nil
+}
+
+// DepDoneEvent is what dependent records when dep, one of the tasks it
+// waits for, is done: After without dep. An available task whose After
+// is then empty is ready, in the same commit as dep's completion.
+func DepDoneEvent(dependent record.Task, dep string, now time.Time) record.Event {
+	var rest []string
+	for _, id := range dependent.After {
+		if id != dep {
+			rest = append(rest, id)
+		}
+	}
+	return record.Event{Time: now, Type: record.EvDepDone, Task: dependent.ID, From: dependent.State, To: dependent.State,
+		Reason: "dependency " + dep + " done", After: rest}
+}
+
+// Unblocks reports whether ev makes prev done: the moment its dependents
+// stop waiting for it.
+func Unblocks(prev *record.Task, ev record.Event) bool {
+	return prev != nil && prev.State != record.Done && ev.To == record.Done
+}
+
+// NormalizeLabels sorts labels and drops duplicates, as records keep them.
+func NormalizeLabels(labels []string) []string {
+	if len(labels) == 0 {
+		return nil
+	}
+	out := slices.Clone(labels)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // ApplyClaim folds an event into the record of the token it concerns, for

@@ -606,7 +606,7 @@ func TestRules_Cancel(t *testing.T) {
 			ev, retry, err := fence.CancelEvent(tc.task, "operator", tc.reason, tc.now)
 			if tc.refused {
 				var na *fence.NotAvailableError
-				if !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: tc.task.State, Op: "cancel"}) || retry {
+				if !errors.As(err, &na) || !reflect.DeepEqual(*na, fence.NotAvailableError{Task: "t1", State: tc.task.State, Op: "cancel"}) || retry {
 					t.Fatalf("CancelEvent = %+v, %v, %v; want NotAvailableError", ev, retry, err)
 				}
 				if !strings.Contains(err.Error(), "already finished") {
@@ -621,7 +621,7 @@ func TestRules_Cancel(t *testing.T) {
 				t.Fatalf("retry = %v, want %v", retry, tc.retry)
 			}
 			if retry {
-				if ev != (record.Event{}) {
+				if !reflect.DeepEqual(ev, record.Event{}) {
 					t.Errorf("a retry built an event: %+v", ev)
 				}
 				return
@@ -671,5 +671,94 @@ func TestRules_Cancel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Dependencies and labels fold like every other field: add sets them, set
+// replaces priority, labels and After together, dep_done sets After to
+// what the task still waits for. Blocked and Ready follow from the record.
+func TestRules_ApplyDepsAndLabels(t *testing.T) {
+	add := record.Event{Seq: 3, Time: base, Type: record.EvAdd, Task: "d", To: record.Available, MaxAttempts: 3,
+		After: []string{"x", "y"}, Labels: []string{"gpu"}, NotBefore: base.Add(time.Hour)}
+	rec, err := fence.Apply(nil, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rec.After, []string{"x", "y"}) || !reflect.DeepEqual(rec.Labels, []string{"gpu"}) || !rec.NotBefore.Equal(base.Add(time.Hour)) {
+		t.Fatalf("Apply(add) = %+v: After, Labels, NotBefore not taken from the event", rec)
+	}
+	if !rec.Blocked() || rec.Ready() {
+		t.Errorf("a task with After: Blocked %v, Ready %v; want true, false", rec.Blocked(), rec.Ready())
+	}
+	for _, tc := range []struct {
+		name  string
+		prev  record.Task
+		ev    record.Event
+		after []string
+		ready bool
+	}{
+		{"x done: waits for y", rec, fence.DepDoneEvent(rec, "x", base), []string{"y"}, false},
+		{"a dependency it does not have: no change", rec, fence.DepDoneEvent(rec, "z", base), []string{"x", "y"}, false},
+		{"last done: ready", func() record.Task { r := rec; r.After = []string{"y"}; return r }(), fence.DepDoneEvent(func() record.Task { r := rec; r.After = []string{"y"}; return r }(), "y", base), nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.ev.Type != record.EvDepDone || tc.ev.From != tc.prev.State || tc.ev.To != tc.prev.State {
+				t.Errorf("DepDoneEvent = %+v: want a dep_done that leaves the state", tc.ev)
+			}
+			got, err := fence.Apply(&tc.prev, tc.ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.After, tc.after) || got.Ready() != tc.ready {
+				t.Errorf("After = %v, Ready %v; want %v, %v", got.After, got.Ready(), tc.after, tc.ready)
+			}
+			if !reflect.DeepEqual(tc.prev.After, rec.After) && tc.name != "last done: ready" {
+				t.Errorf("Apply changed prev's After: %v", tc.prev.After)
+			}
+		})
+	}
+	set := record.Event{Seq: 9, Time: base, Type: record.EvSet, Task: "d", From: record.Available, To: record.Available,
+		Priority: 7, Labels: []string{"a", "b"}}
+	got, err := fence.Apply(&rec, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Priority != 7 || !reflect.DeepEqual(got.Labels, []string{"a", "b"}) || got.After != nil || !got.Ready() {
+		t.Errorf("Apply(set) = %+v; want priority 7, labels [a b], no After, ready", got)
+	}
+	claimed := heldTask()
+	if _, err := fence.Apply(&claimed, set); err == nil {
+		t.Error("a set of a claimed task folded")
+	}
+}
+
+// Unblocks: only the event that makes a task done releases its dependents
+// (not a repeat on a done task, such as missing, nor a failure).
+func TestRules_Unblocks(t *testing.T) {
+	held, done := heldTask(), heldTask()
+	done.State, done.Lease = record.Done, nil
+	for _, tc := range []struct {
+		prev *record.Task
+		ev   record.Event
+		want bool
+	}{
+		{&held, record.Event{Type: record.EvComplete, From: record.Claimed, To: record.Done}, true},
+		{&held, record.Event{Type: record.EvFail, From: record.Claimed, To: record.Failed}, false},
+		{&held, record.Event{Type: record.EvCancel, From: record.Claimed, To: record.Failed}, false},
+		{&done, record.Event{Type: record.EvMissing, From: record.Done, To: record.Done}, false},
+		{nil, record.Event{Type: record.EvAdopt, To: record.Done}, false},
+	} {
+		if got := fence.Unblocks(tc.prev, tc.ev); got != tc.want {
+			t.Errorf("Unblocks(%v, %s→%s) = %v, want %v", tc.prev != nil, tc.ev.Type, tc.ev.To, got, tc.want)
+		}
+	}
+}
+
+func TestRules_NormalizeLabels(t *testing.T) {
+	if got := fence.NormalizeLabels([]string{"b", "a", "b"}); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Errorf("NormalizeLabels = %v, want [a b]", got)
+	}
+	if got := fence.NormalizeLabels(nil); got != nil {
+		t.Errorf("NormalizeLabels(nil) = %v, want nil", got)
 	}
 }

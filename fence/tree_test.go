@@ -300,7 +300,7 @@ func TestTree_ClaimNamed(t *testing.T) {
 	before := snap(t, tree)
 	_, err := tree.Claim(bg, fence.ClaimRequest{ID: "low", Agent: "b"})
 	var na *fence.NotAvailableError
-	if !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "low", State: record.Claimed, Op: "claim"}) {
+	if !errors.As(err, &na) || !reflect.DeepEqual(*na, fence.NotAvailableError{Task: "low", State: record.Claimed, Op: "claim"}) {
 		t.Fatalf("claim of a claimed task: err = %v, want NotAvailableError{low claimed claim}", err)
 	}
 	unchanged(t, tree, before, "claim of a claimed task")
@@ -768,10 +768,10 @@ func TestTree_RevokeAndRequeueNotAvailable(t *testing.T) {
 	add(t, tree, "t1", 0)
 	before := snap(t, tree)
 	var na *fence.NotAvailableError
-	if _, err := tree.Revoke(bg, "t1", "op", ""); !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: record.Available, Op: "revoke"}) {
+	if _, err := tree.Revoke(bg, "t1", "op", ""); !errors.As(err, &na) || !reflect.DeepEqual(*na, fence.NotAvailableError{Task: "t1", State: record.Available, Op: "revoke"}) {
 		t.Errorf("revoke of an available task: err = %v", err)
 	}
-	if _, err := tree.Requeue(bg, "t1", "op", ""); !errors.As(err, &na) || *na != (fence.NotAvailableError{Task: "t1", State: record.Available, Op: "requeue"}) {
+	if _, err := tree.Requeue(bg, "t1", "op", ""); !errors.As(err, &na) || !reflect.DeepEqual(*na, fence.NotAvailableError{Task: "t1", State: record.Available, Op: "requeue"}) {
 		t.Errorf("requeue of an available task: err = %v", err)
 	}
 	unchanged(t, tree, before, "refused operator calls")

@@ -93,3 +93,10 @@ func validComponent(name, what string) error {
 	}
 	return nil
 }
+
+// ValidateLabel checks that label follows the task id rule (a label names
+// a class of tasks, and is printed and passed on command lines as ids
+// are). It returns an *InvalidNameError.
+func ValidateLabel(label string) error {
+	return validateName(label, "label")
+}

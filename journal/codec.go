@@ -32,6 +32,19 @@ import (
 // codecV1 starts every binary record. It can never start a JSON record.
 const codecV1 = 0x01
 
+// codecV2 starts a task record or an event that carries the fields added
+// after V1 (After, Labels, NotBefore): the V1 fields, then those. A record
+// whose new fields are all empty is still written as V1, so a tree that
+// uses none of them stays readable by a fencectl that knows only V1; a
+// store raises its schema version with the first V2 record it writes
+// (IsV2), so that such a fencectl then refuses the tree rather than
+// misread it.
+const codecV2 = 0x02
+
+// IsV2 reports whether an encoded record needs a reader that knows
+// codecV2: a store raises its schema version when it writes one.
+func IsV2(b []byte) bool { return len(b) > 0 && b[0] == codecV2 }
+
 // errTrailing and errShort are the decoder's two ways to find a damaged record.
 var (
 	errShort    = errors.New("record truncated")
@@ -65,6 +78,28 @@ func boolByte(ok bool) byte {
 	return 0
 }
 
+func (e *encoder) strs(ss []string) {
+	e.uint(uint64(len(ss)))
+	for _, s := range ss {
+		e.str(s)
+	}
+}
+
+// ext writes the fields codecV2 adds.
+func (e *encoder) ext(after, labels []string, notBefore time.Time) {
+	e.strs(after)
+	e.strs(labels)
+	e.time(notBefore)
+}
+
+// version is the version byte of a record with these new fields.
+func version(after, labels []string, notBefore time.Time) byte {
+	if len(after) == 0 && len(labels) == 0 && notBefore.IsZero() {
+		return codecV1
+	}
+	return codecV2
+}
+
 func (e *encoder) leaseEnd(l *record.LeaseEnd) {
 	e.uint(l.Token)
 	e.str(l.Agent)
@@ -78,7 +113,8 @@ func (e *encoder) leaseEnd(l *record.LeaseEnd) {
 // (and the JSON records of older journals).
 func EncodeTask(t record.Task) []byte {
 	e := encoder{b: make([]byte, 0, 128)}
-	e.b = append(e.b, codecV1)
+	v := version(t.After, t.Labels, t.NotBefore)
+	e.b = append(e.b, v)
 	e.str(t.ID)
 	e.str(string(t.State))
 	e.int(t.Priority)
@@ -99,6 +135,9 @@ func EncodeTask(t record.Task) []byte {
 	e.flag(t.Last != nil)
 	if t.Last != nil {
 		e.leaseEnd(t.Last)
+	}
+	if v == codecV2 {
+		e.ext(t.After, t.Labels, t.NotBefore)
 	}
 	return e.b
 }
@@ -122,7 +161,8 @@ func EncodeClaim(c record.Claim) []byte {
 // EncodeEvent writes an event (see EncodeTask).
 func EncodeEvent(ev record.Event) []byte {
 	e := encoder{b: make([]byte, 0, 96)}
-	e.b = append(e.b, codecV1)
+	v := version(ev.After, ev.Labels, ev.NotBefore)
+	e.b = append(e.b, v)
 	e.uint(ev.Seq)
 	e.time(ev.Time)
 	e.str(string(ev.Type))
@@ -142,6 +182,9 @@ func EncodeEvent(ev record.Event) []byte {
 	e.str(ev.Staged)
 	e.str(ev.Output)
 	e.str(ev.Source)
+	if v == codecV2 {
+		e.ext(ev.After, ev.Labels, ev.NotBefore)
+	}
 	return e.b
 }
 
@@ -152,6 +195,7 @@ func EncodeEvent(ev record.Event) []byte {
 type decoder struct {
 	b   []byte
 	err error
+	v2  bool // the record is codecV2: the V1 fields, then ext's
 }
 
 func (d *decoder) fail(err error) {
@@ -241,18 +285,41 @@ func (d *decoder) time() time.Time {
 	return time.Unix(sec, int64(nsec)).UTC()
 }
 
+// strs reads a list written by encoder.strs; an empty list is nil.
+func (d *decoder) strs() []string {
+	n := d.uint()
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	if n > uint64(len(d.b)) { // every string takes at least its length byte
+		d.fail(errShort)
+		return nil
+	}
+	ss := make([]string, 0, n)
+	for range n {
+		ss = append(ss, d.str())
+	}
+	if d.err != nil {
+		return nil
+	}
+	return ss
+}
+
 func (d *decoder) leaseEnd() *record.LeaseEnd {
 	return &record.LeaseEnd{Token: d.uint(), Agent: d.str(), At: d.time(), By: record.EventType(d.str()), Reason: d.str()}
 }
 
-// start checks the version byte; ok is false for a JSON record.
-func (d *decoder) start() (binary bool) {
+// start checks the version byte; ok is false for a JSON record. v2 allows
+// codecV2 (task records and events), which d.v2 then reports.
+func (d *decoder) start(v2 bool) (binary bool) {
 	switch {
 	case len(d.b) == 0:
 		d.fail(errShort)
 		return true
 	case d.b[0] == '{':
 		return false
+	case d.b[0] == codecV2 && v2:
+		d.v2 = true
 	case d.b[0] != codecV1:
 		d.fail(fmt.Errorf("unknown record format %#x", d.b[0]))
 		return true
@@ -271,7 +338,7 @@ func (d *decoder) end() error {
 // DecodeTask reads a task record written by EncodeTask (or as JSON).
 func DecodeTask(v []byte) (record.Task, error) {
 	d := decoder{b: v}
-	if !d.start() {
+	if !d.start(true) {
 		var t record.Task
 		err := json.Unmarshal(v, &t)
 		return t, err
@@ -287,6 +354,9 @@ func DecodeTask(v []byte) (record.Task, error) {
 	if d.flag() {
 		t.Last = d.leaseEnd()
 	}
+	if d.v2 {
+		t.After, t.Labels, t.NotBefore = d.strs(), d.strs(), d.time()
+	}
 	if err := d.end(); err != nil {
 		return record.Task{}, err
 	}
@@ -296,7 +366,7 @@ func DecodeTask(v []byte) (record.Task, error) {
 // DecodeClaim reads a claim written by EncodeClaim (or as JSON).
 func DecodeClaim(v []byte) (record.Claim, error) {
 	d := decoder{b: v}
-	if !d.start() {
+	if !d.start(false) {
 		var c record.Claim
 		err := json.Unmarshal(v, &c)
 		return c, err
@@ -314,7 +384,7 @@ func DecodeClaim(v []byte) (record.Claim, error) {
 // DecodeEvent reads an event written by EncodeEvent (or as JSON).
 func DecodeEvent(v []byte) (record.Event, error) {
 	d := decoder{b: v}
-	if !d.start() {
+	if !d.start(true) {
 		var ev record.Event
 		err := json.Unmarshal(v, &ev)
 		return ev, err
@@ -330,6 +400,9 @@ func DecodeEvent(v []byte) (record.Event, error) {
 	ev.Priority = d.int()
 	ev.MaxAttempts = d.intN()
 	ev.RequestID, ev.Staged, ev.Output, ev.Source = d.str(), d.str(), d.str(), d.str()
+	if d.v2 {
+		ev.After, ev.Labels, ev.NotBefore = d.strs(), d.strs(), d.time()
+	}
 	if err := d.end(); err != nil {
 		return record.Event{}, err
 	}
@@ -348,7 +421,7 @@ func EncodeDefaults(d record.Defaults) []byte {
 // DecodeDefaults reads defaults written by EncodeDefaults (or as JSON).
 func DecodeDefaults(v []byte) (record.Defaults, error) {
 	d := decoder{b: v}
-	if !d.start() {
+	if !d.start(false) {
 		var def record.Defaults
 		err := json.Unmarshal(v, &def)
 		return def, err

@@ -52,6 +52,61 @@ func TestCodec_RoundTrip(t *testing.T) {
 	}
 }
 
+// A record whose new fields are empty is written as V1, exactly as a
+// fencectl that knows only V1 writes it; one with any of them as V2, and
+// both read back whole.
+func TestCodec_V1UnlessNewFields(t *testing.T) {
+	task := sampleTask()
+	if b := journal.EncodeTask(task); b[0] != 0x01 || journal.IsV2(b) {
+		t.Errorf("task without new fields encoded with version byte %#x, IsV2 %v; want V1", b[0], journal.IsV2(b))
+	}
+	ev := record.Event{Seq: 1, Time: t0, Type: record.EvAdd, Task: "t1", To: record.Available}
+	if b := journal.EncodeEvent(ev); b[0] != 0x01 || journal.IsV2(b) {
+		t.Errorf("event without new fields encoded with version byte %#x; want V1", b[0])
+	}
+	for name, set := range map[string]func(*record.Task, *record.Event){
+		"after":      func(t *record.Task, e *record.Event) { t.After, e.After = []string{"a", "b"}, []string{"a"} },
+		"labels":     func(t *record.Task, e *record.Event) { t.Labels, e.Labels = []string{"gpu"}, []string{"x", "y"} },
+		"not_before": func(t *record.Task, e *record.Event) { t.NotBefore, e.NotBefore = t0.Add(time.Hour), t0 },
+		"all": func(t *record.Task, e *record.Event) {
+			t.After, t.Labels, t.NotBefore = []string{"a"}, []string{"l"}, t0
+			e.After, e.Labels, e.NotBefore = []string{"a"}, []string{"l"}, t0
+		},
+	} {
+		tk, e := task, ev
+		set(&tk, &e)
+		b := journal.EncodeTask(tk)
+		if !journal.IsV2(b) {
+			t.Errorf("%s: task encoded with version byte %#x; want V2", name, b[0])
+		}
+		if got, err := journal.DecodeTask(b); err != nil || !reflect.DeepEqual(got, tk) {
+			t.Errorf("%s: task round trip:\n got %+v, %v\nwant %+v", name, got, err, tk)
+		}
+		eb := journal.EncodeEvent(e)
+		if !journal.IsV2(eb) {
+			t.Errorf("%s: event encoded with version byte %#x; want V2", name, eb[0])
+		}
+		if got, err := journal.DecodeEvent(eb); err != nil || !reflect.DeepEqual(got, e) {
+			t.Errorf("%s: event round trip:\n got %+v, %v\nwant %+v", name, got, err, e)
+		}
+		old, _ := json.Marshal(tk)
+		if got, err := journal.DecodeTask(old); err != nil || !reflect.DeepEqual(got, tk) {
+			t.Errorf("%s: JSON task: got %+v, %v", name, got, err)
+		}
+		for n := 0; n < len(b); n++ {
+			if _, err := journal.DecodeTask(b[:n]); err == nil {
+				t.Errorf("%s: V2 task cut to %d of %d bytes decoded", name, n, len(b))
+			}
+		}
+	}
+	// Claims and defaults have no V2: the byte is refused there.
+	c := journal.EncodeClaim(record.Claim{Token: 1, Task: "t"})
+	c[0] = 0x02
+	if _, err := journal.DecodeClaim(c); err == nil {
+		t.Error("a claim with version byte 2 was accepted")
+	}
+}
+
 func TestCodec_Defaults(t *testing.T) {
 	d := record.Defaults{TTL: 90 * time.Second, MaxAttempts: 5}
 	if got, err := journal.DecodeDefaults(journal.EncodeDefaults(d)); err != nil || got != d {
@@ -131,14 +186,21 @@ func FuzzCodecRoundTrip(f *testing.F) {
 		at := time.Unix(sec, nsec%1e9).In(time.FixedZone("x", 3600))
 		task := record.Task{ID: id, State: record.State(state), Priority: prio, MaxAttempts: int(n), Attempts: int(-n),
 			Seq: token, Created: at, Updated: time.Time{}}
+		// The V2 fields, from the strings: lists as the codec returns
+		// them (nil when empty), a time only when lease is set.
+		after, labels := nonEmpty(agent, reason), nonEmpty(id)
+		task.After, task.Labels = after, labels
 		if lease {
 			task.Lease = &record.Lease{Token: token, Agent: agent, ClaimedAt: at, Deadline: at, TTL: time.Duration(prio), RequestID: reason}
 		}
 		if last {
 			task.Last = &record.LeaseEnd{Token: token, Agent: agent, At: at, By: record.EventType(reason), Reason: reason}
 		}
+		if lease {
+			task.NotBefore = at
+		}
 		want := task
-		want.Created = utc(at)
+		want.Created, want.NotBefore = utc(at), utc(task.NotBefore)
 		if lease {
 			l := *task.Lease
 			l.ClaimedAt, l.Deadline = utc(at), utc(at)
@@ -156,12 +218,15 @@ func FuzzCodecRoundTrip(f *testing.F) {
 		dl := at
 		ev := record.Event{Seq: token, Time: at, Type: record.EventType(state), Task: id, From: record.State(agent),
 			To: record.State(reason), Agent: agent, Token: token, Reason: reason, Priority: prio, MaxAttempts: int(n),
-			RequestID: id, Staged: state, Output: agent, Source: reason}
+			RequestID: id, Staged: state, Output: agent, Source: reason, After: labels, Labels: after}
 		if lease {
 			ev.Deadline = &dl
 		}
+		if last {
+			ev.NotBefore = at
+		}
 		wantEv := ev
-		wantEv.Time = utc(at)
+		wantEv.Time, wantEv.NotBefore = utc(at), utc(ev.NotBefore)
 		if lease {
 			u := utc(at)
 			wantEv.Deadline = &u
@@ -178,4 +243,15 @@ func FuzzCodecRoundTrip(f *testing.F) {
 			t.Fatalf("claim round trip:\n got %+v, %v\nwant %+v", gotC, err, wantC)
 		}
 	})
+}
+
+// nonEmpty is the non-empty strings of ss, nil if none.
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -91,6 +91,11 @@ type OpenOptions struct {
 	// Clock is the local clock a store that has no clock of its own (bbolt)
 	// answers Tx.Now with; nil is time.Now.
 	Clock func() time.Time
+	// OnUpgrade, if set, is called after a commit that raised the
+	// journal's schema version to the newest (the first record that uses
+	// what it adds: dependencies, labels): from then on an older fencectl
+	// refuses the journal. A caller says so once.
+	OnUpgrade func(from, to string)
 }
 
 // Store is one open journal.
@@ -142,8 +147,9 @@ type Tx interface {
 	// Task returns the record of id; ok is false if the journal does not
 	// know it.
 	Task(id string) (task record.Task, ok bool, err error)
-	// PutTask stores rec and keeps the ready and expiry indexes and the
-	// per-state counts in step. old is the record it replaces (nil for a
+	// PutTask stores rec and keeps the indexes (ready: available tasks
+	// that wait for nothing, in claim order; expiry; dependents; ready per
+	// label), the per-state counts and the blocked count in step. old is the record it replaces (nil for a
 	// new task).
 	PutTask(old *record.Task, rec record.Task) error
 	// ForEachTask calls fn for every record, in id order.
@@ -166,6 +172,20 @@ type Tx interface {
 	Leases(fn func(id string) error) error
 	// IndexSizes returns how many entries the ready and expiry indexes hold.
 	IndexSizes() (ready, expiry int)
+	// Blocked returns how many available tasks wait for others (a
+	// non-empty After), in O(1). They are not in the ready index.
+	Blocked() int
+	// Dependents calls fn with the ids of the tasks whose After holds
+	// dep (the reverse index PutTask keeps), until fn returns false. It
+	// reads only dep's entries, never every task.
+	Dependents(dep string, fn func(id string) (more bool)) error
+	// Dependencies calls fn for every entry of that reverse index, by
+	// dependency then dependent, until fn returns false (replay's check).
+	Dependencies(fn func(dep, id string) (more bool)) error
+	// ReadyLabel calls fn with the ids of ready tasks that carry label,
+	// in claim order, until fn returns false: the per-label ready index
+	// PutTask keeps. It reads only label's entries.
+	ReadyLabel(label string, fn func(id string) (more bool))
 
 	// Claim returns what the journal remembers of token.
 	Claim(token uint64) (c record.Claim, ok bool, err error)

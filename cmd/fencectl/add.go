@@ -13,17 +13,28 @@ func addCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "add",
 		Usage:     "add a task (content from FILE or stdin)",
-		UsageText: "add [--id ID] [--priority N] [--max-attempts N] [FILE|-]",
+		UsageText: "add [--id ID] [--priority N] [--max-attempts N] [--after ID[,ID...]]... [--label L]... [FILE|-]",
 		Description: `Writes the content to .fence/tmp, fsyncs it, journals the task and renames it
 into available/. Prints the task id. With no FILE the task is empty; "-" reads
 stdin. The id defaults to a new ULID.
 
+--after names tasks that must be done first (repeat it, or separate ids by
+commas): until they are, the task is blocked: it stays in available/ but no
+claim takes it, and it becomes ready in the same commit that completes the
+last of them. A task already done is not waited for; an unknown one exits 6.
+--label tags the task (repeatable); claim --label takes only tasks that
+carry every label asked for. Labels follow the id rule.
+
    fencectl add --id build-42 --priority 5 spec.txt
-   echo "resize img-7" | fencectl add -`,
+   echo "resize img-7" | fencectl add -
+   fencectl add --id deploy --after build-42,test-42 --label prod deploy.sh
+   fencectl add --id train-3 --label gpu --label linux job.yaml`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "id", Usage: "task id [A-Za-z0-9][A-Za-z0-9._-]{0,127} (default: a new ULID)"},
 			&cli.Int64Flag{Name: "priority", Usage: "higher is claimed first"},
 			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before failed/ (default: the tree's)"},
+			&cli.StringSliceFlag{Name: "after", Usage: "task ids that must be done first (repeatable; comma-separated)"},
+			&cli.StringSliceFlag{Name: "label", Usage: "a label for claim --label (repeatable)"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -47,6 +58,7 @@ stdin. The id defaults to a new ULID.
 			return withTree(c, out, func(t *fence.Tree) error {
 				res, err := t.Add(c.Context, fence.AddRequest{
 					ID: c.String("id"), Priority: c.Int64("priority"), MaxAttempts: c.Int("max-attempts"), Content: content,
+					After: c.StringSlice("after"), Labels: c.StringSlice("label"),
 				})
 				if err != nil {
 					return err

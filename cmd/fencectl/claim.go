@@ -16,7 +16,7 @@ func claimCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "claim",
 		Usage:     "claim the named task or the next ready one; prints its token",
-		UsageText: "claim [ID...] [--agent A] [--ttl D] [--wait D] [--token T] [--request-id K] [--batch N] [--partial] [--format text|json|env]",
+		UsageText: "claim [ID...] [--agent A] [--ttl D] [--wait D] [--token T] [--request-id K] [--batch N] [--partial] [--label L]... [--format text|json|env]",
 		Description: `Reaps expired leases first, then claims the named task or the highest-priority,
 oldest available one, issues a new fencing token and moves the file to claimed/.
 Keep the token: every later step on the task must show it.
@@ -50,6 +50,15 @@ FENCE_TOKENS and FENCE_TASK_FILES, space-separated, in the same order.
    fencectl claim fetch build-1 build-2 --agent a1 --partial --json
    fencectl claim --batch 10 --agent a1 --json                   # up to 10 ready tasks
 
+Labels: --label L (repeatable) takes only a ready task that carries every
+label asked for, in claim order; with --batch N up to N such tasks, with
+--wait until one is ready. It walks the ready index of the first label and
+checks the others on each candidate, so name the rarest label first. Not
+with a task ID (or --token).
+
+   fencectl claim --agent gpu-1 --label gpu --label linux
+   fencectl claim --agent gpu-1 --label gpu --batch 4 --wait 1m
+
 Exit 4 when nothing is ready (or the named task is not available).`,
 		Flags: []cli.Flag{
 			agentFlag(),
@@ -59,6 +68,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			&cli.StringFlag{Name: "request-id", Usage: "idempotency key: the same agent repeating it gets the same claim back while it is current"},
 			&cli.IntFlag{Name: "batch", Usage: "claim up to N ready tasks at once, each with its own token"},
 			&cli.BoolFlag{Name: "partial", Usage: "with several named tasks: claim those that can be, report the rest"},
+			&cli.StringSliceFlag{Name: "label", Usage: "only a ready task with this label (repeatable: all of them; the rarest first)"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json or env (NAME='value' lines for eval)"},
 			jsonFlag,
 		},
@@ -90,7 +100,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			return withTree(c, out, func(t *fence.Tree) error {
 				res, err := t.Claim(c.Context, fence.ClaimRequest{
 					ID: id, Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"), Token: c.Uint64("token"),
-					RequestID: c.String("request-id"),
+					RequestID: c.String("request-id"), Labels: c.StringSlice("label"),
 				})
 				for _, r := range res.Reaped {
 					out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})

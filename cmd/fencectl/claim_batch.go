@@ -27,7 +27,7 @@ func claimBatch(c *cli.Context, out *output, format string) error {
 	}
 	req := fence.BatchClaimRequest{
 		IDs: c.Args().Slice(), Count: c.Int("batch"), Partial: c.Bool("partial"),
-		Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"),
+		Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"), Labels: c.StringSlice("label"),
 	}
 	return withTree(c, out, func(t *fence.Tree) error {
 		res, err := t.ClaimBatch(c.Context, req)

@@ -56,6 +56,10 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNothingToClaim
 	case errors.As(err, &notAv):
 		obj.Code, obj.Reason, obj.Task, obj.State = exitNotAvailable, fence.ReasonNotAvailable, notAv.Task, string(notAv.State)
+		if notAv.Blocked() {
+			obj.Reason, obj.WaitsFor = fence.ReasonBlocked, notAv.WaitsFor
+			obj.Message += " (`fencectl show " + notAv.Task + "` says where each is; `fencectl set " + notAv.Task + " --after ...` changes them)"
+		}
 	case errors.Is(err, fence.ErrBusy):
 		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
 		obj.Message = err.Error() + " (--timeout / FENCE_TIMEOUT); if that process is stuck, stop it: the last commit is finished by the next writer"
@@ -104,6 +108,8 @@ var flagOf = map[fence.Input]string{
 	fence.InputToken:       "--token",
 	fence.InputID:          "--id",
 	fence.InputRoot:        "--dir",
+	fence.InputDeps:        "--after",
+	fence.InputLabel:       "--label",
 }
 
 // invalidHints says what to do next after a refusal, by the rule broken.

@@ -93,8 +93,11 @@ func newLastLease(e *record.LeaseEnd) *lastLeaseJSON {
 // cancel and the fenced commands print it with more fields (showJSON,
 // revokeJSON, cancelJSON, fencedJSON).
 type taskJSON struct {
+	After       []string       `json:"after,omitempty"` // the tasks it waits for (blocked while any)
 	Attempts    int            `json:"attempts"`
+	Blocked     bool           `json:"blocked,omitempty"`
 	Created     time.Time      `json:"created"`
+	Labels      []string       `json:"labels,omitempty"`
 	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
 	Lease       *leaseJSON     `json:"lease,omitempty"`
 	MaxAttempts int            `json:"max_attempts"`
@@ -108,6 +111,7 @@ type taskJSON struct {
 
 func newTask(t record.Task, path string) *taskJSON {
 	return &taskJSON{
+		After: t.After, Blocked: t.Blocked(), Labels: t.Labels,
 		Attempts: t.Attempts, Created: t.Created.UTC(), LastLease: newLastLease(t.Last), Lease: newLease(t.Lease),
 		MaxAttempts: t.MaxAttempts, Path: path, Priority: t.Priority, State: string(t.State), Task: t.ID, Updated: t.Updated.UTC(),
 	}
@@ -152,10 +156,13 @@ func newFenced(t record.Task, path string, token uint64, retry bool, event *reco
 
 // showJSON is show's answer: the task record and its recent events.
 type showJSON struct {
+	After       []string       `json:"after,omitempty"`
 	Attempts    int            `json:"attempts"`
+	Blocked     bool           `json:"blocked,omitempty"`
 	Created     time.Time      `json:"created"`
 	Events      []eventJSON    `json:"events"`
 	Journal     journalJSON    `json:"journal"`
+	Labels      []string       `json:"labels,omitempty"`
 	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
 	Lease       *leaseJSON     `json:"lease,omitempty"`
 	MaxAttempts int            `json:"max_attempts"`
@@ -165,11 +172,25 @@ type showJSON struct {
 	State    string    `json:"state"`
 	Task     string    `json:"task"`
 	Updated  time.Time `json:"updated"`
+	// WaitsFor explains After: each task and its state (and why, if it
+	// failed: its dependents stay blocked until it is requeued and done).
+	WaitsFor []waitsForJSON `json:"waits_for,omitempty"`
+}
+
+type waitsForJSON struct {
+	State string `json:"state"`
+	Task  string `json:"task"`
+	Why   string `json:"why,omitempty"`
 }
 
 func newShow(v fence.TaskView) *showJSON {
 	r := newTask(v.Task, v.Path)
+	var waits []waitsForJSON
+	for _, d := range v.WaitsFor {
+		waits = append(waits, waitsForJSON{State: string(d.State), Task: d.ID, Why: d.Why})
+	}
 	return &showJSON{
+		After: r.After, Blocked: r.Blocked, Labels: r.Labels, WaitsFor: waits,
 		Attempts: r.Attempts, Created: r.Created, Events: newEvents(v.Events), Journal: journalJSON(v.Journal), LastLease: r.LastLease, Lease: r.Lease,
 		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, State: r.State, Task: r.Task, Updated: r.Updated,
 	}
@@ -227,6 +248,33 @@ func newCancel(t record.Task, path string, cancelled uint64, retry bool) *cancel
 	}
 }
 
+// setJSON is set's answer: the task record as it is now, and whether
+// there was nothing to change (retry: no event written).
+type setJSON struct {
+	After       []string       `json:"after,omitempty"`
+	Attempts    int            `json:"attempts"`
+	Blocked     bool           `json:"blocked,omitempty"`
+	Created     time.Time      `json:"created"`
+	Labels      []string       `json:"labels,omitempty"`
+	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
+	MaxAttempts int            `json:"max_attempts"`
+	notices
+	Path     string    `json:"path"`
+	Priority int64     `json:"priority"`
+	Retry    bool      `json:"retry"`
+	State    string    `json:"state"`
+	Task     string    `json:"task"`
+	Updated  time.Time `json:"updated"`
+}
+
+func newSet(res fence.Result) *setJSON {
+	r := newTask(res.Task, res.Path)
+	return &setJSON{
+		After: r.After, Attempts: r.Attempts, Blocked: r.Blocked, Created: r.Created, Labels: r.Labels, LastLease: r.LastLease,
+		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, Retry: res.Retry, State: r.State, Task: r.Task, Updated: r.Updated,
+	}
+}
+
 // claimJSON is a claim (claim --json or --format json).
 type claimJSON struct {
 	Agent       string    `json:"agent"`
@@ -251,6 +299,7 @@ func newClaim(res fence.ClaimResult) *claimJSON {
 // statusJSON is status's answer: counts per state, the live leases, the
 // newest token issued and the tree's defaults.
 type statusJSON struct {
+	Blocked            int               `json:"blocked"` // available tasks that wait for others (counted in available too)
 	Counts             map[string]int    `json:"counts"`
 	DefaultMaxAttempts int               `json:"default_max_attempts"`
 	DefaultTTL         string            `json:"default_ttl"`
@@ -289,7 +338,7 @@ func newStatus(st fence.Status) *statusJSON {
 		})
 	}
 	return &statusJSON{
-		Counts: stateCounts(st.Counts), DefaultMaxAttempts: st.Defaults.MaxAttempts, DefaultTTL: st.Defaults.TTL.String(), Journal: journalJSON(st.Journal),
+		Blocked: st.Blocked, Counts: stateCounts(st.Counts), DefaultMaxAttempts: st.Defaults.MaxAttempts, DefaultTTL: st.Defaults.TTL.String(), Journal: journalJSON(st.Journal),
 		LastToken: st.LastToken, Leases: leases, Root: st.Root,
 	}
 }
@@ -399,9 +448,12 @@ func newRecover(rep fence.RecoverReport) *recoverJSON {
 // eventJSON is one event of the audit trail (log, one per line; show's
 // events).
 type eventJSON struct {
+	After    []string   `json:"after,omitempty"`
 	Agent    string     `json:"agent,omitempty"`
 	Deadline *time.Time `json:"deadline,omitempty"`
 	From     string     `json:"from,omitempty"`
+	Labels   []string   `json:"labels,omitempty"`
+	Priority *int64     `json:"priority,omitempty"` // set: the new priority
 	Reason   string     `json:"reason,omitempty"`
 	Seq      uint64     `json:"seq"`
 	Task     string     `json:"task"`
@@ -416,12 +468,17 @@ func newEvents(evs []record.Event) []eventJSON {
 	out := make([]eventJSON, 0, len(evs))
 	for _, e := range evs {
 		j := eventJSON{
+			After: e.After, Labels: e.Labels,
 			Agent: e.Agent, From: string(e.From), Reason: e.Reason, Seq: e.Seq, Task: e.Task,
 			Time: e.Time.UTC(), To: string(e.To), Token: e.Token, Type: string(e.Type),
 		}
 		if e.Deadline != nil {
 			d := e.Deadline.UTC()
 			j.Deadline = &d
+		}
+		if e.Type == record.EvSet {
+			p := e.Priority
+			j.Priority = &p
 		}
 		out = append(out, j)
 	}
@@ -455,6 +512,7 @@ type errorObject struct {
 	Holder    nullable[string]    `json:"holder,omitzero"`
 	HeldSince nullable[time.Time] `json:"held_since,omitzero"`
 	State     string              `json:"state,omitempty"`
+	WaitsFor  []string            `json:"waits_for,omitempty"` // blocked: the tasks it still waits for
 	LostAt    *time.Time          `json:"lost_at,omitempty"`
 	LostBy    string              `json:"lost_by,omitempty"`
 	Run       *runJSON            `json:"run,omitempty"`

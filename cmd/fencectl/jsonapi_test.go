@@ -26,6 +26,7 @@ var jsonTypes = map[string]func() any{
 	"list":    func() any { return new([]taskJSON) }, // an array of tasks, not an object
 	"revoke":  func() any { return new(revokeJSON) },
 	"cancel":  func() any { return new(cancelJSON) },
+	"set":     func() any { return new(setJSON) },
 	"claim":   func() any { return new(claimJSON) },
 	"batch":   func() any { return new(batchJSON) },
 	"status":  func() any { return new(statusJSON) },
@@ -183,7 +184,7 @@ func TestJSON_FieldOrder(t *testing.T) {
 	fixed := map[string][]string{
 		"notice":  {"notice", "name", "detail"},
 		"recover": {"root", "kept_aside", "counts", "freed", "first_token", "findings", "notices"},
-		"error":   {"code", "reason", "message", "rule", "task", "your_token", "holder", "held_since", "state", "lost_at", "lost_by", "run", "failed", "notices"},
+		"error":   {"code", "reason", "message", "rule", "task", "your_token", "holder", "held_since", "state", "waits_for", "lost_at", "lost_by", "run", "failed", "notices"},
 	}
 	types := map[string]reflect.Type{
 		"lease": reflect.TypeFor[leaseJSON](), "last_lease": reflect.TypeFor[lastLeaseJSON](),

@@ -22,7 +22,7 @@ func listCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "list",
 		Usage:     "the tasks, in id order, a page at a time",
-		UsageText: "list [--state S] [--agent A] [--limit N] [--after ID]",
+		UsageText: "list [--state S] [--agent A] [--blocked] [--label L]... [--limit N] [--after ID]",
 		Description: `One line per task: id, state, priority, attempts of max attempts, the agent
 holding it (claimed tasks), and the lease's deadline (claimed) or the task's
 age (the others).
@@ -34,19 +34,27 @@ objects show --json prints, without their events and journal; the next page
 starts --after the last task's id, and an array shorter than --limit (or
 empty) is the last page.
 
-A page reads the journal from the cursor on, never every task. --state and
---agent are applied while reading, so a page of a rare state may read far
-past the cursor before it is full.
+--blocked selects the available tasks that wait for others (their state
+shows as blocked; show ID says what each waits for); --label L the tasks
+that carry L (repeatable: every label).
+
+A page reads the journal from the cursor on, never every task. --state,
+--agent, --blocked and --label are applied while reading, so a page of a
+rare state may read far past the cursor before it is full.
 
    fencectl list
    fencectl list --state claimed --agent ci-3
    fencectl list --limit 50 --after build-0042
-   fencectl list --state failed --json | jq -r '.[].task'`,
+   fencectl list --state failed --json | jq -r '.[].task'
+   fencectl list --blocked
+   fencectl list --label gpu --state available`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "state", Usage: "only tasks in this state: " + strings.Join(fence.StateNames(), ", ")},
 			&cli.StringFlag{Name: "agent", Usage: "only the tasks this agent holds (claimed)"},
 			&cli.IntFlag{Name: "limit", Value: defaultListLimit, Usage: "at most N tasks a page (0: all)"},
 			&cli.StringFlag{Name: "after", Usage: "start after this task id: the last id of the previous page"},
+			&cli.BoolFlag{Name: "blocked", Usage: "only available tasks that wait for others"},
+			&cli.StringSliceFlag{Name: "label", Usage: "only tasks with this label (repeatable: all of them)"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -56,7 +64,8 @@ past the cursor before it is full.
 			if err := checkText("agent", c.String("agent")); err != nil {
 				return err
 			}
-			f := fence.ListFilter{State: record.State(c.String("state")), Agent: c.String("agent"), After: c.String("after"), Limit: c.Int("limit")}
+			f := fence.ListFilter{State: record.State(c.String("state")), Agent: c.String("agent"), After: c.String("after"), Limit: c.Int("limit"),
+				Blocked: c.Bool("blocked"), Labels: c.StringSlice("label")}
 			return withTree(c, out, func(t *fence.Tree) error {
 				p, err := t.List(c.Context, f)
 				if err != nil {
@@ -94,7 +103,11 @@ func writeList(w io.Writer, tasks []record.Task) {
 			agent = printable(r.Lease.Agent)
 			when = fmtTime(r.Lease.Deadline) + " (" + fmtLeft(r.Lease.Deadline.Sub(at)) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s\n", r.ID, r.State, r.Priority, r.Attempts, r.MaxAttempts, agent, when)
+		state := string(r.State)
+		if r.Blocked() {
+			state = "blocked"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s\n", r.ID, state, r.Priority, r.Attempts, r.MaxAttempts, agent, when)
 	}
 	tw.Flush()
 }
@@ -110,6 +123,12 @@ func nextPage(c *cli.Context, last string) string {
 		if v := c.String(name); v != "" {
 			args = append(args, "--"+name, shellWord(v))
 		}
+	}
+	if c.Bool("blocked") {
+		args = append(args, "--blocked")
+	}
+	for _, l := range c.StringSlice("label") {
+		args = append(args, "--label", shellWord(l))
 	}
 	return printable(strings.Join(args, " "))
 }

@@ -123,6 +123,7 @@ func commands(out *output) []*cli.Command {
 		revokeCommand(out),
 		cancelCommand(out),
 		requeueCommand(out),
+		setCommand(out),
 		statusCommand(out),
 		showCommand(out),
 		listCommand(out),

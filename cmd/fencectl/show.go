@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -31,6 +32,16 @@ func showCommand(out *output) *cli.Command {
 					r := v.Task
 					fmt.Fprintf(w, "task      %s\nstate     %s\npath      %s\npriority  %d\nattempts  %d of %d\ncreated   %s\n",
 						r.ID, r.State, v.Path, r.Priority, r.Attempts, r.MaxAttempts, fmtTime(r.Created))
+					if len(r.Labels) > 0 {
+						fmt.Fprintf(w, "labels    %s\n", strings.Join(r.Labels, ", "))
+					}
+					if len(v.WaitsFor) > 0 {
+						what := "after    "
+						if r.Blocked() {
+							what = "blocked  "
+						}
+						fmt.Fprintf(w, "%s waits for %s\n", what, describeDeps(v.WaitsFor))
+					}
 					if l := r.Lease; l != nil {
 						fmt.Fprintf(w, "lease     token %d, agent %s, deadline %s (%s)\n", l.Token, printable(l.Agent), fmtTime(l.Deadline), fmtLeft(l.Deadline.Sub(now())))
 					}
@@ -45,4 +56,18 @@ func showCommand(out *output) *cli.Command {
 			})
 		},
 	}
+}
+
+// describeDeps words what a task waits for: "a (claimed), b (failed:
+// cancelled)": a failed dependency keeps it blocked until requeued and done.
+func describeDeps(deps []fence.Dependency) string {
+	parts := make([]string, 0, len(deps))
+	for _, d := range deps {
+		s := fmt.Sprintf("%s (%s", d.ID, d.State)
+		if d.Why != "" {
+			s += ": " + printable(d.Why) + "; requeue it to go on"
+		}
+		parts = append(parts, s+")")
+	}
+	return strings.Join(parts, ", ")
 }

@@ -19,17 +19,27 @@ import (
 	"github.com/fencectl/fencectl/journal/record"
 )
 
-// SchemaVersion is the layout this code writes. Version 2 stores records
-// in the binary form of codec.go; version 3 adds the token ceiling, which
-// every claim must respect (an older fencectl would issue tokens past it),
-// and the "missing" event (an older replay could not fold it and would
-// undo it). Versions 1 (JSON records, same buckets) and 2 are still read,
-// and the first write to such a journal marks it version 3, so that an
-// older fencectl refuses it with a VersionError instead of misreading it.
-const SchemaVersion = "3"
+// SchemaVersion is the newest layout this code writes. Version 2 stores
+// records in the binary form of codec.go; version 3 adds the token
+// ceiling, which every claim must respect (an older fencectl would issue
+// tokens past it), and the "missing" event (an older replay could not fold
+// it and would undo it); version 4 adds V2 records (dependencies, labels,
+// a not-before time) and their indexes (the dependents and per-label
+// ready buckets). Versions 1 (JSON records, same buckets) to 3 are still
+// read. A new journal is version 3 (baseVersion), and stays so while no
+// task uses what version 4 adds, so the previous fencectl can still use
+// it; the first write of a V2 record marks it version 4, the first write
+// to a version 1 or 2 journal marks it version 3, so that an older
+// fencectl refuses it with a VersionError instead of misreading it (or
+// claiming a task it cannot see is blocked).
+const SchemaVersion = "4"
+
+// baseVersion is the version a new journal starts at, and what every
+// write raises an older one to.
+const baseVersion = "3"
 
 // readVersions are the older layouts still read.
-var readVersions = []string{"1", "2"}
+var readVersions = []string{"1", "2", "3"}
 
 // FileName and LockName are the journal's files inside the .fence directory.
 const (
@@ -54,6 +64,7 @@ type DB struct {
 	// journal's copy (see Tx.reserve); a fresh handle checks again.
 	ceilingChecked bool
 	clock          func() time.Time // answers Tx.Now: bbolt has no clock of its own
+	onUpgrade      func(from, to string)
 }
 
 // Path returns the journal file's path inside the meta directory dir.
@@ -105,7 +116,7 @@ func createSeeded(dir string, d record.Defaults, seed uint64) error {
 		}
 		meta := btx.Bucket(bucketMeta)
 		for k, v := range map[string][]byte{
-			keyVersion:  []byte(SchemaVersion),
+			keyVersion:  []byte(baseVersion),
 			keyTreeID:   []byte(ulid.Make().String()),
 			keyDefaults: journal.EncodeDefaults(d),
 			keyToken:    u64(seed),
@@ -274,7 +285,7 @@ func open(dir string, o journal.OpenOptions, mode LockMode) (db *DB, err error) 
 		}
 		return nil, &journal.CorruptError{Path: path, Detail: err.Error()}
 	}
-	db = &DB{b: b, file: file, path: path, lock: lock, readOnly: o.ReadOnly, clock: o.Clock}
+	db = &DB{b: b, file: file, path: path, lock: lock, readOnly: o.ReadOnly, clock: o.Clock, onUpgrade: o.OnUpgrade}
 	if db.clock == nil {
 		db.clock = time.Now
 	}
@@ -396,24 +407,43 @@ func (db *DB) Close() error {
 // flock (or bbolt's own lock) makes this the only writer.
 func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 	defer guard(db.path, &err)()
+	to := db.version
 	err = db.b.Update(func(btx *bbolt.Tx) error {
 		tx := &Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), ceilingChecked: &db.ceilingChecked}
 		if err := fn(tx); err != nil {
 			return err
 		}
-		if db.version != SchemaVersion {
-			// This transaction may write what older versions cannot read:
-			// from now on the journal is this version (see SchemaVersion).
-			if err := btx.Bucket(bucketMeta).Put([]byte(keyVersion), []byte(SchemaVersion)); err != nil {
+		// This transaction may write what older versions cannot read:
+		// from now on the journal is the version that reads it (see
+		// SchemaVersion).
+		to = upgradeTo(db.version, tx.v2)
+		if to != db.version {
+			if err := btx.Bucket(bucketMeta).Put([]byte(keyVersion), []byte(to)); err != nil {
 				return err
 			}
 		}
 		return tx.finish()
 	})
-	if err == nil {
-		db.version = SchemaVersion
+	if err == nil && to != db.version {
+		from := db.version
+		db.version = to
+		if db.onUpgrade != nil && to == SchemaVersion {
+			db.onUpgrade(from, to)
+		}
 	}
 	return err
+}
+
+// upgradeTo is the version a journal of version v is after a write that
+// wrote V2 records (v2) or not.
+func upgradeTo(v string, v2 bool) string {
+	switch {
+	case v2 || v == SchemaVersion:
+		return SchemaVersion
+	case v == "1" || v == "2":
+		return baseVersion
+	}
+	return v
 }
 
 // View runs fn in a read-only transaction.

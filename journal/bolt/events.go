@@ -20,7 +20,9 @@ func (t *Tx) Append(ev record.Event) (record.Event, error) {
 		return ev, err
 	}
 	ev.Seq = seq
-	if err := b.Put(u64(seq), journal.EncodeEvent(ev)); err != nil {
+	enc := journal.EncodeEvent(ev)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	if err := b.Put(u64(seq), enc); err != nil {
 		return ev, err
 	}
 	if err := t.tx.Bucket(bucketByTask).Put(byTaskKey(ev.Task, seq), nil); err != nil {

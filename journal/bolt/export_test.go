@@ -30,3 +30,6 @@ func (t *Tx) NextSeq() uint64 {
 
 // Bolt exposes the underlying bbolt handle for consistency checks.
 func (db *DB) Bolt() *bbolt.DB { return db.b }
+
+// BaseVersion is the schema version a new journal starts at.
+const BaseVersion = baseVersion

@@ -122,7 +122,15 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add("t1", bin[:len(bin)/2])
 	f.Add("t1", append(append([]byte{}, bin...), 0))
 	f.Add("t1", []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
-	f.Add("t1", []byte{2, 't', '1'})
+	f.Add("t1", []byte{3, 't', '1'})
+	// codecV2: a record with dependencies, labels and a not-before time,
+	// and one whose list length runs past the end.
+	v2 := goodRecord()
+	v2.After, v2.Labels, v2.NotBefore = []string{"dep-1", "dep-2"}, []string{"gpu", "linux"}, t0
+	bin2 := journal.EncodeTask(v2)
+	f.Add("t1", bin2)
+	f.Add("t1", bin2[:len(bin2)-3])
+	f.Add("t1", append(append([]byte{}, bin[:len(bin)]...), 0xff, 0xff, 0x03))
 
 	dir := fuzzJournal(f)
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
@@ -198,6 +206,8 @@ func FuzzDecodeEvent(f *testing.F) {
 	bin := journal.EncodeEvent(record.Event{Seq: 2, Time: t0, Type: record.EvClaim, Task: "t1", From: record.Available,
 		To: record.Claimed, Agent: "a", Token: 5, Deadline: &dl})
 	f.Add(uint64(2), "t1", bin)
+	f.Add(uint64(2), "t1", journal.EncodeEvent(record.Event{Seq: 2, Time: t0, Type: record.EvAdd, Task: "t1",
+		To: record.Available, After: []string{"t0"}, Labels: []string{"gpu"}, NotBefore: t0}))
 	f.Add(uint64(2), "t1", bin[:len(bin)-1])
 	f.Add(uint64(2), "t1", []byte{1, 2, 1, 0x80})
 

@@ -428,7 +428,7 @@ func TestJournal_VersionMismatch(t *testing.T) {
 				if meta == nil {
 					return errors.New("no meta bucket: the test's idea of the layout is out of date")
 				}
-				if string(meta.Get([]byte("version"))) != boltstore.SchemaVersion {
+				if string(meta.Get([]byte("version"))) != boltstore.BaseVersion {
 					return errors.New("meta/version is not the schema version: the test's idea of the layout is out of date")
 				}
 				if tc.set == nil {
@@ -618,8 +618,8 @@ func TestCodec_UpgradesVersion1Journal(t *testing.T) {
 	}
 	addTask(t, db, "new")
 	db.Close()
-	if v := version(); v != boltstore.SchemaVersion {
-		t.Errorf("version after the first write = %q; want %q", v, boltstore.SchemaVersion)
+	if v := version(); v != boltstore.BaseVersion {
+		t.Errorf("version after the first write = %q; want %q", v, boltstore.BaseVersion)
 	}
 	db, err = boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
@@ -634,4 +634,49 @@ func TestCodec_UpgradesVersion1Journal(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A new journal is version 3, readable by the fencectl before V2 records,
+// and stays so while its records need no V2; the first V2 record (a task
+// with dependencies) marks it version 4 in the same commit and says so.
+func TestJournal_UpgradesOnFirstV2Record(t *testing.T) {
+	dir := newJournalClosed(t)
+	version := func() string {
+		t.Helper()
+		b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		var v string
+		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
+		return v
+	}
+	if v := version(); v != boltstore.BaseVersion {
+		t.Fatalf("new journal: version %q, want %q", v, boltstore.BaseVersion)
+	}
+	var upgrades []string
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, OnUpgrade: func(from, to string) { upgrades = append(upgrades, from+"->"+to) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, db, "plain")
+	db.Close()
+	if v := version(); v != boltstore.BaseVersion || len(upgrades) != 0 {
+		t.Fatalf("after a V1 write: version %q, upgrades %v; want %q, none", v, upgrades, boltstore.BaseVersion)
+	}
+	db, err = boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, OnUpgrade: func(from, to string) { upgrades = append(upgrades, from+"->"+to) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := available("blocked", 0, 9)
+	rec.After = []string{"plain"}
+	if err := db.Update(func(tx journal.Tx) error { return tx.PutTask(nil, rec) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	want := boltstore.BaseVersion + "->" + boltstore.SchemaVersion
+	if v := version(); v != boltstore.SchemaVersion || len(upgrades) != 1 || upgrades[0] != want {
+		t.Fatalf("after a V2 write: version %q, upgrades %v; want %q, [%s]", v, upgrades, boltstore.SchemaVersion, want)
+	}
 }

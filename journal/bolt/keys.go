@@ -16,7 +16,15 @@ var (
 	// bucketRequests maps (agent, request id) to the token of the claim
 	// granted to that request while it is current. Made on first use.
 	bucketRequests = []byte("requests")
-	allBuckets     = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents, bucketByTask}
+	// bucketDependents is the reverse index of dependencies: key
+	// dependency, 0, dependent (ids never hold a 0 byte) for every id in a
+	// task's After, so that a completion finds the tasks waiting for it
+	// without a scan. bucketLabels is the per-label ready index: label, 0,
+	// then the ready key, value the id. Both are made on first use
+	// (schema 4).
+	bucketDependents = []byte("dependents")
+	bucketLabels     = []byte("label_ready")
+	allBuckets       = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents, bucketByTask}
 )
 
 const (
@@ -26,7 +34,19 @@ const (
 	keyToken      = "token"
 	keyLastCommit = "last_commit" // first and last event seq of the last write transaction
 	keyCountPfx   = "count:"
+	keyBlocked    = "count-blocked" // available tasks that wait for others
 )
+
+// pairKey is a, a 0 byte, b: the key of one entry of the dependents index.
+func pairKey(a, b string) []byte {
+	return append(append(append(make([]byte, 0, len(a)+len(b)+1), a...), 0), b...)
+}
+
+// labelKey is one entry of the per-label ready index: label, 0, then the
+// ready key (claim order within the label).
+func labelKey(label string, priority int64, seq uint64) []byte {
+	return append(append(append(make([]byte, 0, len(label)+17), label...), 0), readyKey(priority, seq)...)
+}
 
 func u64(v uint64) []byte {
 	b := make([]byte, 8)

@@ -31,6 +31,9 @@ type Tx struct {
 	// sharing one transaction among several operations (fence's group
 	// commit) whether an operation that failed left anything behind.
 	writes int
+	// v2 is set once the transaction wrote a record only a version 4
+	// reader reads (journal.IsV2): Update raises the schema version.
+	v2 bool
 }
 
 var (
@@ -81,7 +84,9 @@ func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 			return err
 		}
 	}
-	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), journal.EncodeTask(rec)); err != nil {
+	enc := journal.EncodeTask(rec)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	if err := t.tx.Bucket(bucketTasks).Put([]byte(rec.ID), enc); err != nil {
 		return err
 	}
 	if err := t.index(rec); err != nil {
@@ -91,9 +96,17 @@ func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 }
 
 func (t *Tx) index(rec record.Task) error {
+	if err := t.indexDeps(rec, true); err != nil {
+		return err
+	}
 	switch {
-	case rec.State == record.Available:
+	case rec.Ready():
+		if err := t.indexLabels(rec, true); err != nil {
+			return err
+		}
 		return t.tx.Bucket(bucketReady).Put(readyKey(rec.Priority, rec.Seq), []byte(rec.ID))
+	case rec.Blocked():
+		return t.addMeta(keyBlocked, +1)
 	case rec.State == record.Claimed && rec.Lease != nil:
 		return t.tx.Bucket(bucketExpiry).Put(expiryKey(rec.Lease.Deadline, rec.Lease.Token), []byte(rec.ID))
 	}
@@ -101,13 +114,138 @@ func (t *Tx) index(rec record.Task) error {
 }
 
 func (t *Tx) unindex(rec record.Task) error {
+	if err := t.indexDeps(rec, false); err != nil {
+		return err
+	}
 	switch {
-	case rec.State == record.Available:
+	case rec.Ready():
+		if err := t.indexLabels(rec, false); err != nil {
+			return err
+		}
 		return t.tx.Bucket(bucketReady).Delete(readyKey(rec.Priority, rec.Seq))
+	case rec.Blocked():
+		return t.addMeta(keyBlocked, -1)
 	case rec.State == record.Claimed && rec.Lease != nil:
 		return t.tx.Bucket(bucketExpiry).Delete(expiryKey(rec.Lease.Deadline, rec.Lease.Token))
 	}
 	return nil
+}
+
+// bucket returns the bucket name, made if add and missing (the buckets of
+// schema 4 are made on first use); nil if absent and not add.
+func (t *Tx) bucket(name []byte, add bool) (*bbolt.Bucket, error) {
+	if b := t.tx.Bucket(name); b != nil || !add {
+		return b, nil
+	}
+	return t.tx.CreateBucket(name)
+}
+
+// indexDeps puts (add) or deletes the dependents entries of rec.
+func (t *Tx) indexDeps(rec record.Task, add bool) error {
+	if len(rec.After) == 0 {
+		return nil
+	}
+	b, err := t.bucket(bucketDependents, add)
+	if err != nil || b == nil {
+		return err
+	}
+	for _, dep := range rec.After {
+		if add {
+			err = b.Put(pairKey(dep, rec.ID), nil)
+		} else {
+			err = b.Delete(pairKey(dep, rec.ID))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexLabels puts (add) or deletes the per-label ready entries of rec.
+func (t *Tx) indexLabels(rec record.Task, add bool) error {
+	if len(rec.Labels) == 0 {
+		return nil
+	}
+	b, err := t.bucket(bucketLabels, add)
+	if err != nil || b == nil {
+		return err
+	}
+	for _, l := range rec.Labels {
+		if add {
+			err = b.Put(labelKey(l, rec.Priority, rec.Seq), []byte(rec.ID))
+		} else {
+			err = b.Delete(labelKey(l, rec.Priority, rec.Seq))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Tx) addMeta(key string, d int64) error {
+	meta := t.tx.Bucket(bucketMeta)
+	n := int64(getU64(meta.Get([]byte(key)))) + d
+	if n == 0 {
+		return meta.Delete([]byte(key))
+	}
+	return meta.Put([]byte(key), u64(uint64(n)))
+}
+
+// Blocked returns how many available tasks wait for others, in O(1).
+func (t *Tx) Blocked() int {
+	return int(int64(getU64(t.tx.Bucket(bucketMeta).Get([]byte(keyBlocked)))))
+}
+
+// Dependents calls fn with the ids of the tasks whose After holds dep, in
+// id order, until fn returns false. It reads only dep's entries.
+func (t *Tx) Dependents(dep string, fn func(id string) (more bool)) error {
+	b := t.tx.Bucket(bucketDependents)
+	if b == nil {
+		return nil
+	}
+	p := pairKey(dep, "")
+	c := b.Cursor()
+	for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+		if !fn(string(k[len(p):])) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Dependencies calls fn for every entry of the dependents index, by
+// dependency then dependent, until fn returns false.
+func (t *Tx) Dependencies(fn func(dep, id string) (more bool)) error {
+	b := t.tx.Bucket(bucketDependents)
+	if b == nil {
+		return nil
+	}
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		i := bytes.IndexByte(k, 0)
+		if i < 0 {
+			return fmt.Errorf("dependents index: key %q has no separator", k)
+		}
+		if !fn(string(k[:i]), string(k[i+1:])) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ReadyLabel calls fn with the ids of ready tasks that carry label, in
+// claim order, until fn returns false. It reads only label's entries.
+func (t *Tx) ReadyLabel(label string, fn func(id string) (more bool)) {
+	b := t.tx.Bucket(bucketLabels)
+	if b == nil {
+		return
+	}
+	p := pairKey(label, "")
+	c := b.Cursor()
+	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p) && fn(string(v)); k, v = c.Next() {
+	}
 }
 
 func (t *Tx) addCount(s record.State, d int64) error {
@@ -277,6 +415,16 @@ func (t *Tx) Reset() error {
 		if err := t.tx.DeleteBucket(bucketRequests); err != nil {
 			return err
 		}
+	}
+	for _, name := range [][]byte{bucketDependents, bucketLabels} {
+		if t.tx.Bucket(name) != nil {
+			if err := t.tx.DeleteBucket(name); err != nil {
+				return err
+			}
+		}
+	}
+	if err := t.tx.Bucket(bucketMeta).Delete([]byte(keyBlocked)); err != nil {
+		return err
 	}
 	for _, name := range [][]byte{bucketTasks, bucketReady, bucketExpiry, bucketClaims} {
 		if err := t.tx.DeleteBucket(name); err != nil {

@@ -234,7 +234,7 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 	if clock == nil {
 		clock = func() time.Time { return time.Now().UTC() }
 	}
-	s := &Store{b: b, dir: dir, prefix: b.cfg.Prefix, readOnly: o.ReadOnly, timeout: timeoutOf(o.Timeout), clock: clock}
+	s := &Store{b: b, dir: dir, prefix: b.cfg.Prefix, readOnly: o.ReadOnly, timeout: timeoutOf(o.Timeout), clock: clock, onUpgrade: o.OnUpgrade}
 	// An absent or foreign journal is reported at open, as bbolt does.
 	err := s.View(func(journal.Tx) error { return nil })
 	if err != nil {
@@ -328,7 +328,7 @@ func (l *treeLock) Create(d record.Defaults, seed uint64) error {
 	defer cancel()
 	b := l.b
 	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.metaKey(metaVersion)), "=", 0)).Then(
-		clientv3.OpPut(b.metaKey(metaVersion), SchemaVersion),
+		clientv3.OpPut(b.metaKey(metaVersion), baseVersion),
 		clientv3.OpPut(b.metaKey(metaTreeID), ulid.Make().String()),
 		clientv3.OpPut(b.metaKey(metaDefaults), string(journal.EncodeDefaults(d))),
 		clientv3.OpPut(b.metaKey(metaHead), head{Token: seed}.encode()),

@@ -17,7 +17,9 @@ func (t *Tx) Append(ev record.Event) (record.Event, error) {
 	}
 	t.head.Seq++
 	ev.Seq = t.head.Seq
-	t.put(t.key(famEvent, u64(ev.Seq)), string(journal.EncodeEvent(ev)))
+	enc := journal.EncodeEvent(ev)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	t.put(t.key(famEvent, u64(ev.Seq)), string(enc))
 	t.put(t.key(famByTask, ev.Task+"\x00"+u64(ev.Seq)), "")
 	if t.first == 0 {
 		t.first = ev.Seq

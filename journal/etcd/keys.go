@@ -19,6 +19,8 @@ const (
 	famRequest = "/q/"
 	famEvent   = "/e/"
 	famByTask  = "/b/"
+	famDeps    = "/d/" // dependency, 0, dependent: the reverse index of After (etcd-2)
+	famLabel   = "/g/" // label, 0, ready key → id: the ready index per label (etcd-2)
 	keyLock    = "/lock"
 	keyWriters = "/w" // the writers' queue (store.go)
 
@@ -26,10 +28,20 @@ const (
 	metaTreeID   = "tree_id"
 	metaDefaults = "defaults"
 	metaHead     = "head"
+	metaBlocked  = "blocked" // how many available tasks wait for others (absent: 0)
 )
 
-// SchemaVersion is the etcd journal's layout version.
-const SchemaVersion = "etcd-1"
+// SchemaVersion is the etcd journal's newest layout version: etcd-2 adds
+// V2 records (dependencies, labels, a not-before time; journal.IsV2) and
+// their indexes. A new journal is baseVersion and stays so while no task
+// uses them, so the previous fencectl can still use it; the commit that
+// writes the first V2 record also writes the version (and compares the
+// version key as begin read it), so an older fencectl's next transaction
+// refuses the journal with a VersionError.
+const SchemaVersion = "etcd-2"
+
+// baseVersion is the version a new journal starts at.
+const baseVersion = "etcd-1"
 
 func u64(v uint64) string {
 	var b [8]byte

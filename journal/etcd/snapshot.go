@@ -15,6 +15,7 @@ type snapshot struct {
 	rev     int64
 	meta    map[string]string
 	headRev int64
+	verRev  int64 // the version key's mod revision
 	pages   map[pageKey]*clientv3.GetResponse
 }
 
@@ -43,8 +44,11 @@ func (b *Backend) readSnapshot(ctx context.Context) (*snapshot, error) {
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		name := string(kv.Key[len(metaKey):])
 		s.meta[name] = string(kv.Value)
-		if name == metaHead {
+		switch name {
+		case metaHead:
 			s.headRev = kv.ModRevision
+		case metaVersion:
+			s.verRev = kv.ModRevision
 		}
 	}
 	return s, nil
@@ -56,7 +60,7 @@ func (b *Backend) checkMeta(meta map[string]string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("%w at %s", journal.ErrNoJournal, b.cfg.URL())
-	case v != SchemaVersion:
+	case v != SchemaVersion && v != baseVersion:
 		return &journal.VersionError{Path: b.cfg.URL(), Found: v, Supported: SchemaVersion}
 	}
 	return nil

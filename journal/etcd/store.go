@@ -29,6 +29,8 @@ type Store struct {
 	readOnly bool
 	timeout  time.Duration
 	clock    func() time.Time
+	// onUpgrade is OpenOptions.OnUpgrade.
+	onUpgrade func(from, to string)
 
 	ceilingChecked atomic.Bool
 	raised         atomic.Uint64 // the ceiling this handle last wrote to the files
@@ -203,6 +205,15 @@ func (t *Tx) commit() error {
 	if t.headMod {
 		t.buf[t.key(famMeta, metaHead)] = &op{val: t.head.encode()}
 	}
+	upgrade := t.v2 && t.meta[metaVersion] != SchemaVersion
+	if upgrade {
+		// The first V2 record: the journal is SchemaVersion from this
+		// commit on, which holds only if the version is still what begin
+		// read.
+		vk := t.key(famMeta, metaVersion)
+		t.buf[vk] = &op{val: SchemaVersion}
+		t.reads[vk] = t.verRev
+	}
 	if len(t.buf) == 0 {
 		return nil
 	}
@@ -234,6 +245,9 @@ func (t *Tx) commit() error {
 	}
 	if err == nil && resp.Succeeded {
 		t.s.cacheCommitted(t, resp.Header.Revision)
+		if upgrade && t.s.onUpgrade != nil {
+			t.s.onUpgrade(t.meta[metaVersion], SchemaVersion)
+		}
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):

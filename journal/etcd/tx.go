@@ -57,6 +57,8 @@ type Tx struct {
 	cached   bool                        // the store's cache is current (Store.cacheValid)
 	liveScan map[string]*mvccpb.KeyValue // every liveness key at the snapshot, once scanned
 
+	verRev   int64  // the version key's mod revision at the snapshot
+	v2       bool   // this run wrote a V2 record (journal.IsV2): commit raises the version
 	first    uint64 // first event this run appended
 	requests int    // reads sent to etcd, begin's included (for tests)
 }
@@ -112,7 +114,7 @@ func (t *Tx) begin() error {
 	for k, p := range snap.pages {
 		t.pages[k] = p
 	}
-	t.meta = snap.meta
+	t.meta, t.verRev = snap.meta, snap.verRev
 	if t.write {
 		t.reads[t.key(famMeta, metaHead)] = snap.headRev
 	}
@@ -434,10 +436,20 @@ func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 			t.head.Counts[i]--
 		}
 	}
-	t.put(t.key(famTask, rec.ID), string(journal.EncodeTask(rec)))
+	enc := journal.EncodeTask(rec)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	t.put(t.key(famTask, rec.ID), string(enc))
+	for _, dep := range rec.After {
+		t.put(t.key(famDeps, dep+"\x00"+rec.ID), "")
+	}
 	switch {
-	case rec.State == record.Available:
+	case rec.Ready():
 		t.put(t.key(famReady, readyKey(rec.Priority, rec.Seq)), rec.ID)
+		for _, l := range rec.Labels {
+			t.put(t.key(famLabel, l+"\x00"+readyKey(rec.Priority, rec.Seq)), rec.ID)
+		}
+	case rec.Blocked():
+		t.addBlocked(+1)
 	case rec.State == record.Claimed && rec.Lease != nil:
 		t.put(t.key(famExpiry, rec.ID), expiryValue(rec.Lease.Deadline, rec.Lease.Token))
 	}
@@ -449,12 +461,69 @@ func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 }
 
 func (t *Tx) unindex(rec record.Task) {
+	for _, dep := range rec.After {
+		t.del(t.key(famDeps, dep+"\x00"+rec.ID))
+	}
 	switch {
-	case rec.State == record.Available:
+	case rec.Ready():
 		t.del(t.key(famReady, readyKey(rec.Priority, rec.Seq)))
+		for _, l := range rec.Labels {
+			t.del(t.key(famLabel, l+"\x00"+readyKey(rec.Priority, rec.Seq)))
+		}
+	case rec.Blocked():
+		t.addBlocked(-1)
 	case rec.State == record.Claimed && rec.Lease != nil:
 		t.del(t.key(famExpiry, rec.ID))
 	}
+}
+
+// addBlocked moves the blocked count, kept in a meta key that begin reads
+// with the head (every write moves the head, whose compare guards it).
+func (t *Tx) addBlocked(d int64) {
+	n := int64(getU64(t.meta[metaBlocked])) + d
+	k := t.key(famMeta, metaBlocked)
+	if n == 0 {
+		delete(t.meta, metaBlocked)
+		t.del(k)
+		return
+	}
+	t.meta[metaBlocked] = u64(uint64(n))
+	t.put(k, u64(uint64(n)))
+}
+
+// Blocked returns how many available tasks wait for others, from the meta
+// keys begin read: O(1).
+func (t *Tx) Blocked() int {
+	if t.begin() != nil {
+		return 0
+	}
+	return int(int64(getU64(t.meta[metaBlocked])))
+}
+
+// Dependents calls fn with the ids of the tasks whose After holds dep,
+// reading only dep's entries (a tracked range: a dependent added
+// meanwhile makes the commit run again).
+func (t *Tx) Dependents(dep string, fn func(id string) (more bool)) error {
+	p := t.key(famDeps, dep+"\x00")
+	return t.scan(p, rangeEnd(p), func(k, _ string) (bool, error) { return fn(k[len(p):]), nil })
+}
+
+// Dependencies calls fn for every entry of the dependents index.
+func (t *Tx) Dependencies(fn func(dep, id string) (more bool)) error {
+	return t.scanPrefix(famDeps, func(k, _ string) (bool, error) {
+		i := strings.IndexByte(k, 0)
+		if i < 0 {
+			return false, fmt.Errorf("dependents index: key %q has no separator", k)
+		}
+		return fn(k[:i], k[i+1:]), nil
+	})
+}
+
+// ReadyLabel calls fn with the ids of ready tasks that carry label, in
+// claim order, reading only label's entries (tracked as far as fn read).
+func (t *Tx) ReadyLabel(label string, fn func(id string) (more bool)) {
+	p := t.key(famLabel, label+"\x00")
+	_ = t.scan(p, rangeEnd(p), func(_, id string) (bool, error) { return fn(id), nil })
 }
 
 // ForEachTask calls fn for every record, in id order.
@@ -715,7 +784,11 @@ func (t *Tx) Defaults() (record.Defaults, error) {
 // afresh; events and the token counter are kept.
 func (t *Tx) Reset() error {
 	t.wrote()
-	for _, fam := range []string{famTask, famReady, famExpiry, famClaim, famRequest} {
+	if _, ok := t.meta[metaBlocked]; ok {
+		delete(t.meta, metaBlocked)
+		t.del(t.key(famMeta, metaBlocked))
+	}
+	for _, fam := range []string{famTask, famReady, famExpiry, famClaim, famRequest, famDeps, famLabel} {
 		err := t.scanPrefix(fam, func(k, _ string) (bool, error) {
 			t.del(t.key(fam, k))
 			return true, nil

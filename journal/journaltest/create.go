@@ -3,10 +3,12 @@ package journaltest
 import (
 	"errors"
 	"io/fs"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // RunBackend runs the contract of making and rebuilding journals (what
@@ -21,6 +23,7 @@ func RunBackend(t *testing.T, newBackend func(t *testing.T) (journal.Backend, st
 		{"CreateTwice", testCreateTwice},
 		{"LockTreeExcludes", testLockTreeExcludes},
 		{"SetAside", testSetAside},
+		{"UpgradeOnV2", testUpgradeOnV2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b, dir := newBackend(t)
@@ -154,4 +157,70 @@ func testSetAside(t *testing.T, b journal.Backend, dir string) {
 		t.Fatalf("Create after SetAside: %v", err)
 	}
 	checkCreated(t, l.Open, seed+1)
+}
+
+// testUpgradeOnV2: a new journal takes records without the fields V2
+// adds as an older fencectl writes them, and says nothing; the first
+// commit of a record with them (a task with dependencies) raises the
+// schema version and calls OnUpgrade once; later commits do not, nor
+// does a commit that was rolled back.
+func testUpgradeOnV2(t *testing.T, b journal.Backend, dir string) {
+	l := lockTree(t, b, dir)
+	if err := l.Create(Defaults, seed); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	l.Release()
+	var calls []string
+	s, err := b.Open(dir, journal.OpenOptions{Timeout: time.Second, OnUpgrade: func(from, to string) {
+		calls = append(calls, from+"->"+to)
+	}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	plain := available("plain", 0, 1)
+	update(t, s, func(tx journal.Tx) error { return tx.PutTask(nil, plain) })
+	if len(calls) != 0 {
+		t.Fatalf("a V1 record upgraded the journal: %v", calls)
+	}
+	blocked := available("blocked", 0, 2)
+	blocked.After, blocked.Labels = []string{"plain"}, []string{"gpu"}
+	refused := errors.New("refused")
+	if err := s.Update(func(tx journal.Tx) error {
+		if err := tx.PutTask(nil, blocked); err != nil {
+			return err
+		}
+		return refused
+	}); !errors.Is(err, refused) {
+		t.Fatalf("Update = %v, want the function's error", err)
+	}
+	if len(calls) != 0 {
+		t.Fatalf("a rolled-back V2 record upgraded the journal: %v", calls)
+	}
+	update(t, s, func(tx journal.Tx) error { return tx.PutTask(nil, blocked) })
+	if len(calls) != 1 {
+		t.Fatalf("OnUpgrade calls after the first V2 record = %v, want one", calls)
+	}
+	update(t, s, func(tx journal.Tx) error {
+		_, err := tx.Append(record.Event{Time: T0, Type: record.EvAdd, Task: "blocked", To: record.Available, After: []string{"plain"}})
+		return err
+	})
+	if len(calls) != 1 {
+		t.Errorf("OnUpgrade calls after a second V2 write = %v, want still one", calls)
+	}
+	// The upgraded journal opens again (its version is read) and holds
+	// the record whole.
+	s.Close()
+	s2, err := b.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatalf("Open after the upgrade: %v", err)
+	}
+	defer s2.Close()
+	view(t, s2, func(tx journal.Tx) error {
+		got, ok, err := tx.Task("blocked")
+		if err != nil || !ok || !slices.Equal(got.After, blocked.After) || !slices.Equal(got.Labels, blocked.Labels) {
+			t.Errorf("Task(blocked) after the upgrade = %+v, %v, %v", got, ok, err)
+		}
+		return nil
+	})
 }

@@ -51,6 +51,8 @@ func Run(t *testing.T, newStore func(t *testing.T) journal.Store) {
 		{"RerunStartsAfresh", testRerun},
 		{"ReadSeesCommitted", testReadSeesCommitted},
 		{"Head", testHead},
+		{"DependentsIndex", testDependents},
+		{"LabelIndex", testLabels},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
 	}
@@ -855,5 +857,97 @@ func testHead(t *testing.T, s journal.Store) {
 	put(t, s, available("b", 0, 2)) // a commit without events is a commit too
 	if h := head(); h == h1 {
 		t.Errorf("Head unchanged by a commit without events: %q", h)
+	}
+}
+
+func dependents(t *testing.T, s journal.Store, dep string) (ids []string, blocked int) {
+	t.Helper()
+	view(t, s, func(tx journal.Tx) error {
+		ids, blocked = nil, tx.Blocked()
+		return tx.Dependents(dep, func(id string) bool { ids = append(ids, id); return true })
+	})
+	return ids, blocked
+}
+
+// testDependents: a task with After is blocked (counted, not ready) and
+// listed under each of its dependencies; PutTask moves the entries as
+// After changes, in the same transaction, and Reset clears them.
+func testDependents(t *testing.T, s journal.Store) {
+	x, y := available("x", 0, 1), available("y", 0, 2)
+	d := available("d", 5, 3)
+	d.After = []string{"x", "y"}
+	e := available("e", 0, 4)
+	e.After = []string{"x"}
+	xy := available("xy", 0, 5) // a dependency whose id starts with another's
+	put(t, s, x, y, d, e, xy)
+	if ids, n := dependents(t, s, "x"); !reflect.DeepEqual(ids, []string{"d", "e"}) || n != 2 {
+		t.Errorf("Dependents(x) = %v, Blocked = %d; want [d e], 2", ids, n)
+	}
+	if got := readyIDs(t, s); !reflect.DeepEqual(got, []string{"x", "y", "xy"}) {
+		t.Errorf("Ready = %v; want [x y xy]: blocked tasks are not ready", got)
+	}
+	// x is done: d waits for y alone, e for nothing (ready now).
+	d2, e2 := d, e
+	d2.After, e2.After = []string{"y"}, nil
+	update(t, s, func(tx journal.Tx) error {
+		if err := tx.PutTask(&d, d2); err != nil {
+			return err
+		}
+		return tx.PutTask(&e, e2)
+	})
+	if ids, n := dependents(t, s, "x"); len(ids) != 0 || n != 1 {
+		t.Errorf("Dependents(x) after = %v, Blocked = %d; want none, 1", ids, n)
+	}
+	if ids, _ := dependents(t, s, "y"); !reflect.DeepEqual(ids, []string{"d"}) {
+		t.Errorf("Dependents(y) = %v; want [d]", ids)
+	}
+	if got := readyIDs(t, s); !reflect.DeepEqual(got, []string{"x", "y", "e", "xy"}) {
+		t.Errorf("Ready = %v; want [x y e xy]", got)
+	}
+	var all [][2]string
+	view(t, s, func(tx journal.Tx) error {
+		all = nil
+		return tx.Dependencies(func(dep, id string) bool { all = append(all, [2]string{dep, id}); return true })
+	})
+	if !reflect.DeepEqual(all, [][2]string{{"y", "d"}}) {
+		t.Errorf("Dependencies = %v; want [[y d]]", all)
+	}
+	update(t, s, func(tx journal.Tx) error { return tx.Reset() })
+	if ids, n := dependents(t, s, "y"); len(ids) != 0 || n != 0 {
+		t.Errorf("after Reset: Dependents(y) = %v, Blocked = %d", ids, n)
+	}
+}
+
+func labelled(t *testing.T, s journal.Store, label string) (ids []string) {
+	t.Helper()
+	view(t, s, func(tx journal.Tx) error {
+		ids = nil
+		tx.ReadyLabel(label, func(id string) bool { ids = append(ids, id); return true })
+		return nil
+	})
+	return ids
+}
+
+// testLabels: the per-label ready index holds the ready tasks of a label
+// in claim order, and only them: a blocked or claimed task leaves it.
+func testLabels(t *testing.T, s journal.Store) {
+	a, b, c := available("a", 0, 1), available("b", 9, 2), available("c", 0, 3)
+	a.Labels, b.Labels, c.Labels = []string{"gpu", "linux"}, []string{"gpu"}, []string{"gp"}
+	blocked := available("blk", 0, 4)
+	blocked.Labels, blocked.After = []string{"gpu"}, []string{"a"}
+	put(t, s, a, b, c, blocked)
+	if got := labelled(t, s, "gpu"); !reflect.DeepEqual(got, []string{"b", "a"}) {
+		t.Errorf("ReadyLabel(gpu) = %v; want [b a] (priority, then age; not the blocked one)", got)
+	}
+	if got := labelled(t, s, "gp"); !reflect.DeepEqual(got, []string{"c"}) {
+		t.Errorf("ReadyLabel(gp) = %v; want [c]", got)
+	}
+	b2 := claimed(b, 7, T0.Add(time.Minute))
+	update(t, s, func(tx journal.Tx) error { return tx.PutTask(&b, b2) })
+	if got := labelled(t, s, "gpu"); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Errorf("ReadyLabel(gpu) after claiming b = %v; want [a]", got)
+	}
+	if got := labelled(t, s, "none"); len(got) != 0 {
+		t.Errorf("ReadyLabel(none) = %v", got)
 	}
 }

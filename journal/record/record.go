@@ -50,7 +50,24 @@ type Task struct {
 	Updated     time.Time `json:"updated"`
 	Lease       *Lease    `json:"lease,omitempty"`
 	Last        *LeaseEnd `json:"last,omitempty"` // how the latest lease ended
+	// After lists the tasks this one waits for that are not done yet, in
+	// the order given; while it is not empty an available task is blocked:
+	// it stays in available/ but no claim takes it.
+	After []string `json:"after,omitempty"`
+	// Labels are the task's labels, sorted and without duplicates; a claim
+	// may ask for tasks that carry all of some labels.
+	Labels []string `json:"labels,omitempty"`
+	// NotBefore, when not zero, is the earliest time a claim may take the
+	// task (schedules, backoff).
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
+
+// Blocked reports whether t is available but waits for other tasks.
+func (t Task) Blocked() bool { return t.State == Available && len(t.After) > 0 }
+
+// Ready reports whether a claim-next may take t: available, waiting for
+// nothing.
+func (t Task) Ready() bool { return t.State == Available && len(t.After) == 0 }
 
 // Lease is the current claim on a claimed task.
 type Lease struct {
@@ -101,6 +118,8 @@ const (
 	EvPut       EventType = "put"       // a fenced output written to out/<task>/<name>; no state change
 	EvMissing   EventType = "missing"   // the task's file is in no directory: → failed (done stays done), any lease ends, no attempt counted
 	EvCancel    EventType = "cancel"    // operator: any state but done/failed → failed, any lease ends (its token dies), no attempt counted
+	EvSet       EventType = "set"       // operator: new priority, labels and dependencies (the event carries all three); no state change
+	EvDepDone   EventType = "dep_done"  // a task this one waited for is done: After is what it still waits for; no state change
 )
 
 // Event is one entry of the append-only log. From and To are the task's
@@ -122,6 +141,12 @@ type Event struct {
 	Staged      string     `json:"staged,omitempty"` // add, put, complete --result: staging file name in .fence/tmp
 	Output      string     `json:"output,omitempty"` // put, complete --result: name of the file in out/<task>/
 	Source      string     `json:"source,omitempty"` // adopt: directory the file was found in
+	// After, Labels and NotBefore are the task's new values of these
+	// fields: add sets them; set sets all three (with Priority); dep_done
+	// sets After (what the task still waits for).
+	After     []string  `json:"after,omitempty"`
+	Labels    []string  `json:"labels,omitempty"`
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
 
 // Defaults are the tree-wide settings chosen at init.

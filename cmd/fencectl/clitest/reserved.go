@@ -33,6 +33,7 @@ func IDSteps() []IDStep {
 	return []IDStep{
 		{"add", func(w string, _ uint64) []string { return []string{"add", "--id", w, "--json"} }, 0},
 		{"show", func(w string, _ uint64) []string { return []string{"show", w, "--json"} }, 0},
+		{"set", func(w string, _ uint64) []string { return []string{"set", w, "--priority", "2", "--json"} }, 0},
 		{"log", func(w string, _ uint64) []string { return []string{"log", "--task", w, "--json"} }, 0},
 		// list's cursor: the tasks after w, never w itself.
 		{"list", func(w string, _ uint64) []string { return []string{"list", "--after", w, "--json"} }, 0},

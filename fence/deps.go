@@ -1,0 +1,232 @@
+package fence
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// Dependencies and labels.
+//
+// A task added (or set) with After waits for those tasks: it stays in
+// available/ (the directory layout does not change) but is blocked, out
+// of the ready index, so no claim takes it; a named claim is refused with
+// the ids it waits for. The journal keeps a reverse index (dependency →
+// dependents), so the commit that makes a task done also records, for
+// each task waiting for it, a dep_done event that removes it from After
+// (DepDoneEvent): one with nothing left is ready in that same commit.
+// A dependency that fails or is cancelled keeps its dependents blocked;
+// requeue it and complete it to release them. Only set can close a cycle
+// (a new task is nobody's dependency yet), and it is refused.
+
+// checkDeps checks the ids a task is to wait for, before any lock.
+func checkDeps(id string, after []string) error {
+	seen := map[string]bool{}
+	for _, dep := range after {
+		if err := fsmirror.ValidateID(dep); err != nil {
+			return invalidf(InputDeps, RuleFormat, dep, "%v", err)
+		}
+		if dep == id && id != "" {
+			return invalidf(InputDeps, RuleCycle, dep, "task %s cannot wait for itself", id)
+		}
+		if seen[dep] {
+			return invalidf(InputDeps, RuleConflict, dep, "dependency %s is named twice", dep)
+		}
+		seen[dep] = true
+	}
+	return nil
+}
+
+// checkLabels checks labels and returns them sorted, without duplicates.
+func checkLabels(labels []string) ([]string, error) {
+	for _, l := range labels {
+		if err := fsmirror.ValidateLabel(l); err != nil {
+			return nil, invalidf(InputLabel, RuleFormat, l, "%v", err)
+		}
+	}
+	return NormalizeLabels(labels), nil
+}
+
+// pendingDeps reads the tasks of after and returns those not done yet,
+// in the order given: a task already done is not waited for. An unknown
+// one is a *NoSuchTaskError.
+func pendingDeps(tx journal.Tx, after []string) ([]string, error) {
+	var out []string
+	for _, dep := range after {
+		rec, ok, err := tx.Task(dep)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, &NoSuchTaskError{Task: dep}
+		}
+		if rec.State != record.Done {
+			out = append(out, dep)
+		}
+	}
+	return out, nil
+}
+
+// checkCycle refuses after for task id if one of those tasks waits,
+// directly or through others, for id. It follows After only (done tasks
+// wait for nothing), reading each task once.
+func checkCycle(tx journal.Tx, id string, after []string) error {
+	seen := map[string]bool{}
+	var path []string
+	var walk func(cur string) (bool, error)
+	walk = func(cur string) (bool, error) {
+		if cur == id {
+			return true, nil
+		}
+		if seen[cur] {
+			return false, nil
+		}
+		seen[cur] = true
+		rec, ok, err := tx.Task(cur)
+		if err != nil || !ok {
+			return false, err
+		}
+		for _, next := range rec.After {
+			path = append(path, next)
+			if found, err := walk(next); found || err != nil {
+				return found, err
+			}
+			path = path[:len(path)-1]
+		}
+		return false, nil
+	}
+	for _, dep := range after {
+		path = []string{dep}
+		found, err := walk(dep)
+		if err != nil {
+			return err
+		}
+		if found {
+			return invalidf(InputDeps, RuleCycle, dep, "task %s cannot wait for %s: %s waits for %s, a cycle (%s → %s); nothing changed",
+				id, dep, dep, id, id, strings.Join(path, " → "))
+		}
+	}
+	return nil
+}
+
+// Dependency is one task another waits for, as show explains it.
+type Dependency struct {
+	ID    string
+	State record.State
+	// Why, for a dependency that failed, is how it ended (its reason):
+	// its dependents stay blocked until it is requeued and done.
+	Why string
+}
+
+// dependencies reads the tasks rec waits for.
+func dependencies(tx journal.Tx, rec record.Task) ([]Dependency, error) {
+	var out []Dependency
+	for _, id := range rec.After {
+		d := Dependency{ID: id}
+		dep, ok, err := tx.Task(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			d.State = dep.State
+			if dep.State == record.Failed && dep.Last != nil {
+				d.Why = dep.Last.Reason
+				if d.Why == "" {
+					d.Why = string(dep.Last.By)
+				}
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// SetRequest changes what may change of a task nobody holds. A nil field
+// is left as it is; an empty, non-nil Labels or After clears it.
+type SetRequest struct {
+	ID       string
+	Priority *int64
+	Labels   []string
+	After    []string
+	Agent    string // recorded, never compared
+}
+
+// Set changes the priority, labels and dependencies of a task that is
+// not claimed, recording a set event that carries all three; the indexes
+// follow in the same commit (a task given unfinished dependencies leaves
+// the ready index, one that loses its last enters it). A claimed task is
+// refused (release it first), a done or failed one too (NotAvailableError);
+// dependencies that would close a cycle are an *InvalidInputError.
+// Nothing to change answers Retry.
+func (t *Tree) Set(ctx context.Context, req SetRequest) (Result, error) {
+	if err := fsmirror.ValidateID(req.ID); err != nil {
+		return Result{}, invalidf(InputID, RuleFormat, req.ID, "%v", err)
+	}
+	if req.Priority == nil && req.Labels == nil && req.After == nil {
+		return Result{}, invalidValue(InputID, RuleMissing, nil, "name something to change: --priority, --label or --after")
+	}
+	if err := checkDeps(req.ID, req.After); err != nil {
+		return Result{}, err
+	}
+	labels, err := checkLabels(req.Labels)
+	if err != nil {
+		return Result{}, err
+	}
+	return t.operatorTx(ctx, record.EvSet, req.ID, func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error) {
+		if rec.State != record.Available {
+			return record.Event{}, &NotAvailableError{Task: rec.ID, State: rec.State, Op: "set"}
+		}
+		ev := record.Event{Time: now, Type: record.EvSet, Task: rec.ID, From: rec.State, To: rec.State, Agent: req.Agent,
+			Priority: rec.Priority, Labels: rec.Labels, After: rec.After}
+		if req.Priority != nil {
+			ev.Priority = *req.Priority
+		}
+		if req.Labels != nil {
+			ev.Labels = labels
+		}
+		if req.After != nil {
+			after, err := pendingDeps(tx, req.After)
+			if err != nil {
+				return record.Event{}, err
+			}
+			if err := checkCycle(tx, rec.ID, after); err != nil {
+				return record.Event{}, err
+			}
+			ev.After = after
+		}
+		if ev.Priority == rec.Priority && slices.Equal(ev.Labels, rec.Labels) && slices.Equal(ev.After, rec.After) {
+			return ev, errNoChange
+		}
+		return ev, nil
+	})
+}
+
+// checkClaimLabels checks the labels a claim asks for; they select among
+// ready tasks, so a claim that names its task (or restores a token) takes
+// none.
+func checkClaimLabels(labels []string, named bool) error {
+	if len(labels) > 0 && named {
+		return invalidf(InputLabel, RuleConflict, labels[0], "labels select among the ready tasks: name a task or ask for labels, not both")
+	}
+	for _, l := range labels {
+		if err := fsmirror.ValidateLabel(l); err != nil {
+			return invalidf(InputLabel, RuleFormat, l, "%v", err)
+		}
+	}
+	return nil
+}
+
+// hasLabels reports whether rec carries every one of labels.
+func hasLabels(rec record.Task, labels []string) bool {
+	for _, l := range labels {
+		if _, found := slices.BinarySearch(rec.Labels, l); !found {
+			return false
+		}
+	}
+	return true
+}
