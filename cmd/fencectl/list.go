@@ -96,7 +96,7 @@ func writeList(w io.Writer, tasks []record.Task) {
 	}
 	at := now()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATE\tPRIORITY\tATTEMPTS\tAGENT\tDEADLINE/AGE")
+	fmt.Fprintln(tw, "TASK\tSTATE\tPRIORITY\tLABELS\tATTEMPTS\tAGENT\tDEADLINE/AGE")
 	for _, r := range tasks {
 		agent, when := "-", "age "+max(at.Sub(r.Created), 0).Round(time.Second).String()
 		if r.State == record.Claimed && r.Lease != nil {
@@ -107,7 +107,11 @@ func writeList(w io.Writer, tasks []record.Task) {
 		if r.Blocked() {
 			state = "blocked"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s\n", r.ID, state, r.Priority, r.Attempts, r.MaxAttempts, agent, when)
+		labels := "-"
+		if len(r.Labels) > 0 {
+			labels = printable(strings.Join(r.Labels, ","))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", r.ID, state, r.Priority, labels, r.Attempts, r.MaxAttempts, agent, when)
 	}
 	tw.Flush()
 }
