@@ -131,6 +131,7 @@ func commands(out *output) []*cli.Command {
 		recoverCommand(out),
 		runCommand(out),
 		putCommand(out),
+		mcpCommand(out),
 		helpCommand(),
 	}
 }
