@@ -56,6 +56,7 @@ func newMCPServer(t *fence.Tree, agent string, box *noticeBox, logger *slog.Logg
 		Logger:       logger,
 		Capabilities: &mcp.ServerCapabilities{},
 	})
+	srv.AddReceivingMiddleware(m.badArguments)
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	fenced := func(idempotent bool) *mcp.ToolAnnotations {
 		return &mcp.ToolAnnotations{IdempotentHint: idempotent, DestructiveHint: new(false), OpenWorldHint: new(false)}
@@ -140,6 +141,28 @@ func (m *mcpServer) refusal(err error) *mcp.CallToolResult {
 		b = fmt.Appendf(nil, `{"code":1,"reason":%q,"message":%q}`, fence.ReasonIOError, jerr.Error())
 	}
 	return &mcp.CallToolResult{IsError: true, StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
+}
+
+// badArguments answers a call whose arguments the SDK refused (a
+// required field missing, a wrong type, an unknown field) as every other
+// refusal: the error object, reason invalid_input, and the next step. The
+// SDK's own answer to it is a text alone; every refusal of ours carries
+// structured content.
+func (m *mcpServer) badArguments(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		r, ok := res.(*mcp.CallToolResult)
+		if err != nil || !ok || !r.IsError || r.StructuredContent != nil {
+			return res, err
+		}
+		var text []string
+		for _, c := range r.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				text = append(text, t.Text)
+			}
+		}
+		return m.refusal(usagef("%s (see the tool's input schema)", strings.Join(text, "; "))), nil
+	}
 }
 
 // mcpFieldOf names the tool field that sets each of the domain's inputs.
@@ -259,7 +282,7 @@ type taskIn struct {
 }
 
 type listIn struct {
-	State string `json:"state,omitempty" jsonschema:"only tasks in this state: waiting, available, claimed, done or failed"`
+	State string `json:"state,omitempty" jsonschema:"only tasks in this state (available, claimed, done, failed)"`
 	Agent string `json:"agent,omitempty" jsonschema:"only the tasks this agent holds"`
 	Limit *int   `json:"limit,omitempty" jsonschema:"at most this many tasks (default 100; 0: all)"`
 	After string `json:"after,omitempty" jsonschema:"start after this task id: the last id of the previous page"`
