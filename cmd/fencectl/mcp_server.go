@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,7 +57,6 @@ func newMCPServer(t *fence.Tree, agent string, box *noticeBox, logger *slog.Logg
 		Logger:       logger,
 		Capabilities: &mcp.ServerCapabilities{},
 	})
-	srv.AddReceivingMiddleware(m.badArguments)
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	fenced := func(idempotent bool) *mcp.ToolAnnotations {
 		return &mcp.ToolAnnotations{IdempotentHint: idempotent, DestructiveHint: new(false), OpenWorldHint: new(false)}
@@ -85,15 +85,28 @@ never retry with another token. After a restart, resume from your notes with
 verify or claim (task and token).`
 
 // addTool registers a tool whose handler answers with out (the --json
-// type) or refuses with err. The output schema is Out's; a refusal is a
-// tool error whose structured content is the error object (see refusal),
-// which the SDK's typed path cannot carry, hence the untyped output.
+// type) or refuses with err (see refusal). The schemas are In's and Out's.
+//
+// The SDK's typed handlers (mcp.AddTool) are not used: they pass the
+// arguments and the output through map[string]any, where a token above
+// 2^53 loses its last digits as a float64, and a refusal could not carry
+// its structured content. Here the arguments are checked against the
+// schema, then decoded into In from their own bytes, and the answer is
+// marshalled once, as the commands marshal it.
 func addTool[In any, Out result](srv *mcp.Server, m *mcpServer, name, desc string, ann *mcp.ToolAnnotations, h func(context.Context, In) (Out, error)) {
+	inSchema, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: input schema: %v", name, err))
+	}
+	inResolved, err := inSchema.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: input schema: %v", name, err))
+	}
 	rt := reflect.TypeFor[Out]()
 	if rt.Kind() == reflect.Pointer {
 		rt = rt.Elem()
 	}
-	schema, err := jsonschema.ForType(rt, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+	outSchema, err := jsonschema.ForType(rt, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		// A batch's failures hold error objects, which nest (failed):
 		// described, not spelled out.
 		reflect.TypeFor[errorObject](): {Type: "object", Description: "why a task was not claimed: an error object as --json prints it (code, reason, message, task, ...)"},
@@ -101,15 +114,53 @@ func addTool[In any, Out result](srv *mcp.Server, m *mcpServer, name, desc strin
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: output schema: %v", name, err))
 	}
-	mcp.AddTool(srv, &mcp.Tool{Name: name, Description: desc, Annotations: ann, OutputSchema: schema},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+	srv.AddTool(&mcp.Tool{Name: name, Description: desc, Annotations: ann, InputSchema: inSchema, OutputSchema: outSchema},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in In
+			if err := decodeArguments(req.Params.Arguments, inResolved, &in); err != nil {
+				return m.refusal(err), nil
+			}
 			out, err := h(ctx, in)
 			if err != nil {
-				return m.refusal(err), nil, nil
+				return m.refusal(err), nil
 			}
 			out.setNotices(m.notices.take())
-			return nil, out, nil
+			return answer(out), nil
 		})
+}
+
+// decodeArguments checks a call's arguments against the tool's input
+// schema and decodes them into in.
+func decodeArguments(raw json.RawMessage, schema *jsonschema.Resolved, in any) error {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	var loose map[string]any // numbers as float64: for the schema's checks only
+	if err := json.Unmarshal(raw, &loose); err != nil {
+		return usagef("the arguments are not a JSON object: %v", err)
+	}
+	if err := schema.Validate(loose); err != nil {
+		return usagef("%v (see the tool's input schema)", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(in); err != nil {
+		return usagef("invalid arguments: %v (see the tool's input schema)", err)
+	}
+	return nil
+}
+
+// answer is a tool's result: v as structured content and, for clients
+// that read text only, the same JSON as text.
+func answer(v any) *mcp.CallToolResult {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "marshal the answer: " + err.Error()}}}
+	}
+	text := bytes.TrimSpace(b.Bytes())
+	return &mcp.CallToolResult{StructuredContent: json.RawMessage(text), Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}
 }
 
 // toolError is a refusal's structured content: the --json error object
@@ -135,34 +186,9 @@ func (m *mcpServer) refusal(err error) *mcp.CallToolResult {
 		obj.Message = err.Error() + " (the server's --timeout / FENCE_TIMEOUT)"
 	}
 	obj.Notices = m.notices.take()
-	te := toolError{errorObject: obj, Next: nextStep(obj)}
-	b, jerr := json.Marshal(te)
-	if jerr != nil {
-		b = fmt.Appendf(nil, `{"code":1,"reason":%q,"message":%q}`, fence.ReasonIOError, jerr.Error())
-	}
-	return &mcp.CallToolResult{IsError: true, StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
-}
-
-// badArguments answers a call whose arguments the SDK refused (a
-// required field missing, a wrong type, an unknown field) as every other
-// refusal: the error object, reason invalid_input, and the next step. The
-// SDK's own answer to it is a text alone; every refusal of ours carries
-// structured content.
-func (m *mcpServer) badArguments(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		res, err := next(ctx, method, req)
-		r, ok := res.(*mcp.CallToolResult)
-		if err != nil || !ok || !r.IsError || r.StructuredContent != nil {
-			return res, err
-		}
-		var text []string
-		for _, c := range r.Content {
-			if t, ok := c.(*mcp.TextContent); ok {
-				text = append(text, t.Text)
-			}
-		}
-		return m.refusal(usagef("%s (see the tool's input schema)", strings.Join(text, "; "))), nil
-	}
+	res := answer(toolError{errorObject: obj, Next: nextStep(obj)})
+	res.IsError = true
+	return res
 }
 
 // mcpFieldOf names the tool field that sets each of the domain's inputs.

@@ -183,9 +183,11 @@ func decodeContent(t *testing.T, res *mcp.CallToolResult, out any) {
 	if res.StructuredContent == nil {
 		t.Fatalf("no structured content: %s", contentText(res))
 	}
-	b, err := json.Marshal(res.StructuredContent)
-	if err != nil {
-		t.Fatal(err)
+	// The text is the same JSON, with its numbers as they were sent: the
+	// SDK's client decodes the structured content into float64s.
+	b := []byte(contentText(res))
+	if err := json.Unmarshal(b, new(map[string]any)); err != nil {
+		t.Fatalf("the text content is not one JSON object: %v\n%s", err, b)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -396,6 +398,12 @@ func testMCPRefusals(t *testing.T, m *mcpTree) {
 	if e, whole := refuse(t, cs, "complete", map[string]any{"task": "t1", "token": 999}); e.Code != exitFenced || e.Reason != fence.ReasonNotHeld || strings.Contains(whole, current) {
 		t.Errorf("complete with a token never issued: %+v", e)
 	}
+	// A token above 2^53 (no float64 holds it) arrives, and comes back,
+	// with every digit.
+	const big = 1<<60 + 1
+	if e, _ := refuse(t, cs, "verify", map[string]any{"task": "t1", "token": uint64(big)}); e.YourToken != big || e.Reason != fence.ReasonNotHeld {
+		t.Errorf("verify with token %d: your_token %d, reason %s", uint64(big), e.YourToken, e.Reason)
+	}
 	for _, tc := range []struct {
 		tool   string
 		args   map[string]any
@@ -417,6 +425,8 @@ func testMCPRefusals(t *testing.T, m *mcpTree) {
 		{"heartbeat", map[string]any{"task": "t1"}, exitUsage, fence.ReasonInvalidInput, "token"},
 		{"heartbeat", map[string]any{"task": "t1", "token": "x"}, exitUsage, fence.ReasonInvalidInput, "token"},
 		{"heartbeat", map[string]any{"task": "t1", "token": 0}, exitUsage, fence.ReasonInvalidInput, "missing token"},
+		{"heartbeat", map[string]any{"task": "t1", "token": old, "lease": "1h"}, exitUsage, fence.ReasonInvalidInput, "lease"},
+		{"verify", map[string]any{"task": "t1", "token": -1}, exitUsage, fence.ReasonInvalidInput, "token"},
 		{"put", map[string]any{"task": "t1", "token": now.Token, "name": "../x", "content": ""}, exitUsage, fence.ReasonInvalidInput, "../x"},
 		{"list", map[string]any{"state": "lost"}, exitUsage, fence.ReasonInvalidInput, `invalid state "lost"`},
 		{"log", map[string]any{"since": "yesterday"}, exitUsage, fence.ReasonInvalidInput, "invalid since"},
