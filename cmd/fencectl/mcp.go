@@ -88,6 +88,15 @@ name one itself; it never authorises anything.`,
 				return err
 			}
 			defer t.Close()
+			// Read the journal once before serving: a tree that cannot be
+			// read (damaged, newer, locked past --timeout) fails here, with
+			// its exit code, rather than at every tool call.
+			if _, err := t.Defaults(c.Context); err != nil {
+				for _, n := range box.drain() {
+					out.notice(n) // with the error, as every command's
+				}
+				return err
+			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return serveMCP(ctx, mcpSession{tree: t, agent: agentName(c), notices: box, in: out.stdin, out: out.stdout, log: out.stderr})
@@ -117,13 +126,18 @@ type noticeBox struct {
 func (b *noticeBox) add(n fence.Notice) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.pending = append(b.pending, withHint(n))
+	b.pending = append(b.pending, n)
 }
 
+// take is the pending notices as an answer carries them.
 func (b *noticeBox) take() []noticeJSON {
+	return newNotices(convert(b.drain(), withHint))
+}
+
+func (b *noticeBox) drain() []fence.Notice {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := newNotices(b.pending)
+	n := b.pending
 	b.pending = nil
 	return n
 }

@@ -260,10 +260,17 @@ func testMCPEveryTool(t *testing.T, m *mcpTree, via string) {
 		m.mustCLI("add", "--id", id)
 	}
 	cs := m.session(via)
+	// What the tree notices on the way travels in the answer, as with --json.
+	if err := os.WriteFile(filepath.Join(m.dir, "inbox", "bad@name"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	c := call[claimJSON](t, cs, "claim", map[string]any{"agent": "a1", "ttl": "1h"})
 	if c.Task != "t1" || c.Agent != "a1" || c.Token == 0 || c.Renewed || c.Path != filepath.Join(m.dir, "claimed", "t1") {
 		t.Fatalf("claim: %+v", c)
+	}
+	if len(c.Notices) != 1 || c.Notices[0].Notice != string(fence.NoticeInboxRejected) || c.Notices[0].Name != "bad@name" {
+		t.Errorf("claim's notices: %+v, want the rejected inbox file", c.Notices)
 	}
 	tok := c.Token
 	fenced := func(extra map[string]any) map[string]any {
