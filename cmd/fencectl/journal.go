@@ -95,13 +95,21 @@ func handOff(c *cli.Context) error {
 	if !exitsAfterRun { // called in-process by a test: nothing to exec
 		return missing
 	}
-	bin := "fencectl-" + name
+	return execBeside("fencectl-"+name, missing)
+}
+
+// execBeside runs bin in place of this process, with the same arguments
+// and environment: the one beside this executable, else the one on PATH.
+// missing says what this binary lacks; it is returned, with where bin was
+// looked for, when bin is not found (or is this very binary, which would
+// run itself again forever).
+func execBeside(bin string, missing error) error {
 	path := ""
 	exe, _ := os.Executable()
 	if exe != "" {
 		if filepath.Base(exe) == bin {
-			// This is fencectl-<name> built without the backend: running
-			// itself again would never end.
+			// This is fencectl-<name> built without what it is for:
+			// running itself again would never end.
 			return fmt.Errorf("%w; %s was built without it: build it with `make build`", missing, exe)
 		}
 		if p := filepath.Join(filepath.Dir(exe), bin); isExecutable(p) {
@@ -111,7 +119,7 @@ func handOff(c *cli.Context) error {
 	if path == "" {
 		p, err := exec.LookPath(bin)
 		if err != nil {
-			return fmt.Errorf("%w; %s is not beside this fencectl nor on PATH: install it (make install puts both in place)", missing, bin)
+			return fmt.Errorf("%w; %s is not beside this fencectl nor on PATH: install it (make install puts it in place)", missing, bin)
 		}
 		path = p
 	}

@@ -132,6 +132,7 @@ func commands(out *output) []*cli.Command {
 		recoverCommand(out),
 		runCommand(out),
 		putCommand(out),
+		mcpCommand(out),
 		guideCommand(out),
 		helpCommand(),
 	}
