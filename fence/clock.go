@@ -31,3 +31,8 @@ func (o Options) lockTimeout() time.Duration {
 
 // now reads the tree's clock.
 func (t *Tree) now() time.Time { return t.opts.Clock() }
+
+// Now is the tree's time: on a bbolt tree the lease clock (wall time at
+// boot plus the time since), which wall-clock jumps do not move; what
+// callers should show a lease's time left against.
+func (t *Tree) Now() time.Time { return t.now() }

@@ -359,6 +359,9 @@ func (t *Tree) beginWrite(db journal.Store) error {
 	if err := t.settle(db); err != nil {
 		return err
 	}
+	if err := t.sweepRebooted(db); err != nil {
+		return err
+	}
 	t.sweepStaging(db)
 	t.adoptInbox(db)
 	return nil

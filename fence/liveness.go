@@ -160,16 +160,25 @@ func (t *Tree) deadHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 	return dead, nil
 }
 
-// locked reports whether another open file holds path's lock (a holder
-// that lives). A file that cannot be opened counts as locked: it is not
-// this function's to judge.
+// locked reports whether path's holder may still live: another open file
+// holds its lock, or the file is gone or going. A holder that is done
+// removes its file and then lets the lock go, while its claim is still
+// current (run stops its keeper before it completes the task): a file
+// that vanished, or was unlinked between our open and our lock, was let
+// go on purpose, by a live holder. Only a file still linked whose lock
+// we get was left by a process that died. A file that cannot be opened
+// counts as locked too: it is not this function's to judge.
 func locked(path string) bool {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return !errors.Is(err, unix.ENOENT)
+		return true
 	}
 	defer unix.Close(fd)
-	return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) != nil || st.Nlink == 0
 }
 
 // reapDead reaps the claims whose holders died (see deadHolders), as

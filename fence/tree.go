@@ -42,6 +42,12 @@ type Options struct {
 	// Clock is the time every rule reads (see clock.go); nil is the system
 	// clock. A store with a clock of its own judges expiry by that instead.
 	Clock func() time.Time
+	// Boot is the boot clock of a tree whose journal is on this host
+	// (bbolt): with it, the tree's clock is the lease clock (see
+	// leaseclock.go), which the wall clock's jumps do not move. Nil is the
+	// system's boot clock if Clock is nil too; with Clock set and Boot nil,
+	// Clock alone is the tree's time (tests that move it by hand).
+	Boot BootClock
 	// AllowNetworkFS lets InitTree make a bbolt journal on a file system
 	// other hosts may reach (NFS, SMB, FUSE…), which it refuses otherwise
 	// (see netfs.go): for a tree that one host alone uses.
@@ -66,6 +72,9 @@ type Tree struct {
 	store   journal.Backend
 	owned   bool // store was made for this Tree: Close closes it
 	batch   *batcher
+	// leaseClock is the tree's clock on bbolt (see leaseclock.go); nil
+	// on etcd, or when the caller's Clock is the time.
+	leaseClock *leaseClock
 }
 
 // NoJournalError says a tree has no journal, and what to do.
@@ -106,8 +115,20 @@ func Open(root string, o Options) (*Tree, error) {
 		return nil, err
 	}
 	m.Crash, m.Fault = crashAt, renameFault
+	var lc *leaseClock
+	if store.Name() == "bbolt" && (o.Clock == nil || o.Boot != nil) {
+		boot := o.Boot
+		if boot == nil {
+			boot = SystemBootClock
+		}
+		// Without a boot clock (no /proc), the wall clock judges leases.
+		lc, _ = openLeaseClock(meta, o.clock(), boot)
+	}
 	o.Timeout, o.Clock = o.lockTimeout(), o.clock()
-	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}}
+	if lc != nil {
+		o.Clock = lc.now
+	}
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}

@@ -156,7 +156,7 @@ func setupOptions(c *cli.Context) fence.Options {
 	if timeout <= 0 {
 		timeout = fence.NoWait
 	}
-	return fence.Options{Timeout: timeout, Clock: testClock}
+	return fence.Options{Timeout: timeout, Clock: testClock, Boot: testBoot}
 }
 
 // openTree opens the tree named by --dir / FENCE_DIR.
@@ -165,13 +165,17 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := fence.Options{Timeout: timeout, Notify: out.notice, Clock: testClock}
+	o := fence.Options{Timeout: timeout, Notify: out.notice, Clock: testClock, Boot: testBoot}
 	// FENCE_LOCK_MODE=bbolt is for benchmarks only (see README): it drops
 	// the blocking flock to show what bbolt's 50 ms lock polling costs.
 	if os.Getenv("FENCE_LOCK_MODE") == "bbolt" {
 		o.Backend = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
 	}
-	return fence.Open(c.String("dir"), o)
+	t, err := fence.Open(c.String("dir"), o)
+	if err == nil {
+		treeNow = t.Now
+	}
+	return t, err
 }
 
 // withTree opens the tree, runs fn and closes it (CloseAtExit when the

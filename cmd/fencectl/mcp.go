@@ -111,7 +111,7 @@ func openTreeNotify(c *cli.Context, notify func(fence.Notice)) (*fence.Tree, err
 	if err != nil {
 		return nil, err
 	}
-	return fence.Open(c.String("dir"), fence.Options{Timeout: timeout, Notify: notify, Clock: testClock})
+	return fence.Open(c.String("dir"), fence.Options{Timeout: timeout, Notify: notify, Clock: testClock, Boot: testBoot})
 }
 
 // noticeBox collects what the tree noticed until a tool call's answer
