@@ -1,0 +1,128 @@
+package fence
+
+import (
+	"context"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// Watching a tree without polling: Watch tells a reader that the journal
+// changed (inotify on a bbolt journal, an etcd watch on an etcd one: the
+// store's own Watch, the one the lease keeper uses), EventsAfter then
+// reads what is new from a sequence number on, and Gauges reads what a
+// dashboard or a metrics scrape shows. None of them holds a lock between
+// calls: each read takes the shared lock for one transaction.
+
+// Changes is a watch on a tree's journal: C is signalled, coalesced,
+// after every commit by any process; the receiver re-reads what it cares
+// about. A signal may come with nothing new (a commit that only renewed
+// a lease, or a write of the store's own): a reader must not assume one
+// event per signal.
+type Changes struct{ w journal.Watcher }
+
+// Watch starts watching the tree's journal. A non-nil error is a
+// *WatchError (no inotify instance left, say): the caller falls back to
+// reading on a timer, and says so.
+func (t *Tree) Watch() (*Changes, error) {
+	w, err := t.store.Watch(t.metaDir)
+	if err != nil {
+		return nil, &WatchError{Err: err}
+	}
+	return &Changes{w: w}, nil
+}
+
+// C is signalled after the journal changed.
+func (c *Changes) C() <-chan struct{} { return c.w.C() }
+
+// Close stops watching. Safe to call twice.
+func (c *Changes) Close() error { return c.w.Close() }
+
+// EventPage is one read of EventsAfter: the events, oldest first, and
+// Last, the sequence number of the newest event read, kept or not (a
+// skipped heartbeat moves it too): the next page starts after Last.
+type EventPage struct {
+	Events []record.Event
+	Last   uint64
+}
+
+// EventsAfter reads up to limit events (0: all) whose sequence number is
+// above after, oldest first, leaving heartbeats out unless heartbeats is
+// set (they still move Last on, and count towards limit, so that a page
+// is bounded whatever it keeps).
+func (t *Tree) EventsAfter(ctx context.Context, after uint64, limit int, heartbeats bool) (EventPage, error) {
+	if limit < 0 {
+		return EventPage{}, invalidValue(InputLimit, RuleRange, limit, "must be 0 (all) or more")
+	}
+	var p EventPage
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+		p = EventPage{Last: after} // a store may run this more than once
+		read := 0
+		return tx.Events(after+1, func(ev record.Event) (bool, error) {
+			read++
+			p.Last = ev.Seq
+			if heartbeats || ev.Type != record.EvHeartbeat {
+				p.Events = append(p.Events, ev)
+			}
+			return limit == 0 || read < limit, nil
+		})
+	})
+	return p, err
+}
+
+// Gauges is what a tree holds at one moment, for a dashboard or a
+// metrics scrape.
+type Gauges struct {
+	Now    time.Time // the store's time of the read (expiry is judged by it)
+	Counts map[record.State]int
+	// LeaseLeft is the time left of every lease, negative once expired
+	// and not yet reaped, in deadline order.
+	LeaseLeft []time.Duration
+	// OldestAvailable is when the oldest available task was made (zero if
+	// none is available).
+	OldestAvailable time.Time
+	// LastSeq is the sequence number of the newest event (0: none yet).
+	LastSeq   uint64
+	LastToken uint64
+}
+
+// Gauges reads the counts, the leases' time left, the oldest available
+// task and the head of the log in one read transaction. It reads every
+// live lease and every available task's record: O(claimed + available).
+func (t *Tree) Gauges(ctx context.Context) (Gauges, error) {
+	var g Gauges
+	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+		g = Gauges{Now: now, Counts: tx.Counts(), LastToken: tx.LastToken()}
+		if err := tx.Leases(func(id string) error {
+			rec, ok, err := tx.Task(id)
+			if err != nil || !ok || rec.Lease == nil {
+				return err
+			}
+			g.LeaseLeft = append(g.LeaseLeft, rec.Lease.Deadline.Sub(now))
+			return nil
+		}); err != nil {
+			return err
+		}
+		var readErr error
+		tx.Ready(func(id string) bool {
+			rec, ok, err := tx.Task(id)
+			if err != nil {
+				readErr = err
+				return false
+			}
+			if ok && (g.OldestAvailable.IsZero() || rec.Created.Before(g.OldestAvailable)) {
+				g.OldestAvailable = rec.Created
+			}
+			return true
+		})
+		if readErr != nil {
+			return readErr
+		}
+		return tx.EventsBackward(func(ev record.Event) (bool, error) {
+			g.LastSeq = ev.Seq
+			return false, nil
+		})
+	})
+	return g, err
+}
