@@ -65,6 +65,9 @@ func TestScripts(t *testing.T) {
 					"setschema":  cmdSetSchema,
 					"etcdwipe":   cmdEtcdWipe,
 					"etcdexpire": cmdEtcdExpire,
+					"waitfile":   cmdWaitFile,
+					"httpget":    cmdHTTPGet,
+					"httpstream": cmdHTTPStream,
 				},
 			})
 		})
