@@ -148,13 +148,22 @@ func openServeTree(c *cli.Context, out *output, live *atomic.Bool) (*fence.Tree,
 // server is one serve: the tree, the feed of journal changes that wakes
 // the streams, and the metrics.
 type server struct {
-	tree *fence.Tree
-	out  *output
-	feed *feed
+	tree   *fence.Tree
+	out    *output
+	feed   *feed
+	counts *eventCounts
 }
 
 func newServer(t *fence.Tree, out *output) *server {
-	return &server{tree: t, out: out, feed: newFeed()}
+	return &server{tree: t, out: out, feed: newFeed(), counts: newEventCounts()}
+}
+
+// changed is what serve does when the journal changed: fold the new
+// events into the counts (observing how long each took to be seen), then
+// wake the streams.
+func (s *server) changed(ctx context.Context) {
+	_ = s.counts.catchUp(ctx, s.tree) // a failed read is retried at the next change or scrape
+	s.feed.wake()
 }
 
 // serve runs the HTTP server on ln until ctx ends, then shuts it down.
@@ -172,6 +181,11 @@ func (s *server) serve(ctx context.Context, ln net.Listener, addrFile string) er
 		changed = changes.C()
 	}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	// The backlog of the log is counted before serving, so that the
+	// commit latency observes only what comes after.
+	if err := s.counts.catchUp(ctx, s.tree); err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String() + "/"
@@ -193,9 +207,9 @@ func (s *server) serve(ctx context.Context, ln net.Listener, addrFile string) er
 		case err := <-errc:
 			return fmt.Errorf("serve: %w", err)
 		case <-changed:
-			s.feed.wake()
+			s.changed(ctx)
 		case <-tick:
-			s.feed.wake()
+			s.changed(ctx)
 		}
 	}
 }

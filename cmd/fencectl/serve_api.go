@@ -43,6 +43,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /api/tasks/{id}/outputs/{name}", s.apiOutput)
 	mux.HandleFunc("GET /api/events", s.apiEvents)
 	mux.HandleFunc("GET /api/stream", s.apiStream)
+	mux.HandleFunc("GET /metrics", s.metricsHandler)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, usagef("no such API endpoint %s %s: see `fencectl serve --help` for the list", r.Method, r.URL.Path))
 	})
