@@ -44,6 +44,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /api/events", s.apiEvents)
 	mux.HandleFunc("GET /api/stream", s.apiStream)
 	mux.HandleFunc("GET /metrics", s.metricsHandler)
+	mux.HandleFunc("GET /{$}", s.pageTree)
+	mux.HandleFunc("GET /task/{id}", s.pageTask)
+	mux.Handle("GET /static/", staticFiles())
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, usagef("no such API endpoint %s %s: see `fencectl serve --help` for the list", r.Method, r.URL.Path))
 	})
