@@ -102,6 +102,7 @@ function renderCounts(counts) {
   for (const s of STATES) {
     const c = el("div", "count " + s);
     c.id = "count-" + s;
+    c.dataset.n = counts[s] || 0;
     c.appendChild(el("span", "n", counts[s] || 0));
     c.appendChild(el("span", "label", s));
     box.appendChild(c);
