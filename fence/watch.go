@@ -126,3 +126,17 @@ func (t *Tree) Gauges(ctx context.Context) (Gauges, error) {
 	})
 	return g, err
 }
+
+// LastSeq reads the sequence number of the newest event (0: none yet):
+// where a follower of the log starts.
+func (t *Tree) LastSeq(ctx context.Context) (uint64, error) {
+	var last uint64
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+		last = 0
+		return tx.EventsBackward(func(ev record.Event) (bool, error) {
+			last = ev.Seq
+			return false, nil
+		})
+	})
+	return last, err
+}

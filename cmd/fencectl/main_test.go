@@ -68,6 +68,7 @@ func TestScripts(t *testing.T) {
 					"waitfile":   cmdWaitFile,
 					"httpget":    cmdHTTPGet,
 					"httpstream": cmdHTTPStream,
+					"waitfor":    cmdWaitFor,
 				},
 			})
 		})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,4 +124,27 @@ func baseURL(ts *testscript.TestScript, addrFile string) string {
 	b, err := os.ReadFile(ts.MkAbs(addrFile))
 	ts.Check(err)
 	return "http://" + strings.TrimSpace(string(b))
+}
+
+// waitfor FILE REGEXP: wait (up to 20s) until FILE's content matches
+// REGEXP (multi-line mode): the output of a background command that keeps
+// running (log --follow, status --watch) reached that point.
+func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitfor FILE REGEXP")
+	}
+	re, err := regexp.Compile("(?m)" + args[1])
+	ts.Check(err)
+	path := ts.MkAbs(args[0])
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if re.Match(b) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitfor: %s does not match %q after 20s:\n%s", args[0], args[1], b)
+		}
+		time.Sleep(10 * time.Millisecond) // a test helper waiting for another process's output
+	}
 }
