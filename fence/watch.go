@@ -2,8 +2,14 @@ package fence
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/record"
 )
@@ -139,4 +145,118 @@ func (t *Tree) LastSeq(ctx context.Context) (uint64, error) {
 		})
 	})
 	return last, err
+}
+
+// waker wakes a waiting claim (keepTrying): c is signalled when a task
+// may have become claimable; every is how often it looks again anyway.
+// The zero waker polls every pollInterval.
+type waker struct {
+	c     <-chan struct{}
+	every time.Duration
+}
+
+// wakeBackstop is how often a waiting claim on a bbolt tree looks again
+// when it is woken by changes: for what no file move signals, a lease
+// running out.
+var wakeBackstop = time.Second
+
+// waitWake returns the waker of a claim that waits, and stop, which ends
+// its watches. Every way a task becomes claimable puts its file in
+// available/ (add, release, fail, revoke, requeue, a reap or a due time
+// met by another claim: the move right after the commit) or drops it in
+// inbox/, so an inotify watch on those two directories wakes the claim at
+// once. The journal itself is not watched: a claim's own attempt writes
+// it, and would wake itself. On a bbolt tree every writer is on this
+// host, so the claim looks again only every wakeBackstop otherwise; on an
+// etcd tree another host's move may not reach inotify (a network mount),
+// so it keeps polling every pollInterval as well. When wait is not
+// positive or nothing can be watched, it polls as before.
+func (t *Tree) waitWake(wait time.Duration) (w waker, stop func()) {
+	if wait <= 0 || noWatch() {
+		return waker{}, func() {}
+	}
+	var chans []<-chan struct{}
+	var closers []func() error
+	for _, d := range []fsmirror.Dir{fsmirror.Available, fsmirror.Inbox} {
+		if dw, err := watchDir(filepath.Join(t.root, string(d))); err == nil {
+			chans, closers = append(chans, dw.C()), append(closers, dw.Close)
+		}
+	}
+	if len(chans) < 2 {
+		for _, c := range closers {
+			c()
+		}
+		return waker{}, func() {}
+	}
+	out := make(chan struct{}, 1)
+	done := make(chan struct{})
+	for _, c := range chans {
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-c:
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	every := wakeBackstop
+	if t.store.Name() != "bbolt" {
+		every = pollInterval
+	}
+	var once sync.Once
+	return waker{c: out, every: every}, func() {
+		once.Do(func() {
+			close(done)
+			for _, c := range closers {
+				c()
+			}
+		})
+	}
+}
+
+// dirWatch is an inotify watch on a directory: C is signalled (coalesced)
+// when an entry is moved in or a file written in it is closed.
+type dirWatch struct {
+	f    *os.File
+	c    chan struct{}
+	once sync.Once
+}
+
+func watchDir(dir string) (*dirWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	w := &dirWatch{f: os.NewFile(uintptr(fd), "inotify"), c: make(chan struct{}, 1)}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := w.f.Read(buf); err != nil {
+				return // closed
+			}
+			select {
+			case w.c <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return w, nil
+}
+
+func (w *dirWatch) C() <-chan struct{} { return w.c }
+
+func (w *dirWatch) Close() error {
+	var err error
+	w.once.Do(func() { err = w.f.Close() })
+	return err
 }
