@@ -122,4 +122,3 @@ func TestTree_Gauges(t *testing.T) {
 		t.Errorf("last seq %d, last token %d; want 4, %d", g.LastSeq, g.LastToken, c.Token)
 	}
 }
-
