@@ -46,10 +46,10 @@ func (f *serveFixture) start() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.tree = tree
-	f.srv = newServer(tree, &output{stdout: io.Discard, stderr: io.Discard})
+	srv := newServer(tree, &output{stdout: io.Discard, stderr: io.Discard})
+	f.tree, f.srv = tree, srv
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := f.srv.counts.catchUp(ctx, tree); err != nil {
+	if err := srv.counts.catchUp(ctx, tree); err != nil {
 		f.t.Fatal(err)
 	}
 	ch, err := tree.Watch()
@@ -64,21 +64,19 @@ func (f *serveFixture) start() {
 			case <-ctx.Done():
 				return
 			case <-ch.C():
-				f.srv.changed(ctx)
+				srv.changed(ctx)
 			}
 		}
 	}()
-	f.http = httptest.NewServer(f.srv.routes())
-	stopped := false
+	hs := httptest.NewServer(srv.routes())
+	f.http = hs
 	f.t.Cleanup(func() {
-		if !stopped {
-			f.srv.feed.close()
-			f.http.Close()
-			cancel()
-			<-done
-			ch.Close()
-			tree.Close()
-		}
+		srv.feed.close()
+		hs.Close()
+		cancel()
+		<-done
+		ch.Close()
+		tree.Close()
 	})
 }
 
