@@ -32,7 +32,7 @@ BENCH_COUNT ?= 3
 
 PREFIX     ?= /usr/local
 
-.PHONY: help build install test test-race bench torture demo demo-hosts fmt lint clean
+.PHONY: help build install test test-race bench torture demo demo-hosts screenshot fmt lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ bench: ## run the benchmarks (not part of make test) and write docs/BENCHMARKS.m
 
 torture: ## the full torture suite (minutes): kill storm, crash points, linearizability, fuzzing...; writes docs/RELIABILITY.md
 	$(GO) run ./cmd/torturereport -fuzztime $(FUZZTIME)
+
+screenshot: ## refresh docs/dashboard.png: the dashboard of fencectl serve, in headless Chromium (Debian package chromium)
+	FENCE_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png $(GO) test -tags $(TEST_TAGS) -count=1 -run '^TestServe_Browser$$' ./cmd/fencectl/
 
 demo: build ## several agents work through a batch on a throwaway tree; one is killed and its token refused
 	@FENCECTL=$(CURDIR)/$(BIN) bash docs/demo.sh

@@ -120,7 +120,9 @@ func (t *Tree) ClaimBatch(ctx context.Context, req BatchClaimRequest) (BatchClai
 	if err := req.validate(); err != nil {
 		return BatchClaimResult{}, err
 	}
-	return keepTrying(ctx, req.Wait, func() (BatchClaimResult, error) { return t.claimBatchOnce(ctx, req) }, func(err error) bool {
+	wake, stop := t.waitWake(req.Wait)
+	defer stop()
+	return keepTrying(ctx, req.Wait, wake, func() (BatchClaimResult, error) { return t.claimBatchOnce(ctx, req) }, func(err error) bool {
 		var be *BatchError
 		return errors.Is(err, ErrNothingToClaim) || errors.As(err, &be) && be.waitable()
 	})

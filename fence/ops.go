@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -153,8 +154,9 @@ type Reaped struct {
 	To          record.State
 }
 
-// pollInterval is how often claim --wait looks again.
-const pollInterval = 100 * time.Millisecond
+// pollInterval is how often claim --wait looks again when nothing wakes
+// it (see waitWake).
+var pollInterval = 100 * time.Millisecond
 
 // Claim reaps expired leases, then claims the named task or the next ready
 // one (highest priority, then oldest) under a new token. With Token set it
@@ -188,7 +190,9 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	if err := checkClaimLabels(req.Labels, req.ID != "" || req.Token != 0); err != nil {
 		return ClaimResult{}, err
 	}
-	return keepTrying(ctx, req.Wait, func() (ClaimResult, error) { return t.claimOnce(ctx, req) }, func(err error) bool {
+	wake, stop := t.waitWake(req.Wait)
+	defer stop()
+	return keepTrying(ctx, req.Wait, wake, func() (ClaimResult, error) { return t.claimOnce(ctx, req) }, func(err error) bool {
 		var na *NotAvailableError
 		return req.Token == 0 && (errors.Is(err, ErrNothingToClaim) || errors.As(err, &na))
 	})
@@ -196,9 +200,12 @@ func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
 // keepTrying runs try until it succeeds, fails in a way waiting cannot
 // help (waitable false), wait has passed or ctx is done; it returns the
-// last outcome. claim --wait and batch claims share it.
-func keepTrying[T any](ctx context.Context, wait time.Duration, try func() (T, error), waitable func(error) bool) (T, error) {
+// last outcome. claim --wait and batch claims share it. It tries again
+// when wake says a task may be claimable (see waitWake), and every
+// wake.every (pollInterval for the zero waker).
+func keepTrying[T any](ctx context.Context, wait time.Duration, wake waker, try func() (T, error), waitable func(error) bool) (T, error) {
 	end := time.Now().Add(wait)
+	every := cmp.Or(wake.every, pollInterval)
 	for {
 		res, err := try()
 		left := time.Until(end)
@@ -208,7 +215,8 @@ func keepTrying[T any](ctx context.Context, wait time.Duration, try func() (T, e
 		select {
 		case <-ctx.Done():
 			return res, err
-		case <-time.After(min(pollInterval, left)):
+		case <-wake.c:
+		case <-time.After(min(every, left)):
 		}
 	}
 }

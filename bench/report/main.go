@@ -429,7 +429,7 @@ var groups = []group{
 	{"Baselines: the patterns people use today", []string{"BenchmarkBaseline"}},
 	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/"}},
 	{"Many hosts: the etcd journal beside bbolt", []string{"BenchmarkBackend_"}},
-	{"Other", []string{"BenchmarkRun_"}},
+	{"Other", []string{"BenchmarkRun_", "BenchmarkWait_"}},
 }
 
 // groupOf is the index of the first group that names n; anything no group

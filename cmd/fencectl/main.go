@@ -128,6 +128,7 @@ func commands(out *output) []*cli.Command {
 		showCommand(out),
 		listCommand(out),
 		logCommand(out),
+		serveCommand(out),
 		replayCommand(out),
 		recoverCommand(out),
 		runCommand(out),

@@ -65,6 +65,10 @@ func TestScripts(t *testing.T) {
 					"setschema":  cmdSetSchema,
 					"etcdwipe":   cmdEtcdWipe,
 					"etcdexpire": cmdEtcdExpire,
+					"waitfile":   cmdWaitFile,
+					"httpget":    cmdHTTPGet,
+					"httpstream": cmdHTTPStream,
+					"waitfor":    cmdWaitFor,
 				},
 			})
 		})

@@ -1,0 +1,262 @@
+package fence
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/fsmirror"
+	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// Watching a tree without polling: Watch tells a reader that the journal
+// changed (inotify on a bbolt journal, an etcd watch on an etcd one: the
+// store's own Watch, the one the lease keeper uses), EventsAfter then
+// reads what is new from a sequence number on, and Gauges reads what a
+// dashboard or a metrics scrape shows. None of them holds a lock between
+// calls: each read takes the shared lock for one transaction.
+
+// Changes is a watch on a tree's journal: C is signalled, coalesced,
+// after every commit by any process; the receiver re-reads what it cares
+// about. A signal may come with nothing new (a commit that only renewed
+// a lease, or a write of the store's own): a reader must not assume one
+// event per signal.
+type Changes struct{ w journal.Watcher }
+
+// Watch starts watching the tree's journal. A non-nil error is a
+// *WatchError (no inotify instance left, say): the caller falls back to
+// reading on a timer, and says so.
+func (t *Tree) Watch() (*Changes, error) {
+	w, err := t.store.Watch(t.metaDir)
+	if err != nil {
+		return nil, &WatchError{Err: err}
+	}
+	return &Changes{w: w}, nil
+}
+
+// C is signalled after the journal changed.
+func (c *Changes) C() <-chan struct{} { return c.w.C() }
+
+// Close stops watching. Safe to call twice.
+func (c *Changes) Close() error { return c.w.Close() }
+
+// EventPage is one read of EventsAfter: the events, oldest first, and
+// Last, the sequence number of the newest event read, kept or not (a
+// skipped heartbeat moves it too): the next page starts after Last.
+type EventPage struct {
+	Events []record.Event
+	Last   uint64
+}
+
+// EventsAfter reads up to limit events (0: all) whose sequence number is
+// above after, oldest first, leaving heartbeats out unless heartbeats is
+// set (they still move Last on, and count towards limit, so that a page
+// is bounded whatever it keeps).
+func (t *Tree) EventsAfter(ctx context.Context, after uint64, limit int, heartbeats bool) (EventPage, error) {
+	if limit < 0 {
+		return EventPage{}, invalidValue(InputLimit, RuleRange, limit, "must be 0 (all) or more")
+	}
+	var p EventPage
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+		p = EventPage{Last: after} // a store may run this more than once
+		read := 0
+		return tx.Events(after+1, func(ev record.Event) (bool, error) {
+			read++
+			p.Last = ev.Seq
+			if heartbeats || ev.Type != record.EvHeartbeat {
+				p.Events = append(p.Events, ev)
+			}
+			return limit == 0 || read < limit, nil
+		})
+	})
+	return p, err
+}
+
+// Gauges is what a tree holds at one moment, for a dashboard or a
+// metrics scrape.
+type Gauges struct {
+	Now    time.Time // the store's time of the read (expiry is judged by it)
+	Counts map[record.State]int
+	// LeaseLeft is the time left of every lease, negative once expired
+	// and not yet reaped, in deadline order.
+	LeaseLeft []time.Duration
+	// OldestAvailable is when the oldest available task was made (zero if
+	// none is available).
+	OldestAvailable time.Time
+	// LastSeq is the sequence number of the newest event (0: none yet).
+	LastSeq   uint64
+	LastToken uint64
+}
+
+// Gauges reads the counts, the leases' time left, the oldest available
+// task and the head of the log in one read transaction. It reads every
+// live lease and every available task's record: O(claimed + available).
+func (t *Tree) Gauges(ctx context.Context) (Gauges, error) {
+	var g Gauges
+	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+		g = Gauges{Now: now, Counts: tx.Counts(), LastToken: tx.LastToken()}
+		if err := tx.Leases(func(id string) error {
+			rec, ok, err := tx.Task(id)
+			if err != nil || !ok || rec.Lease == nil {
+				return err
+			}
+			g.LeaseLeft = append(g.LeaseLeft, rec.Lease.Deadline.Sub(now))
+			return nil
+		}); err != nil {
+			return err
+		}
+		var readErr error
+		tx.Ready(func(id string) bool {
+			rec, ok, err := tx.Task(id)
+			if err != nil {
+				readErr = err
+				return false
+			}
+			if ok && (g.OldestAvailable.IsZero() || rec.Created.Before(g.OldestAvailable)) {
+				g.OldestAvailable = rec.Created
+			}
+			return true
+		})
+		if readErr != nil {
+			return readErr
+		}
+		return tx.EventsBackward(func(ev record.Event) (bool, error) {
+			g.LastSeq = ev.Seq
+			return false, nil
+		})
+	})
+	return g, err
+}
+
+// LastSeq reads the sequence number of the newest event (0: none yet):
+// where a follower of the log starts.
+func (t *Tree) LastSeq(ctx context.Context) (uint64, error) {
+	var last uint64
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+		last = 0
+		return tx.EventsBackward(func(ev record.Event) (bool, error) {
+			last = ev.Seq
+			return false, nil
+		})
+	})
+	return last, err
+}
+
+// waker wakes a waiting claim (keepTrying): c is signalled when a task
+// may have become claimable; every is how often it looks again anyway.
+// The zero waker polls every pollInterval.
+type waker struct {
+	c     <-chan struct{}
+	every time.Duration
+}
+
+// wakeBackstop is how often a waiting claim on a bbolt tree looks again
+// when it is woken by changes: for what no file move signals, a lease
+// running out.
+var wakeBackstop = time.Second
+
+// waitWake returns the waker of a claim that waits, and stop, which ends
+// its watches. Every way a task becomes claimable puts its file in
+// available/ (add, release, fail, revoke, requeue, a reap or a due time
+// met by another claim: the move right after the commit) or drops it in
+// inbox/, so an inotify watch on those two directories wakes the claim at
+// once. The journal itself is not watched: a claim's own attempt writes
+// it, and would wake itself. On a bbolt tree every writer is on this
+// host, so the claim looks again only every wakeBackstop otherwise; on an
+// etcd tree another host's move may not reach inotify (a network mount),
+// so it keeps polling every pollInterval as well. When wait is not
+// positive or nothing can be watched, it polls as before.
+func (t *Tree) waitWake(wait time.Duration) (w waker, stop func()) {
+	if wait <= 0 || noWatch() {
+		return waker{}, func() {}
+	}
+	var chans []<-chan struct{}
+	var closers []func() error
+	for _, d := range []fsmirror.Dir{fsmirror.Available, fsmirror.Inbox} {
+		if dw, err := watchDir(filepath.Join(t.root, string(d))); err == nil {
+			chans, closers = append(chans, dw.C()), append(closers, dw.Close)
+		}
+	}
+	if len(chans) < 2 {
+		for _, c := range closers {
+			c()
+		}
+		return waker{}, func() {}
+	}
+	out := make(chan struct{}, 1)
+	done := make(chan struct{})
+	for _, c := range chans {
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-c:
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	every := wakeBackstop
+	if t.store.Name() != "bbolt" {
+		every = pollInterval
+	}
+	var once sync.Once
+	return waker{c: out, every: every}, func() {
+		once.Do(func() {
+			close(done)
+			for _, c := range closers {
+				c()
+			}
+		})
+	}
+}
+
+// dirWatch is an inotify watch on a directory: C is signalled (coalesced)
+// when an entry is moved in or a file written in it is closed.
+type dirWatch struct {
+	f    *os.File
+	c    chan struct{}
+	once sync.Once
+}
+
+func watchDir(dir string) (*dirWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	w := &dirWatch{f: os.NewFile(uintptr(fd), "inotify"), c: make(chan struct{}, 1)}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := w.f.Read(buf); err != nil {
+				return // closed
+			}
+			select {
+			case w.c <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return w, nil
+}
+
+func (w *dirWatch) C() <-chan struct{} { return w.c }
+
+func (w *dirWatch) Close() error {
+	var err error
+	w.once.Do(func() { err = w.f.Close() })
+	return err
+}
