@@ -33,6 +33,11 @@ type LeaseView struct {
 	Deadline time.Time
 	Left     time.Duration // negative once expired and not yet reaped
 	Attempts int
+	// Ended says why a lease that is still in the journal is over, to be
+	// reaped by the next claim or reap: ReasonHolderDied (its run's
+	// process is gone), ReasonHostRebooted (claimed before this boot), or
+	// "" for a live one (or one whose deadline passed: Left says).
+	Ended string
 }
 
 // Defaults reads the tree's settings (default lease length and attempts),
@@ -60,15 +65,26 @@ func (t *Tree) Status(ctx context.Context) (Status, error) {
 			return err
 		}
 		st.Defaults = d
+		dead, err := t.deadHolders(tx, false)
+		if err != nil {
+			return err
+		}
 		return tx.Leases(func(id string) error {
 			rec, ok, err := tx.Task(id)
 			if err != nil || !ok || rec.Lease == nil {
 				return err
 			}
-			st.Leases = append(st.Leases, LeaseView{
+			v := LeaseView{
 				Task: id, Agent: rec.Lease.Agent, Token: rec.Lease.Token, Deadline: rec.Lease.Deadline,
 				Left: rec.Lease.Deadline.Sub(now), Attempts: rec.Attempts,
-			})
+			}
+			switch {
+			case dead[rec.Lease.Token]:
+				v.Ended = ReasonHolderDied
+			case t.leaseClock != nil && t.leaseClock.claimedBefore(*rec.Lease):
+				v.Ended = ReasonHostRebooted
+			}
+			st.Leases = append(st.Leases, v)
 			return nil
 		})
 	})

@@ -323,6 +323,7 @@ type statusLeaseJSON struct {
 	Agent       string    `json:"agent"`
 	Attempts    int       `json:"attempts"`
 	Deadline    time.Time `json:"deadline"`
+	Ended       string    `json:"ended,omitempty"` // "holder died" or "host rebooted": over, to be reaped
 	Expired     bool      `json:"expired"`
 	LeftSeconds float64   `json:"left_seconds"`
 	Task        string    `json:"task"`
@@ -333,7 +334,7 @@ func newStatus(st fence.Status) *statusJSON {
 	leases := make([]statusLeaseJSON, 0, len(st.Leases))
 	for _, l := range st.Leases {
 		leases = append(leases, statusLeaseJSON{
-			Agent: l.Agent, Attempts: l.Attempts, Deadline: l.Deadline.UTC(), Expired: l.Left <= 0,
+			Agent: l.Agent, Attempts: l.Attempts, Deadline: l.Deadline.UTC(), Ended: l.Ended, Expired: l.Left <= 0,
 			LeftSeconds: l.Left.Seconds(), Task: l.Task, Token: l.Token,
 		})
 	}

@@ -28,9 +28,15 @@ func TestRun_KilledRunFreesItsTaskAtOnce(t *testing.T) {
 	if out := rt.OK("reap", "--dry-run"); !strings.Contains(out, "no expired leases") {
 		t.Fatalf("reap --dry-run while run lives:\n%s", out)
 	}
+	if out := rt.OK("status", "--json"); strings.Contains(out, `"ended"`) {
+		t.Fatalf("status while run lives says its lease ended:\n%s", out)
+	}
 
 	run.Process.Kill()
 	clitest.WaitExit(t, run)
+	if out := rt.OK("status", "--json"); !strings.Contains(out, `"ended":"holder died"`) {
+		t.Fatalf("status after the kill does not say the holder died:\n%s", out)
+	}
 	if out := rt.OK("reap", "--dry-run"); !strings.Contains(out, "t1: the process of tester") || !strings.Contains(out, "died") {
 		t.Fatalf("reap --dry-run after the kill does not name the dead holder:\n%s", out)
 	}

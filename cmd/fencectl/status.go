@@ -74,7 +74,11 @@ func writeStatus(w io.Writer, st fence.Status) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tAGENT\tTOKEN\tDEADLINE\tLEFT")
 	for _, l := range st.Leases {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Task, printable(l.Agent), l.Token, fmtTime(l.Deadline), fmtLeft(l.Left))
+		left := fmtLeft(l.Left)
+		if l.Ended != "" {
+			left = l.Ended + ": reaped by the next claim"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Task, printable(l.Agent), l.Token, fmtTime(l.Deadline), left)
 	}
 	tw.Flush()
 }
