@@ -117,6 +117,18 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 		return res, err
 	}
 	res.Created = true
+	if o.Journal == nil && (o.Backend == nil || o.Backend.Name() == "bbolt") && (o.Clock == nil || o.Boot != nil) {
+		// The lease clock starts with the tree, so that no later command
+		// (a refused one included) has a file to write in this boot; a
+		// new journal holds no lease of an earlier boot.
+		boot := o.Boot
+		if boot == nil {
+			boot = SystemBootClock
+		}
+		if lc, err := openLeaseClock(meta, clock, boot); err == nil {
+			lc.markSwept()
+		}
+	}
 	return res, nil
 }
 
