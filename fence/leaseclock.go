@@ -240,7 +240,7 @@ func (t *Tree) sweepRebooted(db journal.Store) error {
 			if !ok || rec.State != record.Claimed || rec.Lease == nil || !c.claimedBefore(*rec.Lease) {
 				continue
 			}
-			_, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, afterAttempt(rec), "", ReasonHostRebooted, now))
+			_, ev, err := reapOne(tx, rec, ReasonHostRebooted, now)
 			if err != nil {
 				return err
 			}

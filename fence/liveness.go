@@ -137,17 +137,9 @@ func (t *Tree) deadHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 		if alive[token] {
 			continue
 		}
-		c, ok, err := tx.Claim(token)
-		if err != nil {
+		if _, current, err := leaseOf(tx, token); err != nil {
 			return nil, err
-		}
-		var rec record.Task
-		if ok {
-			if rec, ok, err = tx.Task(c.Task); err != nil {
-				return nil, err
-			}
-		}
-		if ok && rec.State == record.Claimed && rec.Lease != nil && rec.Lease.Token == token {
+		} else if current {
 			dead[token] = true
 			continue
 		}
@@ -200,28 +192,34 @@ func (t *Tree) reapDead(tx journal.Tx, now time.Time, keep uint64) ([]Reaped, []
 	var reaped []Reaped
 	var evs []record.Event
 	for _, token := range tokens {
-		c, _, err := tx.Claim(token)
+		rec, ok, err := leaseOf(tx, token)
 		if err != nil {
 			return nil, nil, err
 		}
-		rec, ok, err := tx.Task(c.Task)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok || rec.Lease == nil || rec.Lease.Token != token {
+		if !ok {
 			continue
 		}
-		r := reapOf(rec, now)
-		r.Reason, r.ExpiredFor = ReasonHolderDied, 0
-		after, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, r.To, "", ReasonHolderDied, now))
+		r, ev, err := reapOne(tx, rec, ReasonHolderDied, now)
 		if err != nil {
 			return nil, nil, err
 		}
-		r.Attempts = after.Attempts
 		reaped = append(reaped, r)
 		evs = append(evs, ev)
 	}
 	return reaped, evs, nil
+}
+
+// leaseOf returns the task whose current lease is token's; ok is false
+// if token holds none.
+func leaseOf(tx journal.Tx, token uint64) (rec record.Task, ok bool, err error) {
+	c, ok, err := tx.Claim(token)
+	if err != nil || !ok {
+		return rec, false, err
+	}
+	if rec, ok, err = tx.Task(c.Task); err != nil || !ok {
+		return rec, false, err
+	}
+	return rec, rec.State == record.Claimed && rec.Lease != nil && rec.Lease.Token == token, nil
 }
 
 // reapAll is every reap a writer does before it claims or when asked:
@@ -246,16 +244,10 @@ func (t *Tree) diedOf(tx journal.Tx, now time.Time) ([]Reaped, error) {
 	}
 	var out []Reaped
 	for token := range dead {
-		c, _, err := tx.Claim(token)
-		if err != nil {
+		if rec, ok, err := leaseOf(tx, token); err != nil {
 			return nil, err
-		}
-		if rec, ok, err := tx.Task(c.Task); err != nil {
-			return nil, err
-		} else if ok && rec.Lease != nil && rec.Lease.Token == token {
-			r := reapOf(rec, now)
-			r.Reason, r.ExpiredFor = ReasonHolderDied, 0
-			out = append(out, r)
+		} else if ok {
+			out = append(out, reapOf(rec, ReasonHolderDied, now))
 		}
 	}
 	slices.SortFunc(out, func(a, b Reaped) int { return cmp.Compare(a.Token, b.Token) })

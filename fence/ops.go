@@ -580,25 +580,37 @@ func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []record.Event, error)
 		if !ok || rec.Lease == nil || !Expired(*rec.Lease, now) {
 			continue // the index and the record disagree: trust the record
 		}
-		r := reapOf(rec, now)
-		after, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, r.To, "", r.Reason, now))
+		r, ev, err := reapOne(tx, rec, ReasonExpiredLease, now)
 		if err != nil {
 			return nil, nil, err
 		}
-		r.Attempts = after.Attempts
 		reaped = append(reaped, r)
 		evs = append(evs, ev)
 	}
 	return reaped, evs, nil
 }
 
-// reapOf explains what reaping rec's expired lease does.
-func reapOf(rec record.Task, now time.Time) Reaped {
-	return Reaped{
+// reapOne ends rec's lease with a reap event for reason (the lease
+// expired, its holder died, the host rebooted), counting an attempt.
+func reapOne(tx journal.Tx, rec record.Task, reason string, now time.Time) (Reaped, record.Event, error) {
+	r := reapOf(rec, reason, now)
+	after, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, r.To, "", reason, now))
+	r.Attempts = after.Attempts
+	return r, ev, err
+}
+
+// reapOf explains what reaping rec's lease for reason does; ExpiredFor is
+// set for an expired lease only.
+func reapOf(rec record.Task, reason string, now time.Time) Reaped {
+	r := Reaped{
 		Task: rec.ID, Holder: rec.Lease.Agent, Token: rec.Lease.Token,
-		ExpiredFor: now.Sub(rec.Lease.Deadline), Reason: ReasonExpiredLease, Attempts: rec.Attempts + 1,
+		Reason: reason, Attempts: rec.Attempts + 1,
 		MaxAttempts: rec.MaxAttempts, To: afterAttempt(rec),
 	}
+	if reason == ReasonExpiredLease {
+		r.ExpiredFor = now.Sub(rec.Lease.Deadline)
+	}
+	return r
 }
 
 // Reap frees expired leases now and explains each. With dryRun it only
@@ -618,7 +630,7 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 					return err
 				}
 				if ok && rec.Lease != nil && !slices.ContainsFunc(died, func(r Reaped) bool { return r.Task == id }) {
-					out = append(out, reapOf(rec, now))
+					out = append(out, reapOf(rec, ReasonExpiredLease, now))
 				}
 			}
 			return nil

@@ -340,16 +340,23 @@ type logJSON struct {
 
 // The tools.
 
+// claimerArgs checks what both claim tools take: who claims, the lease
+// length and how long to wait.
+func (m *mcpServer) claimerArgs(agent, ttl, wait string) (string, time.Duration, time.Duration, error) {
+	agent, err := m.agentOr(agent)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	t, err := duration("ttl", ttl, false)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	w, err := duration("wait", wait, true)
+	return agent, t, w, err
+}
+
 func (m *mcpServer) claim(ctx context.Context, in claimIn) (*claimJSON, error) {
-	agent, err := m.agentOr(in.Agent)
-	if err != nil {
-		return nil, err
-	}
-	ttl, err := duration("ttl", in.TTL, false)
-	if err != nil {
-		return nil, err
-	}
-	wait, err := duration("wait", in.Wait, true)
+	agent, ttl, wait, err := m.claimerArgs(in.Agent, in.TTL, in.Wait)
 	if err != nil {
 		return nil, err
 	}
@@ -375,15 +382,7 @@ func (m *mcpServer) claimBatch(ctx context.Context, in claimBatchIn) (*batchJSON
 	case in.Batch < 0:
 		return nil, usagef("invalid batch %d: must be at least 1", in.Batch)
 	}
-	agent, err := m.agentOr(in.Agent)
-	if err != nil {
-		return nil, err
-	}
-	ttl, err := duration("ttl", in.TTL, false)
-	if err != nil {
-		return nil, err
-	}
-	wait, err := duration("wait", in.Wait, true)
+	agent, ttl, wait, err := m.claimerArgs(in.Agent, in.TTL, in.Wait)
 	if err != nil {
 		return nil, err
 	}
