@@ -41,7 +41,27 @@ func (t *Tree) write(ctx context.Context, op string, fn func(tx journal.Tx, now 
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	p := &pendingOp{op: op, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	return t.writeFor(ctx, op, nil, fn)
+}
+
+// groupReads returns what a group's operations will read first: the
+// tasks they name, and whether any claims the next ready task.
+func groupReads(ops []*pendingOp) (ids []string, claims bool) {
+	for _, p := range ops {
+		ids = append(ids, p.ids...)
+		claims = claims || p.op == "claim" && len(p.ids) == 0
+	}
+	return ids, claims
+}
+
+// writeFor is write for an operation on the tasks ids: a store that reads
+// over the network reads them ahead for the whole group in one round trip
+// (journal.Prefetcher).
+func (t *Tree) writeFor(ctx context.Context, op string, ids []string, fn func(tx journal.Tx, now time.Time) ([]record.Event, error)) (evs []record.Event, committed bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	p := &pendingOp{op: op, ids: ids, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	t.batch.submit(t, p)
 	return p.evs, p.committed, p.err
 }
@@ -162,6 +182,7 @@ func (t *Tree) withTimeout(d time.Duration) *Tree {
 // transaction: it must set everything it reports on every run.
 type pendingOp struct {
 	op        string
+	ids       []string // the tasks it names, if any (read ahead: writeFor)
 	fn        func(tx journal.Tx, now time.Time) ([]record.Event, error)
 	evs       []record.Event
 	committed bool
@@ -484,6 +505,9 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 	err = db.Update(func(tx journal.Tx) error {
 		reset() // the store may run this more than once: each run afresh
 		now := tx.Now()
+		if pf, ok := tx.(journal.Prefetcher); ok {
+			pf.Prefetch(groupReads(ops))
+		}
 		for _, p := range ops {
 			before := tx.Writes()
 			evs, err := p.fn(tx, now)

@@ -698,7 +698,7 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		}
 	}
 	var res Result
-	_, committed, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+	_, committed, err := t.writeFor(ctx, string(typ), []string{req.ID}, func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res = Result{} // a group may run this more than once
 		rec, claim, err := lookup(tx, req.ID, req.Token)
 		if err != nil {
@@ -907,7 +907,7 @@ func (t *Tree) operatorTx(ctx context.Context, typ record.EventType, id string, 
 		return Result{}, invalidf(InputID, RuleFormat, id, "%v", err)
 	}
 	var res Result
-	_, _, err := t.write(ctx, string(typ), func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+	_, _, err := t.writeFor(ctx, string(typ), []string{id}, func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res = Result{} // a group may run this more than once
 		rec, ok, err := tx.Task(id)
 		if err != nil {

@@ -132,7 +132,7 @@ func (t *Tx) begin() error {
 
 // firstReadyPage is the size of the ready index's first page (most
 // claims need one entry of it).
-const firstReadyPage = 8
+const firstReadyPage = 16
 
 // pageKey names one page request of a scan.
 type pageKey struct {
@@ -172,10 +172,7 @@ func (t *Tx) prefetch(ids []string) {
 	var keys []string
 	for _, id := range ids {
 		for _, k := range []string{t.key(famTask, id), t.key(famLive, id)} {
-			_, mine := t.buf[k]
-			_, have := t.fetched[k]
-			_, read := t.reads[k]
-			if !mine && !have && !read {
+			if !t.known(k) {
 				keys = append(keys, k)
 			}
 		}
@@ -277,6 +274,9 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 		}
 		kv, ok := t.fetched[k]
 		live := strings.HasPrefix(k, livePrefix)
+		if live && !ok {
+			t.scanLiveIfRead()
+		}
 		if !ok && live && t.liveScan != nil {
 			kv, ok = t.liveScan[k[len(livePrefix):]], true
 		}

@@ -1,0 +1,117 @@
+package etcd
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// putTasks stores n tasks t00…, every other one claimed (so with a
+// liveness key), and makes t00 a dependency of t01.
+func putTasks(t *testing.T, s journal.Store, n int) {
+	t.Helper()
+	now := time.Now()
+	err := s.Update(func(tx journal.Tx) error {
+		for i := range n {
+			rec := record.Task{ID: fmt.Sprintf("t%02d", i), State: record.Available, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now}
+			if i%2 == 0 {
+				rec.State = record.Claimed
+				rec.Lease = &record.Lease{Token: uint64(i + 1), Agent: "a", ClaimedAt: now, Deadline: now.Add(time.Hour), TTL: time.Hour}
+			}
+			if i == 1 {
+				rec.After = []string{"t00"}
+			}
+			if err := tx.PutTask(nil, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrefetch_OneRequestForTheGroup: what the operations of a group read
+// first (their tasks' records and liveness keys, the dependents of each,
+// and the first ready candidates of its claims) costs one request in all,
+// not one or two per operation, and reads back the same as reading on
+// demand.
+func TestPrefetch_OneRequestForTheGroup(t *testing.T) {
+	cfg, dir := newJournal(t)
+	_, s := open(t, cfg, dir)
+	putTasks(t, s, 40)
+	ids := []string{"t00", "t02", "t04", "t06", "t08", "t10", "t12", "t14"}
+
+	type seen struct {
+		tasks []record.Task
+		deps  [][]string
+		ready []record.Task
+	}
+	read := func(tx *Tx) (out seen) {
+		for _, id := range ids {
+			rec, ok, err := tx.Task(id)
+			if err != nil || !ok {
+				t.Fatalf("Task(%s) = %v, %v", id, ok, err)
+			}
+			out.tasks = append(out.tasks, rec)
+			var d []string
+			if err := tx.Dependents(id, func(dep string) bool { d = append(d, dep); return true }); err != nil {
+				t.Fatal(err)
+			}
+			out.deps = append(out.deps, d)
+		}
+		tx.Ready(func(id string) bool {
+			rec, _, err := tx.Task(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.ready = append(out.ready, rec)
+			return len(out.ready) < 10
+		})
+		return out
+	}
+
+	var onDemand, ahead seen
+	var demandRequests, aheadRequests int
+	for _, prefetch := range []bool{false, true} {
+		_, fresh := open(t, cfg, dir) // a new handle: nothing cached
+		err := fresh.Update(func(jt journal.Tx) error {
+			tx := jt.(*Tx)
+			tx.Counts() // begin: the snapshot's own request
+			before := tx.requests
+			if prefetch {
+				tx.Prefetch(ids, true)
+				if got := tx.requests - before; got != 1 {
+					t.Errorf("Prefetch of %d ids and the ready candidates took %d requests; want 1", len(ids), got)
+				}
+				before = tx.requests
+				ahead = read(tx)
+				aheadRequests = tx.requests - before
+			} else {
+				onDemand = read(tx)
+				demandRequests = tx.requests - before
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if aheadRequests != 0 {
+		t.Errorf("after Prefetch, the group's reads took %d more requests; want 0 (on demand: %d)", aheadRequests, demandRequests)
+	}
+	if demandRequests < len(ids) {
+		t.Errorf("on demand the reads took %d requests; the test expects at least one per id (%d), or it measures nothing", demandRequests, len(ids))
+	}
+	if !reflect.DeepEqual(onDemand, ahead) {
+		t.Errorf("read ahead, the group saw\n%+v\non demand\n%+v", ahead, onDemand)
+	}
+	if len(ahead.deps[0]) != 1 || ahead.deps[0][0] != "t01" || len(ahead.ready) != 10 {
+		t.Errorf("deps of t00 = %v, %d ready read; want [t01], 10", ahead.deps[0], len(ahead.ready))
+	}
+}
