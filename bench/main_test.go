@@ -66,9 +66,9 @@ func setUp() (int, error) {
 	fencectlPlainBin = filepath.Join(dir, "fencectl-plain")
 	helloBin = filepath.Join(dir, "hello")
 	// The make build binary: static (CGO_ENABLED=0) with the docs generator
-	// and the MCP server left out, exactly as the Makefile builds it; and a
+	// and the MCP and web servers left out, exactly as the Makefile builds it; and a
 	// plain go build.
-	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs,nomcp", "-trimpath", "-o", fencectlBin, "../cmd/fencectl"); err != nil {
+	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs,nomcp,noserve", "-trimpath", "-o", fencectlBin, "../cmd/fencectl"); err != nil {
 		return 1, err
 	}
 	if err := goBuild("", nil, "build", "-o", fencectlPlainBin, "../cmd/fencectl"); err != nil {
@@ -77,7 +77,7 @@ func setUp() (int, error) {
 	// fencectl-etcd beside fencectl, as make build and make install put
 	// them: fencectl hands etcd trees to it.
 	fencectlEtcdBin = filepath.Join(dir, "fencectl-etcd")
-	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs,etcd,nomcp", "-trimpath", "-o", fencectlEtcdBin, "../cmd/fencectl"); err != nil {
+	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs,etcd,nomcp,noserve", "-trimpath", "-o", fencectlEtcdBin, "../cmd/fencectl"); err != nil {
 		return 1, err
 	}
 	etcdBenchBin = filepath.Join(dir, "etcdbench")

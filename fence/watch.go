@@ -2,12 +2,13 @@ package fence
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/fsnotify/fsnotify"
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
@@ -175,88 +176,92 @@ func (t *Tree) waitWake(wait time.Duration) (w waker, stop func()) {
 	if wait <= 0 || noWatch() {
 		return waker{}, func() {}
 	}
-	var chans []<-chan struct{}
-	var closers []func() error
-	for _, d := range []fsmirror.Dir{fsmirror.Available, fsmirror.Inbox} {
-		if dw, err := watchDir(filepath.Join(t.root, string(d))); err == nil {
-			chans, closers = append(chans, dw.C()), append(closers, dw.Close)
-		}
-	}
-	if len(chans) < 2 {
-		for _, c := range closers {
-			c()
-		}
+	dw, err := watchDirs(filepath.Join(t.root, string(fsmirror.Available)), filepath.Join(t.root, string(fsmirror.Inbox)))
+	if err != nil {
 		return waker{}, func() {}
-	}
-	out := make(chan struct{}, 1)
-	done := make(chan struct{})
-	for _, c := range chans {
-		go func() {
-			for {
-				select {
-				case <-done:
-					return
-				case <-c:
-					select {
-					case out <- struct{}{}:
-					default:
-					}
-				}
-			}
-		}()
 	}
 	every := wakeBackstop
 	if t.store.Name() != "bbolt" {
 		every = pollInterval
 	}
-	var once sync.Once
-	return waker{c: out, every: every}, func() {
-		once.Do(func() {
-			close(done)
-			for _, c := range closers {
-				c()
-			}
-		})
-	}
+	return waker{c: dw.C(), every: every}, func() { dw.Close() }
 }
 
-// dirWatch is an inotify watch on a directory: C is signalled (coalesced)
-// when an entry is moved in or a file written in it is closed.
+// dirWatch watches directories through inotify (by way of fsnotify), all
+// on one inotify instance: C is signalled (coalesced) when an entry is
+// made or moved into one of them, or a file in one is written to. An
+// entry moved out or removed (a claim taking a task) does not signal: it
+// makes nothing claimable.
 type dirWatch struct {
-	f    *os.File
+	w    *fsnotify.Watcher
 	c    chan struct{}
 	once sync.Once
+	err  error
 }
 
-func watchDir(dir string) (*dirWatch, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+// watchDirs watches dirs, which must be directories, not symbolic links
+// to them (fsnotify would follow one: it has no IN_DONT_FOLLOW).
+func watchDirs(dirs ...string) (*dirWatch, error) {
+	for _, d := range dirs {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("watch %s: not a directory (%s)", d, fi.Mode().Type())
+		}
+	}
+	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	w := &dirWatch{f: os.NewFile(uintptr(fd), "inotify"), c: make(chan struct{}, 1)}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			if _, err := w.f.Read(buf); err != nil {
-				return // closed
-			}
-			select {
-			case w.c <- struct{}{}:
-			default:
-			}
+	for _, d := range dirs {
+		if err := fw.Add(d); err != nil {
+			fw.Close()
+			return nil, err
 		}
-	}()
+	}
+	w := &dirWatch{w: fw, c: make(chan struct{}, 1)}
+	go w.loop()
 	return w, nil
 }
 
+// loop turns the directories' events into signals until Close. A lost
+// event (the queue overflowed) may have been a task arriving: it signals.
+func (w *dirWatch) loop() {
+	events, errs := w.w.Events, w.w.Errors
+	for events != nil || errs != nil {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if !arrival(ev.Op) {
+				continue
+			}
+		case _, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+		}
+		select {
+		case w.c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// arrival reports whether an event in a watched directory may have made
+// a task claimable: an entry made or moved in (Create), or a file in it
+// written to (Write), not one moved out (Rename), removed or chmodded.
+func arrival(op fsnotify.Op) bool { return op.Has(fsnotify.Create) || op.Has(fsnotify.Write) }
+
 func (w *dirWatch) C() <-chan struct{} { return w.c }
 
+// Close stops watching. Safe to call twice.
 func (w *dirWatch) Close() error {
-	var err error
-	w.once.Do(func() { err = w.f.Close() })
-	return err
+	w.once.Do(func() { w.err = w.w.Close() })
+	return w.err
 }

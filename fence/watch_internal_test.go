@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/fencectl/fencectl/journal/record"
 )
 
@@ -65,5 +67,56 @@ func TestKeepTrying_WokenByArrival(t *testing.T) {
 				t.Fatal("the waiting claim was not woken by the arrival")
 			}
 		})
+	}
+}
+
+// TestWatchDirs_Arrivals: what wakes a waiting claim is an entry made or
+// moved into available/ or inbox/, or a file there written to; an entry
+// moved out (every claim moves one out of available/) or removed does
+// not, or each claim would wake every waiter.
+func TestWatchDirs_Arrivals(t *testing.T) {
+	for op, want := range map[fsnotify.Op]bool{
+		fsnotify.Create: true, fsnotify.Write: true, fsnotify.Create | fsnotify.Chmod: true,
+		fsnotify.Rename: false, fsnotify.Remove: false, fsnotify.Chmod: false,
+	} {
+		if got := arrival(op); got != want {
+			t.Errorf("arrival(%v) = %v, want %v", op, got, want)
+		}
+	}
+}
+
+// TestWatchDirs_NoSymlinks: a directory replaced by a symbolic link is
+// not watched (fsnotify would follow it out of the tree): a waiting
+// claim falls back to polling. A real directory is; Close is safe twice.
+func TestWatchDirs_NoSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	real, link := filepath.Join(dir, "real"), filepath.Join(dir, "link")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := watchDirs(real, link); err == nil {
+		w.Close()
+		t.Fatal("watchDirs followed a symbolic link")
+	}
+	w, err := watchDirs(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "t1"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.C():
+	case <-time.After(20 * time.Second):
+		t.Fatal("no signal after a file was made in the directory")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build !noserve
+
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -309,7 +312,8 @@ func TestServe_StreamLive(t *testing.T) {
 	}
 }
 
-// TestServe_Metrics: /metrics parses with Prometheus's own parser; the
+// TestServe_Metrics: /metrics parses with Prometheus's own parser and
+// carries the Go and process collectors of the client library; the
 // counts come from the journal's log, so a new serve (a restart) shows
 // the same; the commit latency observes the events committed while it
 // runs, not the backlog.
@@ -336,6 +340,8 @@ func TestServe_Metrics(t *testing.T) {
 		`fencectl_tasks_failed_total{by="fail"}`:            1,
 		`fencectl_lease_ends_total{by="revoke"}`:            1,
 		`fencectl_lease_ends_total{by="fail"}`:              1,
+		`fencectl_lease_ends_total{by="complete"}`:          0, // known ways start at 0
+		`fencectl_tasks_failed_total{by="cancel"}`:          0,
 		`fencectl_journal_last_seq`:                         8,
 		`fencectl_lease_time_left_seconds_count`:            1,
 		`fencectl_lease_time_left_seconds_bucket{le="60"}`:  0,
@@ -352,6 +358,9 @@ func TestServe_Metrics(t *testing.T) {
 	}
 	if m["fencectl_journal_bytes"] <= 0 {
 		t.Errorf("fencectl_journal_bytes = %v", m["fencectl_journal_bytes"])
+	}
+	if m["go_goroutines"] <= 0 || m["process_start_time_seconds"] <= 0 {
+		t.Errorf("the Go and process collectors are missing: go_goroutines %v, process_start_time_seconds %v", m["go_goroutines"], m["process_start_time_seconds"])
 	}
 	if m["fencectl_oldest_available_age_seconds"] < 0 {
 		t.Errorf("oldest available age = %v", m["fencectl_oldest_available_age_seconds"])
@@ -401,7 +410,7 @@ func (f *serveFixture) metrics() map[string]float64 {
 				h := m.GetHistogram()
 				out[name+"_count"] = float64(h.GetSampleCount())
 				for _, b := range h.Bucket {
-					out[name+`_bucket{le="`+formatFloat(b.GetUpperBound())+`"}`] = float64(b.GetCumulativeCount())
+					out[name+`_bucket{le="`+strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)+`"}`] = float64(b.GetCumulativeCount())
 				}
 			default:
 				key := name

@@ -5,39 +5,67 @@ import (
 	"os"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/fsnotify/fsnotify"
 )
 
-// Watcher reports that the journal file was written to, through inotify:
-// a process keeping a lease learns of a revoke or a takeover by another
-// process within milliseconds, without polling the journal.
+// Watcher reports that the journal file was written to, through inotify
+// (by way of fsnotify): a process keeping a lease learns of a revoke or a
+// takeover by another process within milliseconds, without polling the
+// journal.
 type Watcher struct {
-	f    *os.File
+	w    *fsnotify.Watcher
 	c    chan struct{}
 	once sync.Once
+	err  error
 }
 
 // Watch starts watching the journal in dir. C receives (coalesced) after
-// every write; the receiver then re-reads what it cares about.
+// every write; the receiver then re-reads what it cares about. The
+// journal must be a regular file: a symbolic link in its place is
+// refused rather than followed (fsnotify has no IN_DONT_FOLLOW).
 func Watch(dir string) (*Watcher, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	path := Path(dir)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, fmt.Errorf("watch journal: %w", err)
 	}
-	if _, err := unix.InotifyAddWatch(fd, Path(dir), unix.IN_MODIFY|unix.IN_CLOSE_WRITE|unix.IN_DONT_FOLLOW); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("watch journal %s: %w", Path(dir), err)
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("watch journal %s: not a regular file (%s)", path, fi.Mode().Type())
 	}
-	w := &Watcher{f: os.NewFile(uintptr(fd), "inotify"), c: make(chan struct{}, 1)}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch journal: %w", err)
+	}
+	if err := fw.Add(path); err != nil {
+		fw.Close()
+		return nil, fmt.Errorf("watch journal %s: %w", path, err)
+	}
+	w := &Watcher{w: fw, c: make(chan struct{}, 1)}
 	go w.loop()
 	return w, nil
 }
 
+// loop turns the file's events into signals until Close. A change of
+// mode says nothing about the content; anything else (a write, the file
+// removed or renamed by recover) does. A lost event (the queue
+// overflowed) may have been a write: it signals too.
 func (w *Watcher) loop() {
-	buf := make([]byte, 4096)
-	for {
-		if _, err := w.f.Read(buf); err != nil {
-			return // closed
+	events, errs := w.w.Events, w.w.Errors
+	for events != nil || errs != nil {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+		case _, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
 		}
 		select {
 		case w.c <- struct{}{}:
@@ -51,7 +79,6 @@ func (w *Watcher) C() <-chan struct{} { return w.c }
 
 // Close stops watching. Safe to call twice.
 func (w *Watcher) Close() error {
-	var err error
-	w.once.Do(func() { err = w.f.Close() })
-	return err
+	w.once.Do(func() { w.err = w.w.Close() })
+	return w.err
 }
