@@ -502,12 +502,14 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		}
 	}
 	reset() // for an Update that fails before running the function
-	err = db.Update(func(tx journal.Tx) error {
+	update := db.Update
+	if pf, ok := db.(journal.Prefetcher); ok {
+		ids, claims := groupReads(ops)
+		update = func(fn func(journal.Tx) error) error { return pf.UpdateReading(ids, claims, fn) }
+	}
+	err = update(func(tx journal.Tx) error {
 		reset() // the store may run this more than once: each run afresh
 		now := tx.Now()
-		if pf, ok := tx.(journal.Prefetcher); ok {
-			pf.Prefetch(groupReads(ops))
-		}
 		for _, p := range ops {
 			before := tx.Writes()
 			evs, err := p.fn(tx, now)

@@ -237,15 +237,16 @@ type Tx interface {
 	Check() []error
 }
 
-// Prefetcher is a Tx that can read ahead, in one round trip, what the
-// operations of a group commit will read: the records of the tasks they
-// name (ids) and, when claims is true, of the first ready tasks. A store
-// whose reads are local (bbolt) has no use for it; on etcd every read is a
-// round trip, and a group of 16 operations that each read their task in
-// turn pays 16 of them. A failed read ahead is forgotten: the operations
-// read for themselves.
+// Prefetcher is a Store that can read ahead, with the snapshot a write
+// transaction begins with, what the operations of a group commit will read
+// first: the records of the tasks they name (ids) and, when claims is
+// true, of the first ready tasks. A store whose reads are local (bbolt)
+// has no use for it; on etcd every read is a round trip, and a group of 16
+// operations that each read their task in turn paid 16 of them.
+// UpdateReading is Update otherwise; a failed read ahead is forgotten (the
+// operations read for themselves).
 type Prefetcher interface {
-	Prefetch(ids []string, claims bool)
+	UpdateReading(ids []string, claims bool, fn func(Tx) error) error
 }
 
 // Watcher is signalled (coalesced) after the journal changed; the receiver

@@ -1,93 +1,137 @@
 package etcd
 
 import (
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/fencectl/fencectl/journal"
 )
 
 // Reading a group's keys in one round trip. On etcd every read the
 // operations of a group commit make is a request: a complete reads its
 // task's record and liveness key, then the first page of its dependents;
 // sixteen completes in a group made 32 requests, one after another, and
-// the group's commit waited for all of them. Prefetch reads all of that
-// in one request before the operations run (fence calls it with the ids
-// the group names), and get and scan then find the keys and pages here.
+// the group's commit waited for all of them. beginReading reads all that
+// in the request that begins the transaction (fence names the ids through
+// journal.Prefetcher), and get and scan then find the keys and pages here.
 //
 // Nothing read ahead is checked at commit until an operation reads it
 // (get tracks the keys it hands out; scan tracks the range it read), so
 // reading ahead makes no transaction conflict that reading on demand
 // would not.
 
-var _ journal.Prefetcher = (*Tx)(nil)
-
-// Prefetch reads ahead, in one request (more only past prefetchMax
-// operations), the records and liveness keys of ids and the first page of
-// each id's dependents; with claims, also the records and liveness keys
-// of the first ready page's tasks (the candidates a claim looks at
-// first). A failed read ahead is forgotten.
-func (t *Tx) Prefetch(ids []string, claims bool) {
-	if t.begin() != nil {
-		return
-	}
-	t.scanLiveIfRead()
+// beginReading begins the transaction (begin) and reads ahead, in the
+// same request, the records and liveness keys of ids and the first page
+// of each id's dependents; with claims, then the records and liveness
+// keys of the first ready page's tasks (the candidates a claim looks at
+// first), in one more request, since their ids come with the snapshot. A
+// failed read ahead is forgotten; a failed begin is begin's error.
+func (t *Tx) beginReading(ids []string, claims bool) error {
 	var points []string
-	seen := map[string]bool{}
-	point := func(k string) {
-		if seen[k] || t.known(k) {
-			return
-		}
-		seen[k] = true
-		points = append(points, k)
-	}
 	var deps []pageKey
+	seen := map[string]bool{}
 	for _, id := range ids {
-		point(t.key(famTask, id))
-		point(t.key(famLive, id))
+		for _, k := range []string{t.key(famTask, id), t.key(famLive, id)} {
+			if !seen[k] {
+				seen[k] = true
+				points = append(points, k)
+			}
+		}
 		p := t.key(famDeps, id+"\x00")
-		if k := (pageKey{p, rangeEnd(p), pageSize}); t.pages[k] == nil && !seen[p] {
+		if !seen[p] {
 			seen[p] = true
-			deps = append(deps, k)
+			deps = append(deps, pageKey{p, rangeEnd(p), pageSize})
 		}
 	}
+	// etcd answers at most 128 operations a request (its default
+	// --max-txn-ops): begin's own four, and prefetchMax more at most.
+	n := min(len(points), prefetchMax)
+	m := min(len(deps), prefetchMax-n)
+	extra := t.readOps(points[:n], deps[:m])
+	answers, err := t.beginWith(extra)
+	if err != nil {
+		return err
+	}
+	t.keepAhead(points[:n], deps[:m], answers)
+	t.scanLiveIfRead()
+	rest := points[n:]
 	if claims {
 		if r := t.pages[t.firstReadyPageKey()]; r != nil {
 			for _, kv := range r.Kvs {
-				point(t.key(famTask, string(kv.Value)))
-				point(t.key(famLive, string(kv.Value)))
+				rest = append(rest, t.key(famTask, string(kv.Value)), t.key(famLive, string(kv.Value)))
 			}
 		}
 	}
-	for len(points)+len(deps) > 0 {
-		var ops []clientv3.Op
-		n := min(len(points), prefetchMax)
-		for _, k := range points[:n] {
-			ops = append(ops, clientv3.OpGet(k, t.pinned()...))
+	t.readAhead(rest, deps[m:])
+	return nil
+}
+
+// readOps are the reads of points and of the first page of each of deps,
+// at the snapshot (once there is one).
+func (t *Tx) readOps(points []string, deps []pageKey) []clientv3.Op {
+	var opts []clientv3.OpOption
+	if t.rev != 0 {
+		opts = t.pinned()
+	}
+	ops := make([]clientv3.Op, 0, len(points)+len(deps))
+	for _, k := range points {
+		ops = append(ops, clientv3.OpGet(k, opts...))
+	}
+	for _, d := range deps {
+		ops = append(ops, clientv3.OpGet(d.from, append(opts, clientv3.WithRange(d.hi), clientv3.WithLimit(d.limit))...))
+	}
+	return ops
+}
+
+// keepAhead files the answers to readOps(points, deps) for get and scan
+// to find.
+func (t *Tx) keepAhead(points []string, deps []pageKey, answers []*etcdserverpb.ResponseOp) {
+	if len(answers) != len(points)+len(deps) {
+		return
+	}
+	if t.fetched == nil {
+		t.fetched = map[string]*mvccpb.KeyValue{}
+	}
+	for i, k := range points {
+		var kv *mvccpb.KeyValue
+		if kvs := answers[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			kv = kvs[0]
 		}
-		m := min(len(deps), prefetchMax-n)
-		for _, d := range deps[:m] {
-			ops = append(ops, clientv3.OpGet(d.from, append(t.pinned(), clientv3.WithRange(d.hi), clientv3.WithLimit(d.limit))...))
+		if _, mine := t.buf[k]; !mine {
+			t.fetched[k] = kv
 		}
+	}
+	for i, d := range deps {
+		t.pages[d] = (*clientv3.GetResponse)(answers[len(points)+i].GetResponseRange())
+	}
+}
+
+// readAhead reads what of points and deps get and scan would not find
+// without a request, prefetchMax operations a request.
+func (t *Tx) readAhead(points []string, deps []pageKey) {
+	var ps []string
+	for _, k := range points {
+		if !t.known(k) && !slices.Contains(ps, k) {
+			ps = append(ps, k)
+		}
+	}
+	var ds []pageKey
+	for _, d := range deps {
+		if t.pages[d] == nil {
+			ds = append(ds, d)
+		}
+	}
+	for len(ps)+len(ds) > 0 {
+		n := min(len(ps), prefetchMax)
+		m := min(len(ds), prefetchMax-n)
 		t.requests++
-		resp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
+		resp, err := t.s.b.cli.Txn(t.ctx).Then(t.readOps(ps[:n], ds[:m])...).Commit()
 		if err != nil {
 			return
 		}
-		if t.fetched == nil {
-			t.fetched = map[string]*mvccpb.KeyValue{}
-		}
-		for i, k := range points[:n] {
-			var kv *mvccpb.KeyValue
-			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
-				kv = kvs[0]
-			}
-			t.fetched[k] = kv
-		}
-		for i, d := range deps[:m] {
-			t.pages[d] = (*clientv3.GetResponse)(resp.Responses[n+i].GetResponseRange())
-		}
-		points, deps = points[n:], deps[m:]
+		t.keepAhead(ps[:n], ds[:m], resp.Responses)
+		ps, ds = ps[n:], ds[m:]
 	}
 }
 

@@ -37,10 +37,10 @@ func putTasks(t *testing.T, s journal.Store, n int) {
 }
 
 // TestPrefetch_OneRequestForTheGroup: what the operations of a group read
-// first (their tasks' records and liveness keys, the dependents of each,
-// and the first ready candidates of its claims) costs one request in all,
-// not one or two per operation, and reads back the same as reading on
-// demand.
+// first (their tasks' records and liveness keys, the dependents of each)
+// comes with the request that begins the transaction, and the first ready
+// candidates of its claims in one more: not one or two requests per
+// operation; and it reads back the same as reading on demand.
 func TestPrefetch_OneRequestForTheGroup(t *testing.T) {
 	cfg, dir := newJournal(t)
 	_, s := open(t, cfg, dir)
@@ -80,19 +80,24 @@ func TestPrefetch_OneRequestForTheGroup(t *testing.T) {
 	var demandRequests, aheadRequests int
 	for _, prefetch := range []bool{false, true} {
 		_, fresh := open(t, cfg, dir) // a new handle: nothing cached
-		err := fresh.Update(func(jt journal.Tx) error {
+		update := fresh.Update
+		if prefetch {
+			update = func(fn func(journal.Tx) error) error { return fresh.(journal.Prefetcher).UpdateReading(ids, true, fn) }
+		}
+		err := update(func(jt journal.Tx) error {
 			tx := jt.(*Tx)
-			tx.Counts() // begin: the snapshot's own request
 			before := tx.requests
 			if prefetch {
-				tx.Prefetch(ids, true)
-				if got := tx.requests - before; got != 1 {
-					t.Errorf("Prefetch of %d ids and the ready candidates took %d requests; want 1", len(ids), got)
+				// begin and the ids' keys in one request, the ready
+				// candidates (known only from begin's answer) in one more
+				if before != 2 {
+					t.Errorf("beginning with the read ahead of %d ids and the ready candidates took %d requests; want 2", len(ids), before)
 				}
-				before = tx.requests
 				ahead = read(tx)
 				aheadRequests = tx.requests - before
 			} else {
+				tx.Counts() // begin: the snapshot's own request
+				before = tx.requests
 				onDemand = read(tx)
 				demandRequests = tx.requests - before
 			}
@@ -101,6 +106,29 @@ func TestPrefetch_OneRequestForTheGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Without claims, the ids' keys come with begin: one request in all.
+	_, fresh := open(t, cfg, dir)
+	err := fresh.(journal.Prefetcher).UpdateReading(ids, false, func(jt journal.Tx) error {
+		tx := jt.(*Tx)
+		if tx.requests != 1 {
+			t.Errorf("beginning with the read ahead of %d ids took %d requests; want 1", len(ids), tx.requests)
+		}
+		for _, id := range ids {
+			if _, _, err := tx.Task(id); err != nil {
+				return err
+			}
+			if err := tx.Dependents(id, func(string) bool { return true }); err != nil {
+				return err
+			}
+		}
+		if tx.requests != 1 {
+			t.Errorf("the ids' reads after a read ahead took %d more requests; want 0", tx.requests-1)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if aheadRequests != 0 {
 		t.Errorf("after Prefetch, the group's reads took %d more requests; want 0 (on demand: %d)", aheadRequests, demandRequests)

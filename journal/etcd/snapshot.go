@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencectl/fencectl/journal"
@@ -17,11 +18,15 @@ type snapshot struct {
 	headRev int64
 	verRev  int64 // the version key's mod revision
 	pages   map[pageKey]*clientv3.GetResponse
+	extra   []*etcdserverpb.ResponseOp // the answers to readSnapshot's extra reads
 }
 
 // readSnapshot reads a snapshot: expiry and liveness pages for the reap
 // every claim does first, the ready page for claim-next.
-func (b *Backend) readSnapshot(ctx context.Context) (*snapshot, error) {
+//
+// extra are more reads to make at the same revision, in the same request;
+// their answers are in the snapshot's extra.
+func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op) (*snapshot, error) {
 	metaKey := b.cfg.Prefix + famMeta
 	ops := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
 	var pre []pageKey
@@ -33,11 +38,13 @@ func (b *Backend) readSnapshot(ctx context.Context) (*snapshot, error) {
 		pre = append(pre, pageKey{lo, rangeEnd(lo), f.limit})
 		ops = append(ops, clientv3.OpGet(lo, clientv3.WithRange(rangeEnd(lo)), clientv3.WithLimit(f.limit)))
 	}
+	first := len(ops)
+	ops = append(ops, extra...)
 	resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rev: resp.Header.Revision, meta: map[string]string{}, pages: map[pageKey]*clientv3.GetResponse{}}
+	s := &snapshot{rev: resp.Header.Revision, meta: map[string]string{}, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:]}
 	for i, k := range pre {
 		s.pages[k] = (*clientv3.GetResponse)(resp.Responses[i+1].GetResponseRange())
 	}

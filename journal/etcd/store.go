@@ -135,6 +135,14 @@ func (t *Tx) spoiled(err error) error {
 // one more race, to a commit already in flight. A holder that dies lets
 // go when its session's lease (writeLockTTL) runs out.
 func (s *Store) Update(fn func(journal.Tx) error) error {
+	return s.UpdateReading(nil, false, fn)
+}
+
+var _ journal.Prefetcher = (*Store)(nil)
+
+// UpdateReading is Update whose every run reads ahead, in the request
+// that begins it, what ids' operations read first (prefetch.go).
+func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) error) error {
 	if s.readOnly {
 		return errors.New("journal opened read-only")
 	}
@@ -157,7 +165,7 @@ func (s *Store) Update(fn func(journal.Tx) error) error {
 		}
 		t := s.newTx(ctx, true)
 		t.locked = locked
-		err := t.begin()
+		err := t.beginReading(ids, claims)
 		if err == nil {
 			err = fn(t)
 		}

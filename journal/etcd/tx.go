@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -96,16 +97,23 @@ func (t *Tx) fail(err error) error {
 // transactions scan, in one request; its revision fixes the snapshot every
 // later read of this transaction sees.
 func (t *Tx) begin() error {
+	_, err := t.beginWith(nil)
+	return err
+}
+
+// beginWith is begin that makes the extra reads in the same request, at
+// the snapshot's revision, and returns their answers.
+func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) {
 	if t.err != nil {
-		return t.err
+		return nil, t.err
 	}
 	if t.rev != 0 {
-		return nil
+		return nil, nil
 	}
 	t.requests++
-	snap, err := t.s.b.readSnapshot(t.ctx)
+	snap, err := t.s.b.readSnapshot(t.ctx, extra)
 	if err != nil {
-		return t.fail(err)
+		return nil, t.fail(err)
 	}
 	t.rev = snap.rev
 	if t.pages == nil {
@@ -120,14 +128,14 @@ func (t *Tx) begin() error {
 	}
 	t.cached = t.s.cacheValid(snap.headRev)
 	if t.err = t.s.b.checkMeta(snap.meta); t.err != nil {
-		return t.err
+		return nil, t.err
 	}
 	h, herr := decodeHead(t.meta[metaHead])
 	if herr != nil {
 		t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: herr.Error()}
 	}
 	t.head = h
-	return t.err
+	return snap.extra, t.err
 }
 
 // firstReadyPage is the size of the ready index's first page (most
