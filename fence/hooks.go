@@ -16,6 +16,11 @@ func crashAt(point string) {}
 // nil here, so release builds never ask.
 var renameFault func(from fsmirror.Dir, name string) unix.Errno
 
+// renameTrace is told of every rename and directory fsync in test builds
+// that log them for the power-loss test (see hooks_fencetest.go); nil
+// here.
+var renameTrace func(op, a, b string)
+
 // noWatch makes the lease keeper's journal watch fail. Never in release
 // builds; test builds fail it when FENCE_TEST_NO_WATCH is set, as when the
 // user has run out of inotify instances.

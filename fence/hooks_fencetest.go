@@ -105,3 +105,28 @@ func noWatch() bool { return os.Getenv("FENCE_TEST_NO_WATCH") != "" }
 // FENCE_TEST_FSTYPE ("nfs", "fuse", "ext4": see fsmirror.FSTypeNamed; a
 // name not in its table is a local type).
 func testFSType() string { return os.Getenv("FENCE_TEST_FSTYPE") }
+
+// renameTrace appends every rename and directory fsync of this process to
+// the file FENCE_TEST_RENAME_LOG names, one line each ("rename OLD NEW",
+// "sync DIR"), so that a test can simulate a power loss: undo every rename
+// that no later fsync of its directory made durable (the CrashMonkey
+// model), then boot again. Lines are short and appended with O_APPEND, so
+// the processes of a test share one log without interleaving.
+var renameTrace = func() func(op, a, b string) {
+	path := os.Getenv("FENCE_TEST_RENAME_LOG")
+	if path == "" {
+		return nil
+	}
+	return func(op, a, b string) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		line := op + " " + a
+		if b != "" {
+			line += " " + b
+		}
+		f.WriteString(line + "\n")
+	}
+}()

@@ -202,13 +202,18 @@ func (c *leaseClock) claimedBefore(l record.Lease) bool {
 	return l.ClaimedAt.Before(c.start)
 }
 
-// sweepRebooted reaps every lease claimed before this boot began, reason
-// "host rebooted", and moves their files; the first writer of a boot does
-// it, under the writer's lock, before anything else.
+// sweepRebooted puts every task file where the journal says (moves a
+// power loss undid: bootreconcile.go), then reaps every lease claimed
+// before this boot began, reason "host rebooted", and moves their files;
+// the first writer of a boot does it, under the writer's lock, before
+// anything else.
 func (t *Tree) sweepRebooted(db journal.Store) error {
 	c := t.leaseClock
 	if c == nil || !c.needsSweep() {
 		return nil
+	}
+	if err := t.reconcileAfterBoot(db); err != nil {
+		return err
 	}
 	var stale []string
 	err := db.View(func(tx journal.Tx) error {

@@ -64,7 +64,7 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 		return rep, err
 	}
 	defer m.Close()
-	m.Crash = crashAt
+	m.Crash, m.Trace = crashAt, renameTrace
 	rep.Root = m.Root()
 	meta := filepath.Join(rep.Root, string(fsmirror.Meta))
 	store, owned, err := o.backendFor(meta)

@@ -143,6 +143,8 @@ func (t *Tree) place(b *fsmirror.Batch, m move) error {
 			return nil
 		}
 		return t.ensure(m)
+	case t.lazyMoves():
+		err = b.MoveLazy(m.id, m.from, m.to) // redone after a reboot
 	default:
 		err = b.Move(m.id, m.from, m.to)
 	}

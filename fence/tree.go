@@ -114,7 +114,7 @@ func Open(root string, o Options) (*Tree, error) {
 		}
 		return nil, err
 	}
-	m.Crash, m.Fault = crashAt, renameFault
+	m.Crash, m.Fault, m.Trace = crashAt, renameFault, renameTrace
 	var lc *leaseClock
 	if store.Name() == "bbolt" && (o.Clock == nil || o.Boot != nil) {
 		boot := o.Boot

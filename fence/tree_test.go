@@ -1347,7 +1347,7 @@ func moveBack(t *testing.T, tree *fence.Tree, id string, from, to record.State) 
 func nextWriter(t *testing.T, tree *fence.Tree) *notices {
 	t.Helper()
 	var notes notices
-	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add})
+	next, err := fence.Open(tree.Root(), fence.Options{Notify: notes.add, Clock: testClock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ type Batch struct {
 	dests []Dir
 	srcs  []Dir
 	seen  map[Dir]bool
+	lazy  bool // a MoveLazy was made: Sync passes its crash point
 }
 
 // NewBatch starts a batch of moves.
@@ -33,6 +34,23 @@ func (b *Batch) Move(id string, from, to Dir) error {
 		return fmt.Errorf("move %s from %s to %s: %w", id, from, to, err)
 	}
 	b.note(from, to)
+	return nil
+}
+
+// MoveLazy renames task id from one directory to another and leaves the
+// move out of Sync: no directory is fsynced for it, ever. Only for a file
+// whose content is already durable, moved after a journal commit that
+// says where it goes: a power loss may undo the rename, and the first
+// writer after the reboot redoes it from the journal (fence's boot
+// reconcile). It saves the two directory fsyncs of a claim or complete.
+func (b *Batch) MoveLazy(id string, from, to Dir) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	if err := b.m.rename(from, id, to, id); err != nil {
+		return fmt.Errorf("move %s from %s to %s: %w", id, from, to, err)
+	}
+	b.lazy = true
 	return nil
 }
 
@@ -112,12 +130,13 @@ func (b *Batch) note(from, to Dir) {
 // first, then the sources that were not also destinations, so no file's
 // old name is durably gone before its new one is durable.
 func (b *Batch) Sync() error {
-	if len(b.dests) == 0 {
+	if len(b.dests) == 0 && !b.lazy {
 		return nil
 	}
 	if b.m.Crash != nil {
 		b.m.Crash(CrashAfterRename)
 	}
+	b.lazy = false
 	synced := map[Dir]bool{}
 	for _, d := range append(append([]Dir{}, b.dests...), b.srcs...) {
 		if synced[d] {

@@ -69,6 +69,11 @@ type Mirror struct {
 	// one, goes by link and unlink instead. Test builds set it from the
 	// environment; it is nil in normal use.
 	Fault func(from Dir, name string) unix.Errno
+	// Trace, when non-nil, is told of every rename ("rename", old path,
+	// new path) and every directory fsync ("sync", directory path, ""):
+	// the power-loss test undoes the renames no fsync made durable. It is
+	// nil in normal use.
+	Trace func(op, a, b string)
 
 	// linkMoves is set once renameat2 has said the file system lacks
 	// RENAME_NOREPLACE (NFS): every later move goes by link and unlink

@@ -104,6 +104,9 @@ func (m *Mirror) rename(from Dir, src string, to Dir, dst string) error {
 	err = unix.Renameat2(fromfd, src, tofd, dst, unix.RENAME_NOREPLACE)
 	switch {
 	case err == nil:
+		if m.Trace != nil {
+			m.Trace("rename", m.Path(from, src), m.Path(to, dst))
+		}
 		return nil
 	case err == unix.EEXIST:
 		return m.occupied(fromfd, from, src, tofd, to, dst)
@@ -266,6 +269,9 @@ func (m *Mirror) syncDir(d Dir) error {
 	}
 	if err := unix.Fsync(fd); err != nil {
 		return &fs.PathError{Op: "fsync (file already renamed)", Path: m.Path(d, ""), Err: err}
+	}
+	if m.Trace != nil {
+		m.Trace("sync", m.Path(d, ""), "")
 	}
 	return nil
 }
