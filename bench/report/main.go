@@ -427,7 +427,7 @@ var groups = []group{
 	{"fencectl through the CLI (one process per step)", []string{"BenchmarkCLI_ClaimComplete/", "BenchmarkCLI_ClaimCompleteBboltLock/", "BenchmarkCLI_Claim/"}},
 	{"fencectl through the Go API", []string{"BenchmarkLibrary_"}},
 	{"Baselines: the patterns people use today", []string{"BenchmarkBaseline"}},
-	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/"}},
+	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/", "BenchmarkPowerLoss_Reconcile/"}},
 	{"Many hosts: the etcd journal beside bbolt", []string{"BenchmarkBackend_"}},
 	{"Other", []string{"BenchmarkRun_", "BenchmarkWait_"}},
 }
@@ -509,6 +509,8 @@ func meaning(r *results, name string) string {
 		return fmt.Sprintf("The same through one `fencectl claim` process, %s ready tasks (+ 300 at the start).", k["tasks"])
 	case "BenchmarkCLI_Status":
 		return fmt.Sprintf("One `fencectl status` process with %s tasks in the journal: counts are kept per state, not counted.", k["tasks"])
+	case "BenchmarkPowerLoss_Reconcile":
+		return fmt.Sprintf("The first write after a reboot with %s tasks in the journal, after a power loss took back the renames of %s claims (moves of durable files skip their directory fsyncs): the reconcile reads every record and lists every state directory, moves the %s files back, then the old boot's leases are reaped.", k["tasks"], num(r, name, "files-moved"), num(r, name, "files-moved"))
 	case "BenchmarkLibrary_ClaimBatch":
 		return fmt.Sprintf("100 tasks claimed through the Go API in one batch claim (one transaction, a token each): %s ms, against the same 100 claimed one `Claim` call at a time: %s ms (medians over rounds that alternate); %s× faster.",
 			num(r, name, "ms-per-100"), num(r, name, "single-ms-per-100"), num(r, name, "speedup"))
