@@ -107,10 +107,37 @@ type taskJSON struct {
 	State    string    `json:"state"`
 	Task     string    `json:"task"`
 	Updated  time.Time `json:"updated"`
+	Wait     *waitJSON `json:"wait,omitempty"` // a waiting task: why, and until when
+}
+
+// waitJSON says why a waiting task waits: kind blocked (after: the tasks
+// it waits for), scheduled or backing_off (until: not before then;
+// attempt: the failed attempt it backs off after); why says it in words,
+// as show and list do.
+type waitJSON struct {
+	After   []string   `json:"after,omitempty"`
+	Attempt int        `json:"attempt,omitempty"`
+	Kind    string     `json:"kind"`
+	Until   *time.Time `json:"until,omitempty"`
+	Why     string     `json:"why"`
+}
+
+func newWait(t record.Task) *waitJSON {
+	w, ok := fence.WaitOf(t)
+	if !ok {
+		return nil
+	}
+	j := &waitJSON{After: w.After, Attempt: w.Attempt, Kind: string(w.Kind), Why: w.String()}
+	if !w.Until.IsZero() {
+		u := w.Until.UTC()
+		j.Until = &u
+	}
+	return j
 }
 
 func newTask(t record.Task, path string) *taskJSON {
 	return &taskJSON{
+		Wait:  newWait(t),
 		After: t.After, Blocked: t.Blocked(), Labels: t.Labels,
 		Attempts: t.Attempts, Created: t.Created.UTC(), LastLease: newLastLease(t.Last), Lease: newLease(t.Lease),
 		MaxAttempts: t.MaxAttempts, Path: path, Priority: t.Priority, State: string(t.State), Task: t.ID, Updated: t.Updated.UTC(),
@@ -172,6 +199,7 @@ type showJSON struct {
 	State    string    `json:"state"`
 	Task     string    `json:"task"`
 	Updated  time.Time `json:"updated"`
+	Wait     *waitJSON `json:"wait,omitempty"`
 	// WaitsFor explains After: each task and its state (and why, if it
 	// failed: its dependents stay blocked until it is requeued and done).
 	WaitsFor []waitsForJSON `json:"waits_for,omitempty"`
@@ -190,7 +218,7 @@ func newShow(v fence.TaskView) *showJSON {
 		waits = append(waits, waitsForJSON{State: string(d.State), Task: d.ID, Why: d.Why})
 	}
 	return &showJSON{
-		After: r.After, Blocked: r.Blocked, Labels: r.Labels, WaitsFor: waits,
+		After: r.After, Blocked: r.Blocked, Labels: r.Labels, WaitsFor: waits, Wait: r.Wait,
 		Attempts: r.Attempts, Created: r.Created, Events: newEvents(v.Events), Journal: journalJSON(v.Journal), LastLease: r.LastLease, Lease: r.Lease,
 		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, State: r.State, Task: r.Task, Updated: r.Updated,
 	}
@@ -265,11 +293,13 @@ type setJSON struct {
 	State    string    `json:"state"`
 	Task     string    `json:"task"`
 	Updated  time.Time `json:"updated"`
+	Wait     *waitJSON `json:"wait,omitempty"`
 }
 
 func newSet(res fence.Result) *setJSON {
 	r := newTask(res.Task, res.Path)
 	return &setJSON{
+		Wait:  r.Wait,
 		After: r.After, Attempts: r.Attempts, Blocked: r.Blocked, Created: r.Created, Labels: r.Labels, LastLease: r.LastLease,
 		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, Retry: res.Retry, State: r.State, Task: r.Task, Updated: r.Updated,
 	}
@@ -299,7 +329,7 @@ func newClaim(res fence.ClaimResult) *claimJSON {
 // statusJSON is status's answer: counts per state, the live leases, the
 // newest token issued and the tree's defaults.
 type statusJSON struct {
-	Blocked            int               `json:"blocked"` // available tasks that wait for others (counted in available too)
+	Blocked            int               `json:"blocked"` // waiting tasks that wait for others (counted in waiting too)
 	Counts             map[string]int    `json:"counts"`
 	DefaultMaxAttempts int               `json:"default_max_attempts"`
 	DefaultTTL         string            `json:"default_ttl"`
@@ -513,7 +543,9 @@ type errorObject struct {
 	Holder    nullable[string]    `json:"holder,omitzero"`
 	HeldSince nullable[time.Time] `json:"held_since,omitzero"`
 	State     string              `json:"state,omitempty"`
-	WaitsFor  []string            `json:"waits_for,omitempty"` // blocked: the tasks it still waits for
+	WaitsFor  []string            `json:"waits_for,omitempty"`  // blocked: the tasks it still waits for
+	NotBefore *time.Time          `json:"not_before,omitempty"` // scheduled, backing off: not claimable before then
+	Attempt   int                 `json:"attempt,omitempty"`    // backing off: after which failed attempt
 	LostAt    *time.Time          `json:"lost_at,omitempty"`
 	LostBy    string              `json:"lost_by,omitempty"`
 	Run       *runJSON            `json:"run,omitempty"`

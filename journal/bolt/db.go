@@ -31,15 +31,19 @@ import (
 // it; the first write of a V2 record marks it version 4, the first write
 // to a version 1 or 2 journal marks it version 3, so that an older
 // fencectl refuses it with a VersionError instead of misreading it (or
-// claiming a task it cannot see is blocked).
-const SchemaVersion = "4"
+// claiming a task it cannot see is blocked). Version 5 adds the waiting
+// state (tasks in waiting/, the due index, backoff defaults): a version 4
+// reader would find a state it has no directory for, so the first V2
+// record written now marks the journal version 5 (a version 4 journal
+// too: fence moves its blocked tasks to waiting/ in that write).
+const SchemaVersion = "5"
 
 // baseVersion is the version a new journal starts at, and what every
 // write raises an older one to.
 const baseVersion = "3"
 
 // readVersions are the older layouts still read.
-var readVersions = []string{"1", "2", "3"}
+var readVersions = []string{"1", "2", "3", "4"}
 
 // FileName and LockName are the journal's files inside the .fence directory.
 const (
