@@ -211,6 +211,9 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
 	err := tx.Events(1, func(ev record.Event) (bool, error) {
 		rep.Events++
+		if ev.Type == record.EvDefaults {
+			return true, nil // the tree's settings: no task to fold it into
+		}
 		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
 			prev = &p

@@ -59,6 +59,12 @@ func checkDefaults(d record.Defaults) error {
 	if d.MaxAttempts < 1 {
 		return invalidValue(InputMaxAttempts, RuleRange, d.MaxAttempts, "must be at least 1")
 	}
+	if d.RetryBackoff < 0 || d.RetryBackoff > MaxTTL {
+		return invalidValue(InputBackoff, RuleRange, d.RetryBackoff, fmt.Sprintf("must be 0 (no backoff) or positive, at most %s", MaxTTL))
+	}
+	if d.RetryBackoffMax < 0 || d.RetryBackoffMax > MaxTTL || d.RetryBackoffMax > 0 && d.RetryBackoffMax < d.RetryBackoff {
+		return invalidValue(InputBackoff, RuleRange, d.RetryBackoffMax, "the backoff's cap must be 0 (the default, 1h) or at least the backoff itself")
+	}
 	return nil
 }
 
@@ -119,6 +125,9 @@ func afterAttempt(task record.Task, d record.Defaults, now time.Time) (to record
 	}
 	return record.Waiting, now.Add(b)
 }
+
+// DefaultRetryBackoff is the retry backoff init gives a new tree.
+const DefaultRetryBackoff = 0
 
 // DefaultRetryBackoffMax caps the backoff of a tree whose defaults name
 // none (RetryBackoffMax 0).

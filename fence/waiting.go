@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -216,4 +217,56 @@ func checkSchedule(notBefore time.Time, delay time.Duration) error {
 		return invalidValue(InputSchedule, RuleRange, notBefore, "--not-before must be a time between 1970 and 2200")
 	}
 	return nil
+}
+
+// DefaultsRequest changes a tree's defaults: a nil field is kept.
+type DefaultsRequest struct {
+	TTL             *time.Duration
+	MaxAttempts     *int
+	RetryBackoff    *time.Duration
+	RetryBackoffMax *time.Duration
+	Agent           string // recorded, never compared
+}
+
+// SetDefaults changes the tree's defaults in one transaction, recorded as
+// a defaults event that carries them all (it names no task). New tasks
+// and leases use them from this commit on; a task keeps the max attempts
+// it was added with. Nothing to change answers the defaults with changed
+// false and records nothing. Bad values are an *InvalidInputError.
+func (t *Tree) SetDefaults(ctx context.Context, req DefaultsRequest) (d record.Defaults, changed bool, err error) {
+	_, _, err = t.write(ctx, string(record.EvDefaults), func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+		cur, err := tx.Defaults()
+		if err != nil {
+			return nil, err
+		}
+		d, changed = cur, false // a store may run this more than once
+		if req.TTL != nil {
+			d.TTL = *req.TTL
+		}
+		if req.MaxAttempts != nil {
+			d.MaxAttempts = *req.MaxAttempts
+		}
+		if req.RetryBackoff != nil {
+			d.RetryBackoff = *req.RetryBackoff
+		}
+		if req.RetryBackoffMax != nil {
+			d.RetryBackoffMax = *req.RetryBackoffMax
+		}
+		if err := checkDefaults(d); err != nil {
+			return nil, err
+		}
+		if d == cur {
+			return nil, errNoChange
+		}
+		nd := d
+		if _, err := tx.Append(record.Event{Time: now, Type: record.EvDefaults, Agent: req.Agent, Defaults: &nd}); err != nil {
+			return nil, err
+		}
+		if err := tx.PutDefaults(d); err != nil {
+			return nil, err
+		}
+		changed = true
+		return nil, nil
+	})
+	return d, changed, err
 }

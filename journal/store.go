@@ -234,8 +234,11 @@ type Tx interface {
 	// newest back, reading only that task's events.
 	TaskEventsBackward(id string, fn func(record.Event) (more bool, err error)) error
 
-	// Defaults returns the tree-wide settings chosen at init.
+	// Defaults returns the tree-wide settings chosen at init (or since
+	// changed by PutDefaults).
 	Defaults() (record.Defaults, error)
+	// PutDefaults replaces the tree-wide settings (fencectl defaults).
+	PutDefaults(d record.Defaults) error
 	// Reset empties everything derived from the log (tasks, indexes,
 	// claims, requests, counts) for replay to write afresh. Events and the
 	// token counter are kept.

@@ -120,7 +120,7 @@ func createSeeded(dir string, d record.Defaults, seed uint64) error {
 		}
 		meta := btx.Bucket(bucketMeta)
 		for k, v := range map[string][]byte{
-			keyVersion:  []byte(baseVersion),
+			keyVersion:  []byte(createVersion(d)),
 			keyTreeID:   []byte(ulid.Make().String()),
 			keyDefaults: journal.EncodeDefaults(d),
 			keyToken:    u64(seed),
@@ -436,6 +436,16 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 		}
 	}
 	return err
+}
+
+// createVersion is the version a new journal with defaults d starts at:
+// the base version, unless its defaults need a version 5 reader (a
+// backoff).
+func createVersion(d record.Defaults) string {
+	if journal.IsV2(journal.EncodeDefaults(d)) {
+		return SchemaVersion
+	}
+	return baseVersion
 }
 
 // upgradeTo is the version a journal of version v is after a write that

@@ -444,6 +444,14 @@ func (t *Tx) Defaults() (record.Defaults, error) {
 	return d, nil
 }
 
+// PutDefaults replaces the tree-wide settings.
+func (t *Tx) PutDefaults(d record.Defaults) error {
+	t.wrote()
+	enc := journal.EncodeDefaults(d)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	return t.tx.Bucket(bucketMeta).Put([]byte(keyDefaults), enc)
+}
+
 // Reset empties every derived bucket (tasks, indexes, claims, requests,
 // counts) so
 // that replay can write them afresh from the event log. Events and the

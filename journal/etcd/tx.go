@@ -806,6 +806,21 @@ func (t *Tx) Defaults() (record.Defaults, error) {
 	return d, nil
 }
 
+// PutDefaults replaces the tree-wide settings (a meta key begin reads;
+// the head's compare guards it, as every write moves the head).
+func (t *Tx) PutDefaults(d record.Defaults) error {
+	t.wrote()
+	if err := t.begin(); err != nil {
+		return err
+	}
+	enc := string(journal.EncodeDefaults(d))
+	t.v2 = t.v2 || journal.IsV2([]byte(enc))
+	t.meta[metaDefaults] = enc
+	t.put(t.key(famMeta, metaDefaults), enc)
+	t.headMod = true
+	return nil
+}
+
 // Reset empties everything derived from the log for replay to write
 // afresh; events and the token counter are kept.
 func (t *Tx) Reset() error {
