@@ -127,7 +127,7 @@ func afterAttempt(task record.Task, d record.Defaults, now time.Time) (to record
 }
 
 // DefaultRetryBackoff is the retry backoff init gives a new tree.
-const DefaultRetryBackoff = 0
+const DefaultRetryBackoff = time.Second
 
 // DefaultRetryBackoffMax caps the backoff of a tree whose defaults name
 // none (RetryBackoffMax 0).

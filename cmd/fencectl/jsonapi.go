@@ -479,19 +479,30 @@ func newRecover(rep fence.RecoverReport) *recoverJSON {
 // eventJSON is one event of the audit trail (log, one per line; show's
 // events).
 type eventJSON struct {
-	After    []string   `json:"after,omitempty"`
-	Agent    string     `json:"agent,omitempty"`
-	Deadline *time.Time `json:"deadline,omitempty"`
-	From     string     `json:"from,omitempty"`
-	Labels   []string   `json:"labels,omitempty"`
-	Priority *int64     `json:"priority,omitempty"` // set: the new priority
-	Reason   string     `json:"reason,omitempty"`
-	Seq      uint64     `json:"seq"`
-	Task     string     `json:"task"`
-	Time     time.Time  `json:"time"`
-	To       string     `json:"to"`
-	Token    uint64     `json:"token,omitempty"`
-	Type     string     `json:"type"`
+	After     []string           `json:"after,omitempty"`
+	Agent     string             `json:"agent,omitempty"`
+	Deadline  *time.Time         `json:"deadline,omitempty"`
+	Defaults  *eventDefaultsJSON `json:"defaults,omitempty"` // defaults: the tree's new settings
+	From      string             `json:"from,omitempty"`
+	Labels    []string           `json:"labels,omitempty"`
+	NotBefore *time.Time         `json:"not_before,omitempty"` // add, fail, reap, dep_done: not claimable before then
+	Priority  *int64             `json:"priority,omitempty"`   // set: the new priority
+	Reason    string             `json:"reason,omitempty"`
+	Seq       uint64             `json:"seq"`
+	Task      string             `json:"task"`
+	Time      time.Time          `json:"time"`
+	To        string             `json:"to"`
+	Token     uint64             `json:"token,omitempty"`
+	Type      string             `json:"type"`
+}
+
+// eventDefaultsJSON is what a defaults event set (retry_backoff_max 0s:
+// the default cap).
+type eventDefaultsJSON struct {
+	MaxAttempts     int    `json:"max_attempts"`
+	RetryBackoff    string `json:"retry_backoff"`
+	RetryBackoffMax string `json:"retry_backoff_max"`
+	TTL             string `json:"ttl"`
 }
 
 // newEvents converts events; never nil, so that show prints [].
@@ -510,6 +521,13 @@ func newEvents(evs []record.Event) []eventJSON {
 		if e.Type == record.EvSet {
 			p := e.Priority
 			j.Priority = &p
+		}
+		if !e.NotBefore.IsZero() {
+			nb := e.NotBefore.UTC()
+			j.NotBefore = &nb
+		}
+		if d := e.Defaults; d != nil {
+			j.Defaults = &eventDefaultsJSON{MaxAttempts: d.MaxAttempts, RetryBackoff: d.RetryBackoff.String(), RetryBackoffMax: d.RetryBackoffMax.String(), TTL: d.TTL.String()}
 		}
 		out = append(out, j)
 	}

@@ -82,7 +82,7 @@ func TestArgs_ReservedWordsAreIDs(t *testing.T) {
 		}
 	}
 	tree := filepath.Join(t.TempDir(), "tree")
-	if code, _, stderr := runCLI("--dir", tree, "init"); code != 0 {
+	if code, _, stderr := runCLI("--dir", tree, "init", "--retry-backoff", "0s"); code != 0 {
 		t.Fatalf("init: %s", stderr)
 	}
 	for _, w := range words {

@@ -76,7 +76,7 @@ func testLinearizability(t *testing.T, b tortBackend) {
 	}
 	r.setClock(0)
 	for _, args := range [][]string{
-		{"init", "--ttl", linLeaseTTL.String(), "--max-attempts", fmt.Sprint(linMaxAttempts)},
+		{"init", "--ttl", linLeaseTTL.String(), "--max-attempts", fmt.Sprint(linMaxAttempts), "--retry-backoff", "0s"}, // the model has no backoff
 		{"add", "--id", tasks[0]}, {"add", "--id", tasks[1]}, {"add", "--id", tasks[2]}, {"add", "--id", tasks[3]},
 	} {
 		c := r.cmd(args...)

@@ -173,7 +173,7 @@ func testKillStorm(t *testing.T, b tortBackend) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "tree")
 	mk := func(args ...string) *exec.Cmd { return fencectlCmd(dir, args...) }
-	initCmd := mk("init", "--ttl", "2s", "--max-attempts", "3")
+	initCmd := mk("init", "--ttl", "2s", "--max-attempts", "3", "--retry-backoff", "0s")
 	initCmd.Env = append(initCmd.Env, b.start(t)...)
 	if out, err := initCmd.CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)
