@@ -405,24 +405,30 @@ type reapJSON struct {
 
 // reapedJSON is one expired lease freed, and where its task went.
 type reapedJSON struct {
-	Attempts          int     `json:"attempts"`
-	ExpiredFor        string  `json:"expired_for"`
-	ExpiredForSeconds float64 `json:"expired_for_seconds"`
-	Holder            string  `json:"holder"`
-	MaxAttempts       int     `json:"max_attempts"`
-	Reason            string  `json:"reason"` // "lease expired" or "holder died"
-	Task              string  `json:"task"`
-	To                string  `json:"to"`
-	Token             uint64  `json:"token"`
+	Attempts          int        `json:"attempts"`
+	ExpiredFor        string     `json:"expired_for"`
+	ExpiredForSeconds float64    `json:"expired_for_seconds"`
+	Holder            string     `json:"holder"`
+	MaxAttempts       int        `json:"max_attempts"`
+	Reason            string     `json:"reason"` // "lease expired" or "holder died"
+	Task              string     `json:"task"`
+	To                string     `json:"to"`
+	Token             uint64     `json:"token"`
+	Until             *time.Time `json:"until,omitempty"` // to waiting: the end of the backoff
 }
 
 func newReap(dryRun bool, rs []fence.Reaped) *reapJSON {
 	list := make([]reapedJSON, 0, len(rs))
 	for _, r := range rs {
-		list = append(list, reapedJSON{
+		j := reapedJSON{
 			Attempts: r.Attempts, ExpiredFor: r.ExpiredFor.String(), ExpiredForSeconds: r.ExpiredFor.Seconds(),
 			Holder: r.Holder, MaxAttempts: r.MaxAttempts, Reason: r.Reason, Task: r.Task, To: string(r.To), Token: r.Token,
-		})
+		}
+		if !r.Until.IsZero() {
+			u := r.Until.UTC()
+			j.Until = &u
+		}
+		list = append(list, j)
 	}
 	return &reapJSON{DryRun: dryRun, Reaped: list}
 }
