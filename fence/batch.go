@@ -203,7 +203,7 @@ func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (Batch
 
 // claimable reads the named tasks and sorts them into those that can be
 // claimed now and those that cannot (with why), writing nothing.
-func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]bool) (ok []record.Task, failed []BatchFailure, err error) {
+func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]fsmirror.Dir) (ok []record.Task, failed []BatchFailure, err error) {
 	for _, id := range ids {
 		rec, known, err := tx.Task(id)
 		if err != nil {
@@ -213,10 +213,8 @@ func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]bool)
 		switch {
 		case !known:
 			why = &NoSuchTaskError{Task: id}
-		case rec.State != record.Available:
-			why = &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
-		case rec.Blocked():
-			why = &NotAvailableError{Task: id, State: rec.State, Op: "claim", WaitsFor: rec.After}
+		case notClaimable(rec) != nil:
+			why = notClaimable(rec)
 		default:
 			dir, derr := fileDir(rec, inClaimed)
 			if derr == nil {
@@ -238,7 +236,7 @@ func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]bool)
 // does for one (nextClaimable), settling tasks found without a file on
 // the way. It claims nothing; to find the next one after the first it
 // skips those already chosen.
-func (t *Tree) nextClaimables(tx journal.Tx, n int, inClaimed map[string]bool, now time.Time, labels []string) ([]record.Task, []record.Event, error) {
+func (t *Tree) nextClaimables(tx journal.Tx, n int, inClaimed map[string]fsmirror.Dir, now time.Time, labels []string) ([]record.Task, []record.Event, error) {
 	var out []record.Task
 	var settled []record.Event
 	chosen := map[string]bool{}

@@ -13,10 +13,9 @@ import (
 
 // Dependencies and labels.
 //
-// A task added (or set) with After waits for those tasks: it stays in
-// available/ (the directory layout does not change) but is blocked, out
-// of the ready index, so no claim takes it; a named claim is refused with
-// the ids it waits for. The journal keeps a reverse index (dependency →
+// A task added (or set) with After waits for those tasks: it is blocked,
+// in waiting/ (see waiting.go), so no claim takes it; a named claim is
+// refused with the ids it waits for. The journal keeps a reverse index (dependency →
 // dependents), so the commit that makes a task done also records, for
 // each task waiting for it, a dep_done event that removes it from After
 // (DepDoneEvent): one with nothing left is ready in that same commit.
@@ -157,9 +156,10 @@ type SetRequest struct {
 }
 
 // Set changes the priority, labels and dependencies of a task that is
-// not claimed, recording a set event that carries all three; the indexes
-// follow in the same commit (a task given unfinished dependencies leaves
-// the ready index, one that loses its last enters it). A claimed task is
+// not claimed, recording a set event that carries all three; the task
+// and the indexes follow in the same commit (a task given unfinished
+// dependencies goes to waiting/, one that loses its last to available/
+// unless it is scheduled for later). A claimed task is
 // refused (release it first), a done or failed one too (NotAvailableError);
 // dependencies that would close a cycle are an *InvalidInputError.
 // Nothing to change answers Retry.
@@ -178,11 +178,11 @@ func (t *Tree) Set(ctx context.Context, req SetRequest) (Result, error) {
 		return Result{}, err
 	}
 	return t.operatorTx(ctx, record.EvSet, req.ID, func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error) {
-		if rec.State != record.Available {
+		if rec.State != record.Available && rec.State != record.Waiting {
 			return record.Event{}, &NotAvailableError{Task: rec.ID, State: rec.State, Op: "set"}
 		}
 		ev := record.Event{Time: now, Type: record.EvSet, Task: rec.ID, From: rec.State, To: rec.State, Agent: req.Agent,
-			Priority: rec.Priority, Labels: rec.Labels, After: rec.After}
+			Priority: rec.Priority, Labels: rec.Labels, After: rec.After, NotBefore: rec.NotBefore}
 		if req.Priority != nil {
 			ev.Priority = *req.Priority
 		}
@@ -202,6 +202,9 @@ func (t *Tree) Set(ctx context.Context, req SetRequest) (Result, error) {
 		if ev.Priority == rec.Priority && slices.Equal(ev.Labels, rec.Labels) && slices.Equal(ev.After, rec.After) {
 			return ev, errNoChange
 		}
+		// Given dependencies not done yet it waits; rid of its last (and
+		// not scheduled for later) it is available, in this commit.
+		ev.To, ev.NotBefore = restState(ev.After, rec.NotBefore, now)
 		return ev, nil
 	})
 }

@@ -16,7 +16,9 @@ const (
 	ReasonLeaseExpired   = "lease_expired"
 	ReasonNotHeld        = "not_held"
 	ReasonNotAvailable   = "not_available"
-	ReasonBlocked        = "blocked" // not_available because the task waits for others (exit 4)
+	ReasonBlocked        = "blocked"     // not_available because the task waits for others (exit 4)
+	ReasonScheduled      = "scheduled"   // not_available because the task waits for the time it is scheduled for (exit 4)
+	ReasonBackingOff     = "backing_off" // not_available because the task backs off after a failed attempt (exit 4)
 	ReasonNothingToClaim = "nothing_to_claim"
 	ReasonBusy           = "busy"
 	ReasonNoSuchTask     = "no_such_task"
@@ -81,8 +83,10 @@ type NotAvailableError struct {
 	State record.State
 	Op    string
 	// WaitsFor, for a claim of a blocked task, lists the tasks it still
-	// waits for (its After): it is available but not ready.
+	// waits for (its After).
 	WaitsFor []string
+	// Wait, for a claim of a waiting task, says what it waits for.
+	Wait *Wait
 }
 
 // Blocked reports whether the task was refused because it waits for
@@ -92,6 +96,9 @@ func (e *NotAvailableError) Blocked() bool { return len(e.WaitsFor) > 0 }
 func (e *NotAvailableError) Error() string {
 	if e.Blocked() {
 		return fmt.Sprintf("task %s is blocked: it waits for %s, not done yet", e.Task, strings.Join(e.WaitsFor, ", "))
+	}
+	if e.Op == "claim" && e.Wait != nil {
+		return fmt.Sprintf("task %s is waiting: %s", e.Task, e.Wait)
 	}
 	switch e.Op {
 	case "set":
@@ -138,21 +145,23 @@ type Input string
 
 // The inputs an InvalidInputError can name.
 const (
-	InputTTL         Input = "ttl"          // a lease length
-	InputMaxAttempts Input = "max_attempts" // attempts before failed/
-	InputWait        Input = "wait"         // how long a claim keeps trying
-	InputLimit       Input = "limit"        // how many events Log or tasks List returns
-	InputState       Input = "state"        // a task state to select (List)
-	InputAfter       Input = "after"        // a listing's cursor: the id a page starts after
-	InputRequestID   Input = "request_id"   // a claim's idempotency key
-	InputToken       Input = "token"        // a fencing token
-	InputID          Input = "id"           // a task id
-	InputBatch       Input = "batch"        // how many tasks a batch claim takes
-	InputOutputName  Input = "output_name"  // the name of a fenced output
-	InputRoot        Input = "root"         // the task tree's directory
-	InputJournal     Input = "journal"      // where a tree's journal is (init --journal)
-	InputDeps        Input = "dependency"   // a task another waits for (add/set --after)
-	InputLabel       Input = "label"        // a task's label
+	InputTTL         Input = "ttl"           // a lease length
+	InputMaxAttempts Input = "max_attempts"  // attempts before failed/
+	InputWait        Input = "wait"          // how long a claim keeps trying
+	InputLimit       Input = "limit"         // how many events Log or tasks List returns
+	InputState       Input = "state"         // a task state to select (List)
+	InputAfter       Input = "after"         // a listing's cursor: the id a page starts after
+	InputRequestID   Input = "request_id"    // a claim's idempotency key
+	InputToken       Input = "token"         // a fencing token
+	InputID          Input = "id"            // a task id
+	InputBatch       Input = "batch"         // how many tasks a batch claim takes
+	InputOutputName  Input = "output_name"   // the name of a fenced output
+	InputRoot        Input = "root"          // the task tree's directory
+	InputJournal     Input = "journal"       // where a tree's journal is (init --journal)
+	InputDeps        Input = "dependency"    // a task another waits for (add/set --after)
+	InputLabel       Input = "label"         // a task's label
+	InputSchedule    Input = "schedule"      // when a task may first be claimed (add --not-before, --delay)
+	InputBackoff     Input = "retry_backoff" // the backoff after a failed attempt (init, defaults)
 )
 
 // Rule names the rule an input breaks in an InvalidInputError.

@@ -87,12 +87,29 @@ func (t *Tree) open(readOnly bool) (journal.Store, error) {
 
 // upgraded says once that a commit raised the journal's schema version.
 func (t *Tree) upgraded(from, to string) {
-	t.notify(NoticeUpgraded, t.store.Path(t.metaDir), fmt.Sprintf("journal upgraded in place from schema version %s to %s (a task uses dependencies or labels); a fencectl older than this one now refuses the tree", from, to))
+	t.notify(NoticeUpgraded, t.store.Path(t.metaDir), fmt.Sprintf("journal upgraded in place from schema version %s to %s (a task uses dependencies, labels, a schedule or a backoff); a fencectl older than this one now refuses the tree", from, to))
 }
 
 // commit appends ev, folds it into the task's record and the token's claim
 // record, and stores both. prev is the record before (nil for add/adopt).
+// An event that makes a task done also records a dep_done for each task
+// waiting for it (commitMore returns those events, whose moves follow).
 func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, record.Event, error) {
+	rec, ev, _, err := commitMore(tx, prev, ev)
+	return rec, ev, err
+}
+
+// commitMore is commit, returning the dep_done events it recorded too.
+func commitMore(tx journal.Tx, prev *record.Task, ev record.Event) (rec record.Task, _ record.Event, more []record.Event, err error) {
+	rec, ev, err = commitOne(tx, prev, ev)
+	if err == nil && Unblocks(prev, ev) {
+		more, err = unblockDependents(tx, rec.ID, ev.Time)
+	}
+	return rec, ev, more, err
+}
+
+// commitOne is commit without the dependents.
+func commitOne(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, record.Event, error) {
 	ev, err := tx.Append(ev)
 	if err != nil {
 		return record.Task{}, ev, err
@@ -103,11 +120,6 @@ func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, rec
 	}
 	if err := tx.PutTask(prev, rec); err != nil {
 		return rec, ev, err
-	}
-	if Unblocks(prev, ev) {
-		if err := unblockDependents(tx, rec.ID, ev.Time); err != nil {
-			return rec, ev, err
-		}
 	}
 	if ev.Token != 0 {
 		var prevClaim *record.Claim
@@ -130,26 +142,30 @@ func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, rec
 
 // unblockDependents records, in the transaction that made dep done, that
 // every task waiting for it no longer does (DepDoneEvent): those that wait
-// for nothing else are ready from this commit on. The reverse index names
+// for nothing else (and for no time) go to available/ in this commit; it
+// returns the events, for their moves. The reverse index names
 // them, so this reads only dep's dependents.
-func unblockDependents(tx journal.Tx, dep string, now time.Time) error {
+func unblockDependents(tx journal.Tx, dep string, now time.Time) ([]record.Event, error) {
 	var ids []string
 	if err := tx.Dependents(dep, func(id string) bool { ids = append(ids, id); return true }); err != nil {
-		return err
+		return nil, err
 	}
+	var evs []record.Event
 	for _, id := range ids {
 		d, ok, err := tx.Task(id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok || !slices.Contains(d.After, dep) {
 			continue // the index and the record disagree: trust the record
 		}
-		if _, _, err := commit(tx, &d, DepDoneEvent(d, dep, now)); err != nil {
-			return err
+		_, ev, err := commitOne(tx, &d, DepDoneEvent(d, dep, now))
+		if err != nil {
+			return nil, err
 		}
+		evs = append(evs, ev)
 	}
-	return nil
+	return evs, nil
 }
 
 // trackRequest keeps the request index in step with a claim: a claim made

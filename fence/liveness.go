@@ -247,7 +247,11 @@ func (t *Tree) diedOf(tx journal.Tx, now time.Time) ([]Reaped, error) {
 		if rec, ok, err := leaseOf(tx, token); err != nil {
 			return nil, err
 		} else if ok {
-			out = append(out, reapOf(rec, ReasonHolderDied, now))
+			r, err := reapOf(tx, rec, ReasonHolderDied, now)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
 		}
 	}
 	slices.SortFunc(out, func(a, b Reaped) int { return cmp.Compare(a.Token, b.Token) })

@@ -39,6 +39,11 @@ type AddRequest struct {
 	After []string
 	// Labels are the task's labels (sorted and deduplicated when stored).
 	Labels []string
+	// NotBefore schedules the task: it waits in waiting/ until then. Delay
+	// does the same relative to the tree's clock at the commit. At most
+	// one of them; a time already passed is no wait.
+	NotBefore time.Time
+	Delay     time.Duration
 }
 
 // Add writes a new task into available/. The content is staged in
@@ -59,6 +64,9 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	}
 	labels, err := checkLabels(req.Labels)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := checkSchedule(req.NotBefore, req.Delay); err != nil {
 		return Result{}, err
 	}
 	if req.Content == nil {
@@ -93,17 +101,26 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		due, err := promoteDue(tx, now)
+		if err != nil {
+			return nil, err
+		}
+		notBefore := req.NotBefore
+		if req.Delay > 0 {
+			notBefore = now.Add(req.Delay)
+		}
+		to, notBefore := restState(after, notBefore, now)
 		rec, ev, err := commit(tx, nil, record.Event{
-			Time: now, Type: record.EvAdd, Task: req.ID, To: record.Available,
-			Priority: req.Priority, MaxAttempts: max, Staged: staged, After: after, Labels: labels,
+			Time: now, Type: record.EvAdd, Task: req.ID, To: to,
+			Priority: req.Priority, MaxAttempts: max, Staged: staged, After: after, Labels: labels, NotBefore: notBefore,
 		})
 		res = Result{Task: rec, Event: &ev}
-		return []record.Event{ev}, err
+		return append(due, ev), err
 	})
 	if !committed {
 		_ = t.mirror.Unstage(staged)
 	}
-	res.Path = t.Path(req.ID, record.Available)
+	res.Path = t.Path(req.ID, cmp.Or(res.Task.State, record.Available))
 	return res, err
 }
 
@@ -152,6 +169,7 @@ type Reaped struct {
 	Attempts    int           // after counting this expiry
 	MaxAttempts int
 	To          record.State
+	Until       time.Time // for To waiting: the end of the backoff
 }
 
 // pollInterval is how often claim --wait looks again when nothing wakes
@@ -212,28 +230,46 @@ func keepTrying[T any](ctx context.Context, wait time.Duration, wake waker, try 
 		if err == nil || !waitable(err) || left <= 0 {
 			return res, err
 		}
+		next := min(every, left)
+		if wake.due != nil {
+			if d, ok := wake.due(); ok {
+				next = min(next, max(d, time.Millisecond))
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return res, err
 		case <-wake.c:
-		case <-time.After(min(every, left)):
+		case <-time.After(next):
 		}
 	}
 }
 
 // reapFirst is what every claim does first, in its transaction: free the
-// expired leases, and note which tasks that leaves with their files still
-// in claimed/ (the moves come after the commit).
-func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Reaped, evs []record.Event, d record.Defaults, inClaimed map[string]bool, err error) {
+// expired leases, move the waiting tasks that are due to available/
+// (promoteDue), and note where that leaves the files of the tasks it
+// moved (inClaimed: still in claimed/ or waiting/, since the moves come
+// after the commit).
+func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Reaped, evs []record.Event, d record.Defaults, inClaimed map[string]fsmirror.Dir, err error) {
 	if reaped, evs, err = t.reapAll(tx, now, keep); err != nil {
 		return nil, nil, d, nil, err
 	}
+	due, err := promoteDue(tx, now)
+	if err != nil {
+		return nil, nil, d, nil, err
+	}
+	evs = append(evs, due...)
 	if d, err = tx.Defaults(); err != nil {
 		return nil, nil, d, nil, err
 	}
-	inClaimed = map[string]bool{}
+	inClaimed = map[string]fsmirror.Dir{}
 	for _, r := range reaped {
-		inClaimed[r.Task] = true
+		inClaimed[r.Task] = fsmirror.Claimed
+	}
+	for _, ev := range due {
+		if _, moved := inClaimed[ev.Task]; !moved {
+			inClaimed[ev.Task], _ = DirOf(ev.From)
+		}
 	}
 	return reaped, evs, d, inClaimed, nil
 }
@@ -267,6 +303,13 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 			}
 			// A refusal still commits the reaps before it.
 			claimErr = err
+			if errors.Is(err, ErrNothingToClaim) && req.Wait > 0 {
+				at, derr := nextDue(tx)
+				if derr != nil {
+					return nil, derr
+				}
+				t.noteDue(at)
+			}
 			if len(evs) == 0 {
 				return nil, errNoChange
 			}
@@ -297,13 +340,13 @@ type settledOnTheWay struct {
 }
 
 // claimStep is the claim proper, after reaping: restore, named or next.
-func (t *Tree) claimStep(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool) (record.Event, record.Task, settledOnTheWay, error) {
+func (t *Tree) claimStep(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]fsmirror.Dir) (record.Event, record.Task, settledOnTheWay, error) {
 	settled := settledOnTheWay{writes: tx.Writes()}
 	ev, rec, err := t.claimStepOnly(tx, req, now, defaultTTL, inClaimed, &settled)
 	return ev, rec, settled, err
 }
 
-func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]bool, settled *settledOnTheWay) (record.Event, record.Task, error) {
+func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Duration, inClaimed map[string]fsmirror.Dir, settled *settledOnTheWay) (record.Event, record.Task, error) {
 	if req.Token != 0 {
 		return restore(tx, req, now, defaultTTL)
 	}
@@ -343,11 +386,8 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 	if !ok {
 		return record.Event{}, rec, &NoSuchTaskError{Task: id}
 	}
-	if rec.State != record.Available {
-		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim"}
-	}
-	if rec.Blocked() {
-		return record.Event{}, rec, &NotAvailableError{Task: id, State: rec.State, Op: "claim", WaitsFor: rec.After}
+	if err := notClaimable(rec); err != nil {
+		return record.Event{}, rec, err
 	}
 	if req.ID != "" {
 		dir, err := fileDir(rec, inClaimed)
@@ -392,13 +432,13 @@ func checkRequestID(id string) error {
 // directory at all is failed on the spot (missingEvent; settled holds the
 // events): otherwise every later claim would look at it again, and 100k
 // such tasks would make every claim stat 100k files.
-func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]bool, now time.Time, labels []string) (id string, settled []record.Event, err error) {
+func (t *Tree) nextClaimable(tx journal.Tx, inClaimed map[string]fsmirror.Dir, now time.Time, labels []string) (id string, settled []record.Event, err error) {
 	return t.nextClaimableExcept(tx, inClaimed, now, nil, labels)
 }
 
 // nextClaimableExcept is nextClaimable passing over the tasks in skip
 // (those a batch already chose).
-func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now time.Time, skip map[string]bool, labels []string) (id string, settled []record.Event, err error) {
+func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]fsmirror.Dir, now time.Time, skip map[string]bool, labels []string) (id string, settled []record.Event, err error) {
 	var gone []string
 	var readErr error
 	ready := tx.Ready
@@ -422,8 +462,8 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]bool, now
 			}
 		}
 		dir := fsmirror.Available
-		if inClaimed[cand] {
-			dir = fsmirror.Claimed
+		if d, moved := inClaimed[cand]; moved {
+			dir = d
 		}
 		ok, err := t.mirror.Exists(dir, cand)
 		if !ok && err == nil && t.finishMove(cand, dir) {
@@ -519,9 +559,9 @@ func (t *Tree) checkFile(id string, dir fsmirror.Dir, mustExist bool) error {
 
 // fileDir is where rec's file is right now: its state's directory, or
 // claimed/ for a task reaped earlier in the same transaction.
-func fileDir(rec record.Task, inClaimed map[string]bool) (fsmirror.Dir, error) {
-	if inClaimed[rec.ID] {
-		return fsmirror.Claimed, nil
+func fileDir(rec record.Task, inClaimed map[string]fsmirror.Dir) (fsmirror.Dir, error) {
+	if d, moved := inClaimed[rec.ID]; moved {
+		return d, nil
 	}
 	return DirOf(rec.State)
 }
@@ -593,24 +633,34 @@ func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []record.Event, error)
 // reapOne ends rec's lease with a reap event for reason (the lease
 // expired, its holder died, the host rebooted), counting an attempt.
 func reapOne(tx journal.Tx, rec record.Task, reason string, now time.Time) (Reaped, record.Event, error) {
-	r := reapOf(rec, reason, now)
-	after, ev, err := commit(tx, &rec, endEvent(record.EvReap, rec, r.To, "", reason, now))
+	r, err := reapOf(tx, rec, reason, now)
+	if err != nil {
+		return r, record.Event{}, err
+	}
+	ev := endEvent(record.EvReap, rec, r.To, "", reason, now)
+	ev.NotBefore = r.Until
+	after, ev, err := commit(tx, &rec, ev)
 	r.Attempts = after.Attempts
 	return r, ev, err
 }
 
 // reapOf explains what reaping rec's lease for reason does; ExpiredFor is
-// set for an expired lease only.
-func reapOf(rec record.Task, reason string, now time.Time) Reaped {
+// set for an expired lease only, Until for a task that backs off.
+func reapOf(tx journal.Tx, rec record.Task, reason string, now time.Time) (Reaped, error) {
+	d, err := tx.Defaults()
+	if err != nil {
+		return Reaped{}, err
+	}
+	to, until := afterAttempt(rec, d, now)
 	r := Reaped{
 		Task: rec.ID, Holder: rec.Lease.Agent, Token: rec.Lease.Token,
 		Reason: reason, Attempts: rec.Attempts + 1,
-		MaxAttempts: rec.MaxAttempts, To: afterAttempt(rec),
+		MaxAttempts: rec.MaxAttempts, To: to, Until: until,
 	}
 	if reason == ReasonExpiredLease {
 		r.ExpiredFor = now.Sub(rec.Lease.Deadline)
 	}
-	return r
+	return r, nil
 }
 
 // Reap frees expired leases now and explains each. With dryRun it only
@@ -630,7 +680,11 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 					return err
 				}
 				if ok && rec.Lease != nil && !slices.ContainsFunc(died, func(r Reaped) bool { return r.Task == id }) {
-					out = append(out, reapOf(rec, ReasonExpiredLease, now))
+					r, err := reapOf(tx, rec, ReasonExpiredLease, now)
+					if err != nil {
+						return err
+					}
+					out = append(out, r)
 				}
 			}
 			return nil
@@ -641,6 +695,11 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		reaped, evs, err := t.reapAll(tx, now, 0)
 		out = reaped
+		if err != nil {
+			return nil, err
+		}
+		due, err := promoteDue(tx, now)
+		evs = append(evs, due...)
 		if err == nil && len(evs) == 0 {
 			return nil, errNoChange
 		}
@@ -728,13 +787,19 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		if err != nil {
 			return nil, err
 		}
+		var due []record.Event
+		if typ != record.EvHeartbeat && typ != record.EvPut { // not on the hot path of a holder
+			if due, err = promoteDue(tx, now); err != nil {
+				return nil, err
+			}
+		}
 		ev := build(rec, now, d)
 		if out != nil {
 			ev.Staged, ev.Output = staged, out.name
 		}
-		after, ev, err := commit(tx, &rec, ev)
+		after, ev, unblocked, err := commitMore(tx, &rec, ev)
 		res.Task, res.Event = after, &ev
-		return []record.Event{ev}, err
+		return append(append(due, ev), unblocked...), err
 	})
 	if staged != "" && !committed {
 		_ = t.mirror.Unstage(staged) // refused or failed: nothing is written
@@ -789,11 +854,16 @@ func (t *Tree) Release(ctx context.Context, req FencedRequest) (Result, error) {
 	})
 }
 
-// Fail ends the lease of req.Token counting one attempt: back to
-// available/, or to failed/ at max attempts.
+// Fail ends the lease of req.Token counting one attempt: to failed/ at
+// max attempts; else to waiting/ until its backoff is over (the tree's
+// retry_backoff, doubled per attempt, capped, jittered: afterAttempt), or
+// straight back to available/ on a tree without backoff.
 func (t *Tree) Fail(ctx context.Context, req FencedRequest) (Result, error) {
-	return t.fenced(ctx, record.EvFail, req, nil, func(rec record.Task, now time.Time, _ record.Defaults) record.Event {
-		return endEvent(record.EvFail, rec, afterAttempt(rec), agentOr(req.Agent, rec), req.Reason, now)
+	return t.fenced(ctx, record.EvFail, req, nil, func(rec record.Task, now time.Time, d record.Defaults) record.Event {
+		to, until := afterAttempt(rec, d, now)
+		ev := endEvent(record.EvFail, rec, to, agentOr(req.Agent, rec), req.Reason, now)
+		ev.NotBefore = until
+		return ev
 	})
 }
 
@@ -848,7 +918,9 @@ func (t *Tree) Revoke(ctx context.Context, id, agent, reason string) (Result, er
 }
 
 // Requeue brings a done or failed task back to available/ with its
-// attempts reset.
+// attempts reset and no backoff (an operator asked for it now); one that
+// still waits for a dependency (a blocked task that was cancelled) goes
+// to waiting/ instead.
 func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, error) {
 	return t.operator(ctx, record.EvRequeue, id, func(rec record.Task, now time.Time) (record.Event, error) {
 		if rec.State != record.Done && rec.State != record.Failed {
@@ -864,7 +936,8 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 		if ok, err := t.mirror.Exists(dir, id); err == nil && !ok {
 			return record.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, dir, t.Path(id, rec.State))}
 		}
-		return record.Event{Time: now, Type: record.EvRequeue, Task: id, From: rec.State, To: record.Available, Agent: agent, Reason: reason}, nil
+		to, _ := restState(rec.After, time.Time{}, now) // still blocked by a dependency: back to waiting/
+		return record.Event{Time: now, Type: record.EvRequeue, Task: id, From: rec.State, To: to, Agent: agent, Reason: reason}, nil
 	})
 }
 
@@ -916,9 +989,22 @@ func (t *Tree) operatorTx(ctx context.Context, typ record.EventType, id string, 
 		if !ok {
 			return nil, &NoSuchTaskError{Task: id}
 		}
+		due, err := promoteDue(tx, now)
+		if err != nil {
+			return nil, err
+		}
+		if len(due) > 0 {
+			rec, _, err = tx.Task(id) // it may be one of them
+			if err != nil {
+				return nil, err
+			}
+		}
 		ev, err := build(tx, rec, now)
 		if errors.Is(err, errNoChange) {
 			res.Task, res.Retry = rec, true
+			if len(due) > 0 {
+				return due, nil
+			}
 			return nil, errNoChange
 		}
 		if err != nil {
@@ -931,9 +1017,9 @@ func (t *Tree) operatorTx(ctx context.Context, typ record.EventType, id string, 
 		if err := t.checkFile(rec.ID, dir, false); err != nil {
 			return nil, err
 		}
-		after, ev, err := commit(tx, &rec, ev)
+		after, ev, unblocked, err := commitMore(tx, &rec, ev)
 		res.Task, res.Event = after, &ev
-		return []record.Event{ev}, err
+		return append(append(due, ev), unblocked...), err
 	})
 	res.Path = t.Path(id, res.Task.State)
 	return res, err

@@ -20,8 +20,8 @@ type Status struct {
 	Defaults  record.Defaults
 	LastToken uint64
 	Journal   JournalInfo // which store holds the journal, and where
-	// Blocked counts the available tasks that wait for others (they are
-	// in Counts' available too).
+	// Blocked counts the waiting tasks that wait for others (they are
+	// in Counts' waiting too).
 	Blocked int
 }
 
@@ -136,7 +136,7 @@ type ListFilter struct {
 	Agent string       // only claimed tasks whose lease this agent holds ("": any)
 	After string       // the cursor: start strictly after this id ("": from the first)
 	Limit int          // at most this many tasks (0: all)
-	// Blocked selects the available tasks that wait for others.
+	// Blocked selects the waiting tasks that wait for others.
 	Blocked bool
 	// Labels selects the tasks that carry every one of these labels.
 	Labels []string
@@ -195,8 +195,8 @@ func (f ListFilter) check() error {
 	if f.Limit < 0 {
 		return invalidValue(InputLimit, RuleRange, f.Limit, "must be 0 (all) or more")
 	}
-	if f.Blocked && f.State != "" && f.State != record.Available {
-		return invalidValue(InputState, RuleConflict, string(f.State), "only available tasks are blocked: leave the state out, or select "+string(record.Available))
+	if f.Blocked && f.State != "" && f.State != record.Waiting {
+		return invalidValue(InputState, RuleConflict, string(f.State), "only waiting tasks are blocked: leave the state out, or select "+string(record.Waiting))
 	}
 	if f.Blocked && f.Agent != "" {
 		return invalidValue(InputState, RuleConflict, nil, "a blocked task has no agent: select blocked tasks or an agent's, not both")

@@ -34,7 +34,7 @@ func (e *JournalReadableError) Error() string {
 
 // recoverOrder is which copy wins when a task's file is in several state
 // directories: the most final state, so that nothing done is redone.
-var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, record.Available}
+var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, record.Available, record.Waiting}
 
 // Recover rebuilds the journal of the tree at root from its directories,
 // when the journal is lost or unreadable. The damaged file is renamed
@@ -148,9 +148,14 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 				}
 			}
 			to, _ := stateOfDir(keep)
-			if to == record.Claimed {
+			switch to {
+			case record.Claimed:
 				to = record.Available
 				rep.Freed = append(rep.Freed, id)
+			case record.Waiting:
+				// What it waited for was in the lost journal: it is
+				// available again (add it with --after to wait anew).
+				to = record.Available
 			}
 			ev := adoptEvent(id, keep, to, d.MaxAttempts, now)
 			ev.Reason = "recover"

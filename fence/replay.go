@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
@@ -210,6 +211,9 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
 	err := tx.Events(1, func(ev record.Event) (bool, error) {
 		rep.Events++
+		if ev.Type == record.EvDefaults {
+			return true, nil // the tree's settings: no task to fold it into
+		}
 		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
 			prev = &p
@@ -276,8 +280,9 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	}
 	counts := map[record.State]int{}
 	ready, blocked := 0, 0
-	deps := map[[2]string]bool{} // (dependency, dependent) as the log has them
-	labels := map[string]int{}   // ready tasks per label
+	due := map[string]time.Time{} // the tasks that wait for a time only, as the log has them
+	deps := map[[2]string]bool{}  // (dependency, dependent) as the log has them
+	labels := map[string]int{}    // ready tasks per label
 	for _, rec := range st.tasks {
 		counts[rec.State]++
 		switch {
@@ -288,6 +293,9 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		}
 		for _, dep := range rec.After {
 			deps[[2]string{dep, rec.ID}] = true
+		}
+		if rec.Scheduled() {
+			due[rec.ID] = rec.NotBefore
 		}
 		if rec.Ready() {
 			for _, l := range rec.Labels {
@@ -307,6 +315,24 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	}
 	if n := tx.Blocked(); n != blocked {
 		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("blocked count is %d, the event log has %d blocked tasks", n, blocked)})
+	}
+	strayDue, wrongDue := 0, 0
+	err = tx.Scheduled(func(id string, at time.Time) bool {
+		want, ok := due[id]
+		switch {
+		case !ok:
+			strayDue++
+		case !want.Equal(at):
+			wrongDue++
+		}
+		delete(due, id)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if strayDue > 0 || wrongDue > 0 || len(due) > 0 {
+		add(Finding{Kind: FindingIndexMismatch, Detail: fmt.Sprintf("due index: %d entries the event log does not have, %d at another time, %d missing", strayDue, wrongDue, len(due))})
 	}
 	stray := 0
 	err = tx.Dependencies(func(dep, id string) bool {
@@ -416,8 +442,8 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			continue
 		}
 		to, _ := stateOfDir(dirs[0])
-		if to == record.Claimed {
-			to = record.Available
+		if to == record.Claimed || to == record.Waiting {
+			to = record.Available // no lease, nothing to wait for: the journal knows neither
 		}
 		add(Finding{Kind: FindingUnknownFile, Task: id, Dir: string(dirs[0]), Detail: "a file the journal does not know; replay adopts it as " + string(to)})
 		st.adopt = append(st.adopt, adoption{id: id, from: dirs[0], to: to})

@@ -1,7 +1,9 @@
 package fence
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -57,6 +59,12 @@ func checkDefaults(d record.Defaults) error {
 	if d.MaxAttempts < 1 {
 		return invalidValue(InputMaxAttempts, RuleRange, d.MaxAttempts, "must be at least 1")
 	}
+	if d.RetryBackoff < 0 || d.RetryBackoff > MaxTTL {
+		return invalidValue(InputBackoff, RuleRange, d.RetryBackoff, fmt.Sprintf("must be 0 (no backoff) or positive, at most %s", MaxTTL))
+	}
+	if d.RetryBackoffMax < 0 || d.RetryBackoffMax > MaxTTL || d.RetryBackoffMax > 0 && d.RetryBackoffMax < d.RetryBackoff {
+		return invalidValue(InputBackoff, RuleRange, d.RetryBackoffMax, "the backoff's cap must be 0 (the default, 1h) or at least the backoff itself")
+	}
 	return nil
 }
 
@@ -98,13 +106,80 @@ func lostBy(t record.EventType) string {
 	return string(t)
 }
 
-// afterAttempt is the state a claimed task goes to when its lease ends in a
-// counted attempt (fail or expiry): Failed at max attempts, else Available.
-func afterAttempt(task record.Task) record.State {
+// afterAttempt is where a claimed task goes when its lease ends in a
+// counted attempt (fail or expiry) at now: Failed at max attempts; else
+// Waiting until notBefore while it backs off (Backoff of the tree's
+// defaults d, jittered by BackoffJitter of its token), or Available when
+// the tree has no backoff.
+func afterAttempt(task record.Task, d record.Defaults, now time.Time) (to record.State, notBefore time.Time) {
 	if task.MaxAttempts > 0 && task.Attempts+1 >= task.MaxAttempts {
-		return record.Failed
+		return record.Failed, time.Time{}
 	}
-	return record.Available
+	var token uint64
+	if task.Lease != nil {
+		token = task.Lease.Token
+	}
+	b := Backoff(d.RetryBackoff, d.RetryBackoffMax, task.Attempts+1, BackoffJitter(task.ID, token))
+	if b <= 0 {
+		return record.Available, time.Time{}
+	}
+	return record.Waiting, now.Add(b)
+}
+
+// DefaultRetryBackoff is the retry backoff init gives a new tree.
+const DefaultRetryBackoff = time.Second
+
+// DefaultRetryBackoffMax caps the backoff of a tree whose defaults name
+// none (RetryBackoffMax 0).
+const DefaultRetryBackoffMax = time.Hour
+
+// MaxJitter is how far BackoffJitter moves a backoff: ±20%.
+const MaxJitter = 0.2
+
+// Backoff is how long a task waits after its attempt-th failed attempt
+// (1 for the first): base·2^(attempt−1), at most limit (DefaultRetryBackoffMax
+// when limit is 0), then scaled by 1+jitter. A base of 0 is no backoff.
+func Backoff(base, limit time.Duration, attempt int, jitter float64) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	if limit <= 0 {
+		limit = max(DefaultRetryBackoffMax, base)
+	}
+	b := base
+	for i := 1; i < attempt && b < limit; i++ {
+		b *= 2
+	}
+	b = min(b, limit)
+	return time.Duration(float64(b) * (1 + max(-MaxJitter, min(MaxJitter, jitter))))
+}
+
+// BackoffJitter is the jitter of the backoff that ends the claim with
+// token on task id: a number in [−MaxJitter, MaxJitter] drawn from a hash
+// of both, so that tasks that fail together come back apart, and every
+// attempt of one task draws anew. It is decided when the event is made
+// and the event records the resulting time (NotBefore), so replay folds
+// the same value without knowing how it was drawn.
+func BackoffJitter(id string, token uint64) float64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], token)
+	h.Write(b[:])
+	return (float64(h.Sum64()>>11)/(1<<53)*2 - 1) * MaxJitter
+}
+
+// restState is the state of a task nobody holds that waits for after and
+// for notBefore, at now: Waiting while either holds, else Available. A
+// notBefore already passed is dropped.
+func restState(after []string, notBefore, now time.Time) (record.State, time.Time) {
+	if !notBefore.IsZero() && !now.Before(notBefore) {
+		notBefore = time.Time{}
+	}
+	if len(after) > 0 || !notBefore.IsZero() {
+		return record.Waiting, notBefore
+	}
+	return record.Available, notBefore
 }
 
 // endEvent builds the event that ends task's lease by typ.
@@ -157,6 +232,7 @@ func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 		}
 		if ev.Type == record.EvFail || ev.Type == record.EvReap {
 			t.Attempts++
+			t.NotBefore = ev.NotBefore // the end of the backoff, if it backs off
 		}
 		t.Last = &record.LeaseEnd{Token: t.Lease.Token, Agent: t.Lease.Agent, At: ev.Time, By: ev.Type, Reason: ev.Reason}
 		t.Lease = nil
@@ -170,14 +246,23 @@ func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 		}
 		t.Last, t.Lease = end, nil
 	case record.EvRequeue:
-		t.Attempts = 0
+		t.Attempts, t.NotBefore = 0, time.Time{}
 	case record.EvSet:
 		if t.State == record.Claimed {
 			return t, fmt.Errorf("event %d: set of claimed task %q", ev.Seq, ev.Task)
 		}
-		t.Priority, t.Labels, t.After = ev.Priority, ev.Labels, ev.After
+		t.Priority, t.Labels, t.After, t.NotBefore = ev.Priority, ev.Labels, ev.After, ev.NotBefore
 	case record.EvDepDone:
-		t.After = ev.After
+		t.After, t.NotBefore = ev.After, ev.NotBefore
+	case record.EvDue:
+		if t.State != record.Waiting {
+			return t, fmt.Errorf("event %d: due of %q, which is %s, not waiting", ev.Seq, ev.Task, t.State)
+		}
+		t.NotBefore = time.Time{}
+	case record.EvWait:
+		if t.State != record.Available {
+			return t, fmt.Errorf("event %d: wait of %q, which is %s, not available", ev.Seq, ev.Task, t.State)
+		}
 	case record.EvPut:
 		if t.Lease == nil {
 			return t, fmt.Errorf("event %d: put of %q without a lease", ev.Seq, ev.Task)
@@ -192,8 +277,11 @@ func Apply(prev *record.Task, ev record.Event) (record.Task, error) {
 }
 
 // DepDoneEvent is what dependent records when dep, one of the tasks it
-// waits for, is done: After without dep. An available task whose After
-// is then empty is ready, in the same commit as dep's completion.
+// waits for, is done: After without dep. A waiting task whose After is
+// then empty, and that is not scheduled for later, goes to available/ in
+// the same commit as dep's completion; one scheduled for later stays
+// waiting for its time. A task that is not waiting (failed, say) keeps
+// its state.
 func DepDoneEvent(dependent record.Task, dep string, now time.Time) record.Event {
 	var rest []string
 	for _, id := range dependent.After {
@@ -201,8 +289,50 @@ func DepDoneEvent(dependent record.Task, dep string, now time.Time) record.Event
 			rest = append(rest, id)
 		}
 	}
-	return record.Event{Time: now, Type: record.EvDepDone, Task: dependent.ID, From: dependent.State, To: dependent.State,
-		Reason: "dependency " + dep + " done", After: rest}
+	to, notBefore := dependent.State, dependent.NotBefore
+	if to == record.Waiting || to == record.Available {
+		to, notBefore = restState(rest, notBefore, now)
+	}
+	return record.Event{Time: now, Type: record.EvDepDone, Task: dependent.ID, From: dependent.State, To: to,
+		Reason: "dependency " + dep + " done", After: rest, NotBefore: notBefore}
+}
+
+// ReasonDue and ReasonBackoffOver are the reasons of a due event: the
+// time a task was scheduled for came, or its backoff after a failed
+// attempt is over.
+const (
+	ReasonDue         = "scheduled time reached"
+	ReasonBackoffOver = "backoff over"
+)
+
+// DueEvent is what a waiting task records when its NotBefore has come
+// (now is at or after it) and it waits for nothing else: it goes to
+// available/. ok is false when the task is not due.
+func DueEvent(task record.Task, now time.Time) (ev record.Event, ok bool) {
+	if task.State != record.Waiting || len(task.After) > 0 || task.NotBefore.IsZero() || now.Before(task.NotBefore) {
+		return record.Event{}, false
+	}
+	why := ReasonDue
+	if task.Attempts > 0 && task.Last != nil && (task.Last.By == record.EvFail || task.Last.By == record.EvReap) {
+		why = ReasonBackoffOver
+	}
+	return record.Event{Time: now, Type: record.EvDue, Task: task.ID, From: record.Waiting, To: record.Available, Reason: why}, true
+}
+
+// ReasonUpgradeWait is the reason of the wait event that moves a task
+// blocked in available/ (a journal written before the waiting state) to
+// waiting/.
+const ReasonUpgradeWait = "blocked: waits in waiting/ since the journal upgrade"
+
+// WaitEvent moves task, blocked in available/ by a journal written
+// before the waiting state, to waiting/; ok is false
+// for any other task.
+func WaitEvent(task record.Task, now time.Time) (ev record.Event, ok bool) {
+	if task.State != record.Available || len(task.After) == 0 {
+		return record.Event{}, false
+	}
+	return record.Event{Time: now, Type: record.EvWait, Task: task.ID, From: record.Available, To: record.Waiting,
+		Reason: ReasonUpgradeWait}, true
 }
 
 // Unblocks reports whether ev makes prev done: the moment its dependents

@@ -676,9 +676,11 @@ func TestRules_Cancel(t *testing.T) {
 
 // Dependencies and labels fold like every other field: add sets them, set
 // replaces priority, labels and After together, dep_done sets After to
-// what the task still waits for. Blocked and Ready follow from the record.
+// what the task still waits for and moves it to available/ when that is
+// nothing and it is not scheduled for later. Blocked and Ready follow
+// from the record.
 func TestRules_ApplyDepsAndLabels(t *testing.T) {
-	add := record.Event{Seq: 3, Time: base, Type: record.EvAdd, Task: "d", To: record.Available, MaxAttempts: 3,
+	add := record.Event{Seq: 3, Time: base, Type: record.EvAdd, Task: "d", To: record.Waiting, MaxAttempts: 3,
 		After: []string{"x", "y"}, Labels: []string{"gpu"}, NotBefore: base.Add(time.Hour)}
 	rec, err := fence.Apply(nil, add)
 	if err != nil {
@@ -687,37 +689,50 @@ func TestRules_ApplyDepsAndLabels(t *testing.T) {
 	if !reflect.DeepEqual(rec.After, []string{"x", "y"}) || !reflect.DeepEqual(rec.Labels, []string{"gpu"}) || !rec.NotBefore.Equal(base.Add(time.Hour)) {
 		t.Fatalf("Apply(add) = %+v: After, Labels, NotBefore not taken from the event", rec)
 	}
-	if !rec.Blocked() || rec.Ready() {
-		t.Errorf("a task with After: Blocked %v, Ready %v; want true, false", rec.Blocked(), rec.Ready())
+	if !rec.Blocked() || rec.Ready() || rec.Scheduled() {
+		t.Errorf("a task with After: Blocked %v, Ready %v, Scheduled %v; want true, false, false", rec.Blocked(), rec.Ready(), rec.Scheduled())
 	}
+	onlyY := func(r record.Task) record.Task { r.After = []string{"y"}; return r }
+	unscheduled := func(r record.Task) record.Task { r.NotBefore = time.Time{}; return r }
 	for _, tc := range []struct {
 		name  string
 		prev  record.Task
-		ev    record.Event
+		dep   string
+		now   time.Time
 		after []string
+		to    record.State
 		ready bool
 	}{
-		{"x done: waits for y", rec, fence.DepDoneEvent(rec, "x", base), []string{"y"}, false},
-		{"a dependency it does not have: no change", rec, fence.DepDoneEvent(rec, "z", base), []string{"x", "y"}, false},
-		{"last done: ready", func() record.Task { r := rec; r.After = []string{"y"}; return r }(), fence.DepDoneEvent(func() record.Task { r := rec; r.After = []string{"y"}; return r }(), "y", base), nil, true},
+		{"x done: waits for y", rec, "x", base, []string{"y"}, record.Waiting, false},
+		{"a dependency it does not have: no change", rec, "z", base, []string{"x", "y"}, record.Waiting, false},
+		{"last done, scheduled for later: waits for its time", onlyY(rec), "y", base, nil, record.Waiting, false},
+		{"last done, its time passed: available", onlyY(rec), "y", base.Add(time.Hour), nil, record.Available, true},
+		{"last done, not scheduled: available", unscheduled(onlyY(rec)), "y", base, nil, record.Available, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.ev.Type != record.EvDepDone || tc.ev.From != tc.prev.State || tc.ev.To != tc.prev.State {
-				t.Errorf("DepDoneEvent = %+v: want a dep_done that leaves the state", tc.ev)
+			ev := fence.DepDoneEvent(tc.prev, tc.dep, tc.now)
+			if ev.Type != record.EvDepDone || ev.From != tc.prev.State || ev.To != tc.to {
+				t.Errorf("DepDoneEvent = %+v: want a dep_done from %s to %s", ev, tc.prev.State, tc.to)
 			}
-			got, err := fence.Apply(&tc.prev, tc.ev)
+			got, err := fence.Apply(&tc.prev, ev)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got.After, tc.after) || got.Ready() != tc.ready {
-				t.Errorf("After = %v, Ready %v; want %v, %v", got.After, got.Ready(), tc.after, tc.ready)
+			if !reflect.DeepEqual(got.After, tc.after) || got.Ready() != tc.ready || got.State != tc.to {
+				t.Errorf("After = %v, Ready %v, State %s; want %v, %v, %s", got.After, got.Ready(), got.State, tc.after, tc.ready, tc.to)
 			}
-			if !reflect.DeepEqual(tc.prev.After, rec.After) && tc.name != "last done: ready" {
+			if got.Scheduled() != (tc.to == record.Waiting && len(tc.after) == 0) {
+				t.Errorf("Scheduled = %v with After %v in %s", got.Scheduled(), got.After, got.State)
+			}
+			if tc.ready && !got.NotBefore.IsZero() {
+				t.Errorf("available with NotBefore %v: a time passed is dropped", got.NotBefore)
+			}
+			if !reflect.DeepEqual(tc.prev.After, rec.After) && !strings.HasPrefix(tc.name, "last done") {
 				t.Errorf("Apply changed prev's After: %v", tc.prev.After)
 			}
 		})
 	}
-	set := record.Event{Seq: 9, Time: base, Type: record.EvSet, Task: "d", From: record.Available, To: record.Available,
+	set := record.Event{Seq: 9, Time: base, Type: record.EvSet, Task: "d", From: record.Waiting, To: record.Available,
 		Priority: 7, Labels: []string{"a", "b"}}
 	got, err := fence.Apply(&rec, set)
 	if err != nil {

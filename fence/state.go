@@ -8,10 +8,12 @@ import (
 )
 
 // DirOf returns the directory that holds tasks in state s. A state that is
-// none of the four (a damaged or hostile record) has no directory: that is
+// none of the five (a damaged or hostile record) has no directory: that is
 // an error, never available/, so such a record cannot move a file.
 func DirOf(s record.State) (fsmirror.Dir, error) {
 	switch s {
+	case record.Waiting:
+		return fsmirror.Waiting, nil
 	case record.Available:
 		return fsmirror.Available, nil
 	case record.Claimed:
@@ -21,7 +23,7 @@ func DirOf(s record.State) (fsmirror.Dir, error) {
 	case record.Failed:
 		return fsmirror.Failed, nil
 	}
-	return "", fmt.Errorf("task state %q is not one of available, claimed, done, failed: no directory holds it", string(s))
+	return "", fmt.Errorf("task state %q is not one of waiting, available, claimed, done, failed: no directory holds it", string(s))
 }
 
 // StateNames names every state, in lifecycle order (record.States), for
@@ -34,7 +36,7 @@ func StateNames() []string {
 	return names
 }
 
-// stateOfDir is the inverse of DirOf for the four state directories.
+// stateOfDir is the inverse of DirOf for the five state directories.
 func stateOfDir(d fsmirror.Dir) (record.State, bool) {
 	for _, s := range record.States {
 		if sd, _ := DirOf(s); sd == d {

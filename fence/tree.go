@@ -3,6 +3,7 @@ package fence
 import (
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -75,6 +76,10 @@ type Tree struct {
 	// leaseClock is the tree's clock on bbolt (see leaseclock.go); nil
 	// on etcd, or when the caller's Clock is the time.
 	leaseClock *leaseClock
+	// nextDue is when the earliest scheduled task comes due (Unix
+	// nanoseconds; 0: none), as the last claim that found nothing to
+	// claim read it from the due index: a waiting claim's timer (waitWake).
+	nextDue *atomic.Int64
 }
 
 // NoJournalError says a tree has no journal, and what to do.
@@ -128,7 +133,7 @@ func Open(root string, o Options) (*Tree, error) {
 	if lc != nil {
 		o.Clock = lc.now
 	}
-	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc}
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc, nextDue: new(atomic.Int64)}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}

@@ -874,7 +874,7 @@ func TestTree_StatusShowLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[record.State]int{record.Available: 1, record.Claimed: 2, record.Done: 1, record.Failed: 0}
+	want := map[record.State]int{record.Waiting: 0, record.Available: 1, record.Claimed: 2, record.Done: 1, record.Failed: 0}
 	if !reflect.DeepEqual(st.Counts, want) {
 		t.Errorf("Counts = %v, want %v", st.Counts, want)
 	}

@@ -154,6 +154,10 @@ func (t *Tree) LastSeq(ctx context.Context) (uint64, error) {
 type waker struct {
 	c     <-chan struct{}
 	every time.Duration
+	// due, if set, says how long until the earliest scheduled task comes
+	// due (ok false: none is scheduled): the waiting claim looks again
+	// then, whatever every says.
+	due func() (d time.Duration, ok bool)
 }
 
 // wakeBackstop is how often a waiting claim on a bbolt tree looks again
@@ -162,7 +166,9 @@ type waker struct {
 var wakeBackstop = time.Second
 
 // waitWake returns the waker of a claim that waits, and stop, which ends
-// its watches. Every way a task becomes claimable puts its file in
+// its watches. A task scheduled for later moves no file until a write
+// finds it due, so the waker also fires when the earliest one comes due
+// (untilDue, read by the claim that found nothing to claim). Every way a task becomes claimable puts its file in
 // available/ (add, release, fail, revoke, requeue, a reap or a due time
 // met by another claim: the move right after the commit) or drops it in
 // inbox/, so an inotify watch on those two directories wakes the claim at
@@ -173,6 +179,40 @@ var wakeBackstop = time.Second
 // so it keeps polling every pollInterval as well. When wait is not
 // positive or nothing can be watched, it polls as before.
 func (t *Tree) waitWake(wait time.Duration) (w waker, stop func()) {
+	w, stop = t.watchWake(wait)
+	if wait > 0 {
+		w.due = t.untilDue
+	}
+	return w, stop
+}
+
+// untilDue is how long until the earliest scheduled task comes due, by
+// the tree's clock, as the last claim that found nothing read it.
+func (t *Tree) untilDue() (time.Duration, bool) {
+	if t.nextDue == nil {
+		return 0, false
+	}
+	at := t.nextDue.Load()
+	if at == 0 {
+		return 0, false
+	}
+	return time.Unix(0, at).Sub(t.opts.clock()()), true
+}
+
+// noteDue records when the earliest scheduled task comes due (zero: none).
+func (t *Tree) noteDue(at time.Time) {
+	if t.nextDue == nil {
+		return
+	}
+	if at.IsZero() {
+		t.nextDue.Store(0)
+		return
+	}
+	t.nextDue.Store(at.UnixNano())
+}
+
+// watchWake is waitWake's watches.
+func (t *Tree) watchWake(wait time.Duration) (w waker, stop func()) {
 	if wait <= 0 || noWatch() {
 		return waker{}, func() {}
 	}

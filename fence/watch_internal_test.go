@@ -120,3 +120,34 @@ func TestWatchDirs_NoSymlinks(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestClaimWait_WokenWhenDue: a task scheduled for later moves no file
+// until a write finds it due, so no watch sees it: a waiting claim sets a
+// timer to the earliest scheduled time instead. With the poll and the
+// backstop set to an hour it still takes the task once it is due, long
+// before its context runs out.
+func TestClaimWait_WokenWhenDue(t *testing.T) {
+	defer func(p, b time.Duration) { pollInterval, wakeBackstop = p, b }(pollInterval, wakeBackstop)
+	pollInterval, wakeBackstop = time.Hour, time.Hour
+	root := filepath.Join(t.TempDir(), "tree")
+	if _, err := InitTree(root, record.Defaults{TTL: time.Minute, MaxAttempts: 3}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Open(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	if _, err := tree.Add(context.Background(), AddRequest{ID: "soon", Delay: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := tree.Claim(ctx, ClaimRequest{Agent: "a", Wait: time.Hour})
+	if err != nil {
+		t.Fatalf("claim --wait of a task due soon: %v (not woken when it came due)", err)
+	}
+	if res.Task.ID != "soon" {
+		t.Fatalf("claimed %s; want soon", res.Task.ID)
+	}
+}

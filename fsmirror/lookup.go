@@ -28,7 +28,7 @@ func (m *Mirror) Exists(dir Dir, id string) (bool, error) {
 }
 
 // locateOrder is where Locate looks: the state directories, then the inbox.
-var locateOrder = []Dir{Available, Claimed, Done, Failed, Inbox}
+var locateOrder = []Dir{Available, Waiting, Claimed, Done, Failed, Inbox}
 
 // Locate finds task id in the state directories, then in the inbox. It
 // returns the first directory holding a regular file named id and how many
@@ -56,7 +56,7 @@ func (m *Mirror) Locate(id string) (Dir, int, error) {
 		}
 	}
 	if n == 0 {
-		return "", 0, fmt.Errorf("locate %s: no regular file in available, claimed, done, failed or inbox: %w", id, fs.ErrNotExist)
+		return "", 0, fmt.Errorf("locate %s: no regular file in available, waiting, claimed, done, failed or inbox: %w", id, fs.ErrNotExist)
 	}
 	return first, n, nil
 }

@@ -20,6 +20,7 @@ type Dir string
 // The directories of a tree.
 const (
 	Inbox     Dir = "inbox"      // drop box for hand-made tasks
+	Waiting   Dir = "waiting"    // not claimable yet: dependencies, a schedule, a backoff
 	Available Dir = "available"  // ready to claim
 	Claimed   Dir = "claimed"    // held under a lease
 	Done      Dir = "done"       // completed
@@ -32,9 +33,9 @@ const (
 	Quarantine Dir = ".fence/quarantine"
 )
 
-// StateDirs lists the four state directories in lifecycle order: Available,
-// Claimed, Done, Failed.
-var StateDirs = []Dir{Available, Claimed, Done, Failed}
+// StateDirs lists the five state directories in lifecycle order: Waiting,
+// Available, Claimed, Done, Failed.
+var StateDirs = []Dir{Waiting, Available, Claimed, Done, Failed}
 
 // layout is every directory of a tree, each after its parent ("" is root).
 var layout = []struct {
@@ -42,16 +43,21 @@ var layout = []struct {
 	parent Dir
 	name   string
 	mode   uint32
+	// upgrade marks a directory that trees made before it lack: Open
+	// makes it when it is missing (after every older directory was
+	// found, so a mistyped root is still refused).
+	upgrade bool
 }{
-	{Inbox, "", "inbox", 0o755},
-	{Available, "", "available", 0o755},
-	{Claimed, "", "claimed", 0o755},
-	{Done, "", "done", 0o755},
-	{Failed, "", "failed", 0o755},
-	{Out, "", "out", 0o755},
-	{Meta, "", ".fence", 0o700},
-	{Staging, Meta, "tmp", 0o700},
-	{Quarantine, Meta, "quarantine", 0o700},
+	{Inbox, "", "inbox", 0o755, false},
+	{Available, "", "available", 0o755, false},
+	{Claimed, "", "claimed", 0o755, false},
+	{Done, "", "done", 0o755, false},
+	{Failed, "", "failed", 0o755, false},
+	{Waiting, "", "waiting", 0o755, true},
+	{Out, "", "out", 0o755, false},
+	{Meta, "", ".fence", 0o700, false},
+	{Staging, Meta, "tmp", 0o700, false},
+	{Quarantine, Meta, "quarantine", 0o700, false},
 }
 
 // Mirror is an open task tree. It holds a descriptor for the root and for
@@ -168,12 +174,15 @@ func open(root string, create bool) (_ *Mirror, err error) {
 		if l.parent != "" {
 			parent, ppath = tab.fds[l.parent], m.Path(l.parent, "")
 		}
-		if create {
+		if create || l.upgrade {
 			switch err := unix.Mkdirat(parent, l.name, l.mode); err {
 			case nil:
 				dirty[parent] = ppath
 			case unix.EEXIST:
 			default:
+				if l.upgrade && !create {
+					err = fmt.Errorf("%w (this tree was made by an older fencectl: run any write command, e.g. `fencectl reap`, once as a user who may write the tree root)", err)
+				}
 				return nil, &fs.PathError{Op: "mkdir", Path: m.Path(l.dir, ""), Err: err}
 			}
 		}

@@ -41,9 +41,14 @@ const codecV1 = 0x01
 // misread it.
 const codecV2 = 0x02
 
+// codecV3 starts an event that carries a tree's defaults (a defaults
+// event): the codecV2 fields, then the defaults.
+const codecV3 = 0x03
+
 // IsV2 reports whether an encoded record needs a reader that knows
-// codecV2: a store raises its schema version when it writes one.
-func IsV2(b []byte) bool { return len(b) > 0 && b[0] == codecV2 }
+// codecV2 (or later): a store raises its schema version when it writes
+// one.
+func IsV2(b []byte) bool { return len(b) > 0 && (b[0] == codecV2 || b[0] == codecV3) }
 
 // errTrailing and errShort are the decoder's two ways to find a damaged record.
 var (
@@ -162,6 +167,9 @@ func EncodeClaim(c record.Claim) []byte {
 func EncodeEvent(ev record.Event) []byte {
 	e := encoder{b: make([]byte, 0, 96)}
 	v := version(ev.After, ev.Labels, ev.NotBefore)
+	if ev.Defaults != nil {
+		v = codecV3
+	}
 	e.b = append(e.b, v)
 	e.uint(ev.Seq)
 	e.time(ev.Time)
@@ -182,10 +190,21 @@ func EncodeEvent(ev record.Event) []byte {
 	e.str(ev.Staged)
 	e.str(ev.Output)
 	e.str(ev.Source)
-	if v == codecV2 {
+	if v == codecV2 || v == codecV3 {
 		e.ext(ev.After, ev.Labels, ev.NotBefore)
 	}
+	if v == codecV3 {
+		e.defaults(*ev.Defaults)
+	}
 	return e.b
+}
+
+// defaults writes the fields of a tree's defaults, the backoff included.
+func (e *encoder) defaults(d record.Defaults) {
+	e.int(int64(d.TTL))
+	e.int(int64(d.MaxAttempts))
+	e.int(int64(d.RetryBackoff))
+	e.int(int64(d.RetryBackoffMax))
 }
 
 // ---- decoding
@@ -196,6 +215,7 @@ type decoder struct {
 	b   []byte
 	err error
 	v2  bool // the record is codecV2: the V1 fields, then ext's
+	v3  bool // the event is codecV3: codecV2's, then the defaults
 }
 
 func (d *decoder) fail(err error) {
@@ -320,6 +340,8 @@ func (d *decoder) start(v2 bool) (binary bool) {
 		return false
 	case d.b[0] == codecV2 && v2:
 		d.v2 = true
+	case d.b[0] == codecV3 && v2:
+		d.v2, d.v3 = true, true
 	case d.b[0] != codecV1:
 		d.fail(fmt.Errorf("unknown record format %#x", d.b[0]))
 		return true
@@ -403,6 +425,10 @@ func DecodeEvent(v []byte) (record.Event, error) {
 	if d.v2 {
 		ev.After, ev.Labels, ev.NotBefore = d.strs(), d.strs(), d.time()
 	}
+	if d.v3 {
+		def := d.defaults()
+		ev.Defaults = &def
+	}
 	if err := d.end(); err != nil {
 		return record.Event{}, err
 	}
@@ -410,23 +436,40 @@ func DecodeEvent(v []byte) (record.Event, error) {
 }
 
 // EncodeDefaults writes the tree-wide defaults (see EncodeTask).
+// Defaults with a backoff are codecV2: the V1 fields, then the backoff's.
 func EncodeDefaults(d record.Defaults) []byte {
 	e := encoder{b: make([]byte, 0, 16)}
-	e.b = append(e.b, codecV1)
-	e.int(int64(d.TTL))
-	e.int(int64(d.MaxAttempts))
+	if d.RetryBackoff == 0 && d.RetryBackoffMax == 0 {
+		e.b = append(e.b, codecV1)
+		e.int(int64(d.TTL))
+		e.int(int64(d.MaxAttempts))
+		return e.b
+	}
+	e.b = append(e.b, codecV2)
+	e.defaults(d)
 	return e.b
+}
+
+func (d *decoder) defaults() record.Defaults {
+	return record.Defaults{TTL: time.Duration(d.int()), MaxAttempts: d.intN(), RetryBackoff: time.Duration(d.int()), RetryBackoffMax: time.Duration(d.int())}
 }
 
 // DecodeDefaults reads defaults written by EncodeDefaults (or as JSON).
 func DecodeDefaults(v []byte) (record.Defaults, error) {
 	d := decoder{b: v}
-	if !d.start(false) {
+	if !d.start(true) {
 		var def record.Defaults
 		err := json.Unmarshal(v, &def)
 		return def, err
 	}
-	def := record.Defaults{TTL: time.Duration(d.int()), MaxAttempts: d.intN()}
+	var def record.Defaults
+	if d.v2 && !d.v3 {
+		def = d.defaults()
+	} else if !d.v2 {
+		def = record.Defaults{TTL: time.Duration(d.int()), MaxAttempts: d.intN()}
+	} else {
+		d.fail(fmt.Errorf("unknown defaults format %#x", codecV3))
+	}
 	if err := d.end(); err != nil {
 		return record.Defaults{}, err
 	}

@@ -168,12 +168,19 @@ type Tx interface {
 	// Expired returns the ids of claimed tasks whose deadline is at or
 	// before now, oldest deadline first.
 	Expired(now time.Time) []string
+	// Scheduled calls fn with the id and NotBefore of every waiting task
+	// that waits for a time only (record.Task.Scheduled: the due index
+	// PutTask keeps), earliest first, until fn returns false. It reads
+	// only as far as fn goes, so promoting the due tasks costs O(due).
+	Scheduled(fn func(id string, at time.Time) (more bool)) error
 	// Leases calls fn for every claimed task's id in deadline order.
 	Leases(fn func(id string) error) error
 	// IndexSizes returns how many entries the ready and expiry indexes hold.
 	IndexSizes() (ready, expiry int)
-	// Blocked returns how many available tasks wait for others (a
-	// non-empty After), in O(1). They are not in the ready index.
+	// Blocked returns how many tasks are blocked (record.Task.Blocked:
+	// waiting, or available in a journal written before the waiting
+	// state, with a non-empty After), in O(1). They are not in the ready
+	// index.
 	Blocked() int
 	// Dependents calls fn with the ids of the tasks whose After holds
 	// dep (the reverse index PutTask keeps), until fn returns false. It
@@ -227,8 +234,11 @@ type Tx interface {
 	// newest back, reading only that task's events.
 	TaskEventsBackward(id string, fn func(record.Event) (more bool, err error)) error
 
-	// Defaults returns the tree-wide settings chosen at init.
+	// Defaults returns the tree-wide settings chosen at init (or since
+	// changed by PutDefaults).
 	Defaults() (record.Defaults, error)
+	// PutDefaults replaces the tree-wide settings (fencectl defaults).
+	PutDefaults(d record.Defaults) error
 	// Reset empties everything derived from the log (tasks, indexes,
 	// claims, requests, counts) for replay to write afresh. Events and the
 	// token counter are kept.

@@ -427,7 +427,8 @@ var groups = []group{
 	{"fencectl through the CLI (one process per step)", []string{"BenchmarkCLI_ClaimComplete/", "BenchmarkCLI_ClaimCompleteBboltLock/", "BenchmarkCLI_Claim/"}},
 	{"fencectl through the Go API", []string{"BenchmarkLibrary_"}},
 	{"Baselines: the patterns people use today", []string{"BenchmarkBaseline"}},
-	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/", "BenchmarkPowerLoss_Reconcile/"}},
+	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/", "BenchmarkList_Limit100/", "BenchmarkClaimNextLabel/", "BenchmarkPowerLoss_Reconcile/"}},
+	{"Work shapes: batches and dependencies", []string{"BenchmarkLibrary_ClaimBatch", "BenchmarkDeps_"}},
 	{"Many hosts: the etcd journal beside bbolt", []string{"BenchmarkBackend_"}},
 	{"Other", []string{"BenchmarkRun_", "BenchmarkWait_"}},
 }
@@ -507,6 +508,12 @@ func meaning(r *results, name string) string {
 		return fmt.Sprintf("One claim of the next ready task through the Go API with %s ready tasks in the journal (%s + 300 at the start of the batch; the complete after each claim is not timed): a ready-index lookup, so it should not grow with the journal.%s", k["tasks"], k["tasks"], buildNote(r, name))
 	case "BenchmarkCLI_ClaimNext":
 		return fmt.Sprintf("The same through one `fencectl claim` process, %s ready tasks (+ 300 at the start).", k["tasks"])
+	case "BenchmarkList_Limit100":
+		return fmt.Sprintf("One page of 100 tasks (`fencectl list --limit 100`, through the Go API) from the first id, with %s tasks in the journal: a seek and a page of records, so it should not grow with the journal.%s", k["tasks"], buildNote(r, name))
+	case "BenchmarkClaimNextLabel":
+		return fmt.Sprintf("One claim of the next ready task with a label (`claim --label gpu`, Go API) beside %s unlabelled ready tasks (300 labelled ones per batch, added untimed): the label's own ready index, so it should not grow with the journal.%s", k["tasks"], buildNote(r, name))
+	case "BenchmarkDeps_FanIn":
+		return fmt.Sprintf("The completion of one task that 10k others wait for: one commit records a dep_done per dependent (through the reverse index) and moves all 10k from waiting/ to available/: %s ms, %s µs per dependent.", num(r, name, "ms"), num(r, name, "per-dependent-us"))
 	case "BenchmarkCLI_Status":
 		return fmt.Sprintf("One `fencectl status` process with %s tasks in the journal: counts are kept per state, not counted.", k["tasks"])
 	case "BenchmarkPowerLoss_Reconcile":
@@ -692,6 +699,10 @@ var targets = []target{
 		floorRatio("ClaimNext/tasks=1M", "ClaimNext/tasks=1k"), ""},
 	{"Claim-next p50 at 1M tasks vs 1k (CLI), each over the disk's floor of its moment", false, 1.5,
 		floorRatio("CLI_ClaimNext/tasks=1M", "CLI_ClaimNext/tasks=1k"), ""},
+	{"list --limit 100 p50 at 1M tasks vs 1k (Go API)", false, 1.5,
+		ratio("List_Limit100/tasks=1M", "p50-ms", "List_Limit100/tasks=1k", "p50-ms"), ""},
+	{"Claim-next with a label p50 at 1M tasks vs 1k (Go API), each over the disk's floor of its moment", false, 1.5,
+		floorRatio("ClaimNextLabel/tasks=1M", "ClaimNextLabel/tasks=1k"), ""},
 	{"Library claim p50 (1 goroutine) vs the fdatasync floor", false, 8, xFloor("Library_ClaimComplete/goroutines=1"), ""},
 	{"Library claims/s, 16 goroutines vs 1", true, 5,
 		ratio("Library_ClaimComplete/goroutines=16", "claims/s", "Library_ClaimComplete/goroutines=1", "claims/s"), ""},

@@ -145,12 +145,16 @@ func shellQuote(s string) string {
 }
 
 func describeReap(r fence.Reaped) string {
-	if r.Reason == fence.ReasonHolderDied {
-		return fmt.Sprintf("the process of %s (token %d) died; attempt %d of %d; task goes to %s/",
-			r.Holder, r.Token, r.Attempts, r.MaxAttempts, r.To)
+	to := fmt.Sprintf("task goes to %s/", r.To)
+	if !r.Until.IsZero() {
+		to += ", backing off until " + fmtTime(r.Until)
 	}
-	return fmt.Sprintf("lease of %s (token %d) expired %s ago; attempt %d of %d; task goes to %s/",
-		r.Holder, r.Token, r.ExpiredFor.Round(time.Second), r.Attempts, r.MaxAttempts, r.To)
+	if r.Reason == fence.ReasonHolderDied {
+		return fmt.Sprintf("the process of %s (token %d) died; attempt %d of %d; %s",
+			r.Holder, r.Token, r.Attempts, r.MaxAttempts, to)
+	}
+	return fmt.Sprintf("lease of %s (token %d) expired %s ago; attempt %d of %d; %s",
+		r.Holder, r.Token, r.ExpiredFor.Round(time.Second), r.Attempts, r.MaxAttempts, to)
 }
 
 // writeReaps prints reap explanations, one per line.

@@ -56,9 +56,17 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason = exitNotAvailable, fence.ReasonNothingToClaim
 	case errors.As(err, &notAv):
 		obj.Code, obj.Reason, obj.Task, obj.State = exitNotAvailable, fence.ReasonNotAvailable, notAv.Task, string(notAv.State)
-		if notAv.Blocked() {
+		switch w := notAv.Wait; {
+		case notAv.Blocked():
 			obj.Reason, obj.WaitsFor = fence.ReasonBlocked, notAv.WaitsFor
 			obj.Message += " (`fencectl show " + notAv.Task + "` says where each is; `fencectl set " + notAv.Task + " --after ...` changes them)"
+		case w != nil:
+			obj.Reason, obj.Attempt = w.Kind.Reason(), w.Attempt
+			if !w.Until.IsZero() {
+				u := w.Until.UTC()
+				obj.NotBefore = &u
+			}
+			obj.Message += " (claim --wait waits for it; `fencectl list --state waiting` shows what waits)"
 		}
 	case errors.Is(err, fence.ErrBusy):
 		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
@@ -110,6 +118,8 @@ var flagOf = map[fence.Input]string{
 	fence.InputRoot:        "--dir",
 	fence.InputDeps:        "--after",
 	fence.InputLabel:       "--label",
+	fence.InputSchedule:    "--not-before/--delay",
+	fence.InputBackoff:     "--retry-backoff",
 }
 
 // invalidHints says what to do next after a refusal, by the rule broken.

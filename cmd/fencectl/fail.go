@@ -21,7 +21,11 @@ and nothing changes.
    fencectl fail build-42 --token "$FENCE_TOKEN" --reason "exit status 2"`,
 		Flags: fencedFlags(reasonFlag()),
 		Action: fencedAction(out, (*fence.Tree).Fail, func(w io.Writer, r fence.Result) {
-			fmt.Fprintf(w, "%s: attempt %d of %d failed; task is in %s/\n", r.Task.ID, r.Task.Attempts, r.Task.MaxAttempts, r.Task.State)
+			fmt.Fprintf(w, "%s: attempt %d of %d failed; task is in %s/", r.Task.ID, r.Task.Attempts, r.Task.MaxAttempts, r.Task.State)
+			if wait, ok := fence.WaitOf(r.Task); ok {
+				fmt.Fprintf(w, ", %s", wait)
+			}
+			fmt.Fprintln(w)
 		}),
 	}
 }

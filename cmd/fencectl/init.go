@@ -17,9 +17,12 @@ func initCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "create a task tree and its journal (idempotent)",
-		UsageText: "init [--ttl 10m] [--max-attempts 3] [--journal etcd://HOST:PORT[,HOST:PORT...]/PREFIX] [--allow-network-fs]",
-		Description: `Creates the root if missing, inbox/ available/ claimed/ done/ failed/ out/ and
-.fence/ with the journal. The settings become the tree's defaults.
+		UsageText: "init [--ttl 10m] [--max-attempts 3] [--retry-backoff 0s] [--journal etcd://HOST:PORT[,HOST:PORT...]/PREFIX] [--allow-network-fs]",
+		Description: `Creates the root if missing, inbox/ waiting/ available/ claimed/ done/ failed/
+out/ and .fence/ with the journal. The settings become the tree's defaults
+(fencectl defaults shows and changes them). --retry-backoff D makes a task
+whose attempt failed wait in waiting/ for D (doubled per further attempt,
+capped, jittered) before a claim may take it again.
 
 On an existing tree it checks the journal and changes nothing (exit 0); if
 --ttl or --max-attempts differ from the tree's settings it says so and exits
@@ -32,6 +35,7 @@ across hosts; --allow-network-fs makes it anyway, for a tree that one host
 alone uses (every command then warns).
 
    fencectl --dir /srv/tasks init --ttl 30m --max-attempts 5
+   fencectl init --retry-backoff 2s
 
 With --journal the journal lives in etcd under PREFIX (one prefix per tree),
 so agents on several hosts can share a tree whose files are on a filesystem
@@ -44,6 +48,7 @@ user and password only from FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD.
 		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "ttl", Value: fence.DefaultTTL, EnvVars: []string{"FENCE_TTL"}, Usage: "default lease length"},
 			&cli.IntFlag{Name: "max-attempts", Value: fence.DefaultMaxAttempts, Usage: "default attempts (fail or expiry) before a task goes to failed/"},
+			&cli.DurationFlag{Name: "retry-backoff", Value: fence.DefaultRetryBackoff, Usage: "wait after a failed attempt before a task may be claimed again, doubled per attempt (0: none)"},
 			&cli.BoolFlag{Name: "allow-network-fs", Usage: "make a bbolt journal even on a network file system (NFS, SMB, FUSE…): only if one host alone uses the tree"},
 			jsonFlag,
 		}, journalFlags()...),
@@ -51,7 +56,7 @@ user and password only from FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD.
 			if c.NArg() > 0 {
 				return usagef("init takes no arguments (got %q); choose the tree with --dir or FENCE_DIR", c.Args().Slice())
 			}
-			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts")}
+			d := record.Defaults{TTL: c.Duration("ttl"), MaxAttempts: c.Int("max-attempts"), RetryBackoff: c.Duration("retry-backoff")}
 			o := setupOptions(c)
 			var err error
 			if o.Journal, err = journalChoice(c); err != nil {
@@ -93,6 +98,9 @@ func askedOtherSettings(c *cli.Context, have record.Defaults) string {
 	}
 	if n := c.Int("max-attempts"); c.IsSet("max-attempts") && n != have.MaxAttempts {
 		differ = append(differ, fmt.Sprintf("--max-attempts %d", n))
+	}
+	if b := c.Duration("retry-backoff"); c.IsSet("retry-backoff") && b != have.RetryBackoff {
+		differ = append(differ, "--retry-backoff "+b.String())
 	}
 	return strings.Join(differ, " and ")
 }

@@ -107,10 +107,37 @@ type taskJSON struct {
 	State    string    `json:"state"`
 	Task     string    `json:"task"`
 	Updated  time.Time `json:"updated"`
+	Wait     *waitJSON `json:"wait,omitempty"` // a waiting task: why, and until when
+}
+
+// waitJSON says why a waiting task waits: kind blocked (after: the tasks
+// it waits for), scheduled or backing_off (until: not before then;
+// attempt: the failed attempt it backs off after); why says it in words,
+// as show and list do.
+type waitJSON struct {
+	After   []string   `json:"after,omitempty"`
+	Attempt int        `json:"attempt,omitempty"`
+	Kind    string     `json:"kind"`
+	Until   *time.Time `json:"until,omitempty"`
+	Why     string     `json:"why"`
+}
+
+func newWait(t record.Task) *waitJSON {
+	w, ok := fence.WaitOf(t)
+	if !ok {
+		return nil
+	}
+	j := &waitJSON{After: w.After, Attempt: w.Attempt, Kind: string(w.Kind), Why: w.String()}
+	if !w.Until.IsZero() {
+		u := w.Until.UTC()
+		j.Until = &u
+	}
+	return j
 }
 
 func newTask(t record.Task, path string) *taskJSON {
 	return &taskJSON{
+		Wait:  newWait(t),
 		After: t.After, Blocked: t.Blocked(), Labels: t.Labels,
 		Attempts: t.Attempts, Created: t.Created.UTC(), LastLease: newLastLease(t.Last), Lease: newLease(t.Lease),
 		MaxAttempts: t.MaxAttempts, Path: path, Priority: t.Priority, State: string(t.State), Task: t.ID, Updated: t.Updated.UTC(),
@@ -172,6 +199,7 @@ type showJSON struct {
 	State    string    `json:"state"`
 	Task     string    `json:"task"`
 	Updated  time.Time `json:"updated"`
+	Wait     *waitJSON `json:"wait,omitempty"`
 	// WaitsFor explains After: each task and its state (and why, if it
 	// failed: its dependents stay blocked until it is requeued and done).
 	WaitsFor []waitsForJSON `json:"waits_for,omitempty"`
@@ -190,7 +218,7 @@ func newShow(v fence.TaskView) *showJSON {
 		waits = append(waits, waitsForJSON{State: string(d.State), Task: d.ID, Why: d.Why})
 	}
 	return &showJSON{
-		After: r.After, Blocked: r.Blocked, Labels: r.Labels, WaitsFor: waits,
+		After: r.After, Blocked: r.Blocked, Labels: r.Labels, WaitsFor: waits, Wait: r.Wait,
 		Attempts: r.Attempts, Created: r.Created, Events: newEvents(v.Events), Journal: journalJSON(v.Journal), LastLease: r.LastLease, Lease: r.Lease,
 		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, State: r.State, Task: r.Task, Updated: r.Updated,
 	}
@@ -265,11 +293,13 @@ type setJSON struct {
 	State    string    `json:"state"`
 	Task     string    `json:"task"`
 	Updated  time.Time `json:"updated"`
+	Wait     *waitJSON `json:"wait,omitempty"`
 }
 
 func newSet(res fence.Result) *setJSON {
 	r := newTask(res.Task, res.Path)
 	return &setJSON{
+		Wait:  r.Wait,
 		After: r.After, Attempts: r.Attempts, Blocked: r.Blocked, Created: r.Created, Labels: r.Labels, LastLease: r.LastLease,
 		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, Retry: res.Retry, State: r.State, Task: r.Task, Updated: r.Updated,
 	}
@@ -299,7 +329,7 @@ func newClaim(res fence.ClaimResult) *claimJSON {
 // statusJSON is status's answer: counts per state, the live leases, the
 // newest token issued and the tree's defaults.
 type statusJSON struct {
-	Blocked            int               `json:"blocked"` // available tasks that wait for others (counted in available too)
+	Blocked            int               `json:"blocked"` // waiting tasks that wait for others (counted in waiting too)
 	Counts             map[string]int    `json:"counts"`
 	DefaultMaxAttempts int               `json:"default_max_attempts"`
 	DefaultTTL         string            `json:"default_ttl"`
@@ -375,24 +405,30 @@ type reapJSON struct {
 
 // reapedJSON is one expired lease freed, and where its task went.
 type reapedJSON struct {
-	Attempts          int     `json:"attempts"`
-	ExpiredFor        string  `json:"expired_for"`
-	ExpiredForSeconds float64 `json:"expired_for_seconds"`
-	Holder            string  `json:"holder"`
-	MaxAttempts       int     `json:"max_attempts"`
-	Reason            string  `json:"reason"` // "lease expired" or "holder died"
-	Task              string  `json:"task"`
-	To                string  `json:"to"`
-	Token             uint64  `json:"token"`
+	Attempts          int        `json:"attempts"`
+	ExpiredFor        string     `json:"expired_for"`
+	ExpiredForSeconds float64    `json:"expired_for_seconds"`
+	Holder            string     `json:"holder"`
+	MaxAttempts       int        `json:"max_attempts"`
+	Reason            string     `json:"reason"` // "lease expired" or "holder died"
+	Task              string     `json:"task"`
+	To                string     `json:"to"`
+	Token             uint64     `json:"token"`
+	Until             *time.Time `json:"until,omitempty"` // to waiting: the end of the backoff
 }
 
 func newReap(dryRun bool, rs []fence.Reaped) *reapJSON {
 	list := make([]reapedJSON, 0, len(rs))
 	for _, r := range rs {
-		list = append(list, reapedJSON{
+		j := reapedJSON{
 			Attempts: r.Attempts, ExpiredFor: r.ExpiredFor.String(), ExpiredForSeconds: r.ExpiredFor.Seconds(),
 			Holder: r.Holder, MaxAttempts: r.MaxAttempts, Reason: r.Reason, Task: r.Task, To: string(r.To), Token: r.Token,
-		})
+		}
+		if !r.Until.IsZero() {
+			u := r.Until.UTC()
+			j.Until = &u
+		}
+		list = append(list, j)
 	}
 	return &reapJSON{DryRun: dryRun, Reaped: list}
 }
@@ -449,19 +485,30 @@ func newRecover(rep fence.RecoverReport) *recoverJSON {
 // eventJSON is one event of the audit trail (log, one per line; show's
 // events).
 type eventJSON struct {
-	After    []string   `json:"after,omitempty"`
-	Agent    string     `json:"agent,omitempty"`
-	Deadline *time.Time `json:"deadline,omitempty"`
-	From     string     `json:"from,omitempty"`
-	Labels   []string   `json:"labels,omitempty"`
-	Priority *int64     `json:"priority,omitempty"` // set: the new priority
-	Reason   string     `json:"reason,omitempty"`
-	Seq      uint64     `json:"seq"`
-	Task     string     `json:"task"`
-	Time     time.Time  `json:"time"`
-	To       string     `json:"to"`
-	Token    uint64     `json:"token,omitempty"`
-	Type     string     `json:"type"`
+	After     []string           `json:"after,omitempty"`
+	Agent     string             `json:"agent,omitempty"`
+	Deadline  *time.Time         `json:"deadline,omitempty"`
+	Defaults  *eventDefaultsJSON `json:"defaults,omitempty"` // defaults: the tree's new settings
+	From      string             `json:"from,omitempty"`
+	Labels    []string           `json:"labels,omitempty"`
+	NotBefore *time.Time         `json:"not_before,omitempty"` // add, fail, reap, dep_done: not claimable before then
+	Priority  *int64             `json:"priority,omitempty"`   // set: the new priority
+	Reason    string             `json:"reason,omitempty"`
+	Seq       uint64             `json:"seq"`
+	Task      string             `json:"task"`
+	Time      time.Time          `json:"time"`
+	To        string             `json:"to"`
+	Token     uint64             `json:"token,omitempty"`
+	Type      string             `json:"type"`
+}
+
+// eventDefaultsJSON is what a defaults event set (retry_backoff_max 0s:
+// the default cap).
+type eventDefaultsJSON struct {
+	MaxAttempts     int    `json:"max_attempts"`
+	RetryBackoff    string `json:"retry_backoff"`
+	RetryBackoffMax string `json:"retry_backoff_max"`
+	TTL             string `json:"ttl"`
 }
 
 // newEvents converts events; never nil, so that show prints [].
@@ -480,6 +527,13 @@ func newEvents(evs []record.Event) []eventJSON {
 		if e.Type == record.EvSet {
 			p := e.Priority
 			j.Priority = &p
+		}
+		if !e.NotBefore.IsZero() {
+			nb := e.NotBefore.UTC()
+			j.NotBefore = &nb
+		}
+		if d := e.Defaults; d != nil {
+			j.Defaults = &eventDefaultsJSON{MaxAttempts: d.MaxAttempts, RetryBackoff: d.RetryBackoff.String(), RetryBackoffMax: d.RetryBackoffMax.String(), TTL: d.TTL.String()}
 		}
 		out = append(out, j)
 	}
@@ -513,7 +567,9 @@ type errorObject struct {
 	Holder    nullable[string]    `json:"holder,omitzero"`
 	HeldSince nullable[time.Time] `json:"held_since,omitzero"`
 	State     string              `json:"state,omitempty"`
-	WaitsFor  []string            `json:"waits_for,omitempty"` // blocked: the tasks it still waits for
+	WaitsFor  []string            `json:"waits_for,omitempty"`  // blocked: the tasks it still waits for
+	NotBefore *time.Time          `json:"not_before,omitempty"` // scheduled, backing off: not claimable before then
+	Attempt   int                 `json:"attempt,omitempty"`    // backing off: after which failed attempt
 	LostAt    *time.Time          `json:"lost_at,omitempty"`
 	LostBy    string              `json:"lost_by,omitempty"`
 	Run       *runJSON            `json:"run,omitempty"`

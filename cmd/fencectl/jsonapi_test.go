@@ -20,25 +20,26 @@ import (
 // jsonTypes is every shape of --json output, by name: what the docs'
 // examples and the commands' real output must decode into.
 var jsonTypes = map[string]func() any{
-	"task":    func() any { return new(taskJSON) },
-	"fenced":  func() any { return new(fencedJSON) },
-	"show":    func() any { return new(showJSON) },
-	"list":    func() any { return new([]taskJSON) }, // an array of tasks, not an object
-	"revoke":  func() any { return new(revokeJSON) },
-	"cancel":  func() any { return new(cancelJSON) },
-	"set":     func() any { return new(setJSON) },
-	"claim":   func() any { return new(claimJSON) },
-	"batch":   func() any { return new(batchJSON) },
-	"status":  func() any { return new(statusJSON) },
-	"init":    func() any { return new(initJSON) },
-	"reap":    func() any { return new(reapJSON) },
-	"replay":  func() any { return new(replayJSON) },
-	"recover": func() any { return new(recoverJSON) },
-	"event":   func() any { return new(eventJSON) },
-	"run":     func() any { return new(runJSON) },
-	"error":   func() any { return new(errorObject) },
-	"notice":  func() any { return new(noticeJSON) },
-	"guide":   func() any { return new(guideJSON) },
+	"task":     func() any { return new(taskJSON) },
+	"fenced":   func() any { return new(fencedJSON) },
+	"show":     func() any { return new(showJSON) },
+	"list":     func() any { return new([]taskJSON) }, // an array of tasks, not an object
+	"revoke":   func() any { return new(revokeJSON) },
+	"cancel":   func() any { return new(cancelJSON) },
+	"set":      func() any { return new(setJSON) },
+	"defaults": func() any { return new(defaultsJSON) },
+	"claim":    func() any { return new(claimJSON) },
+	"batch":    func() any { return new(batchJSON) },
+	"status":   func() any { return new(statusJSON) },
+	"init":     func() any { return new(initJSON) },
+	"reap":     func() any { return new(reapJSON) },
+	"replay":   func() any { return new(replayJSON) },
+	"recover":  func() any { return new(recoverJSON) },
+	"event":    func() any { return new(eventJSON) },
+	"run":      func() any { return new(runJSON) },
+	"error":    func() any { return new(errorObject) },
+	"notice":   func() any { return new(noticeJSON) },
+	"guide":    func() any { return new(guideJSON) },
 }
 
 // decodeStrict decodes one JSON object into a new value of the named type,
@@ -184,7 +185,7 @@ func TestJSON_FieldOrder(t *testing.T) {
 	fixed := map[string][]string{
 		"notice":  {"notice", "name", "detail"},
 		"recover": {"root", "kept_aside", "counts", "freed", "first_token", "findings", "notices"},
-		"error":   {"code", "reason", "message", "rule", "task", "your_token", "holder", "held_since", "state", "waits_for", "lost_at", "lost_by", "run", "failed", "notices"},
+		"error":   {"code", "reason", "message", "rule", "task", "your_token", "holder", "held_since", "state", "waits_for", "not_before", "attempt", "lost_at", "lost_by", "run", "failed", "notices"},
 	}
 	types := map[string]reflect.Type{
 		"lease": reflect.TypeFor[leaseJSON](), "last_lease": reflect.TypeFor[lastLeaseJSON](),

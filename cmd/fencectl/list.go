@@ -24,8 +24,9 @@ func listCommand(out *output) *cli.Command {
 		Usage:     "the tasks, in id order, a page at a time",
 		UsageText: "list [--state S] [--agent A] [--blocked] [--label L]... [--limit N] [--after ID]",
 		Description: `One line per task: id, state, priority, attempts of max attempts, the agent
-holding it (claimed tasks), and the lease's deadline (claimed) or the task's
-age (the others).
+holding it (claimed tasks), and the lease's deadline (claimed), why it waits
+(waiting: "blocked by a,b", "scheduled for T", "backing off until T after
+attempt N") or the task's age (the others).
 
 Pages: --limit N tasks (default 100, 0 for all), starting after the id
 --after names (the cursor). When more tasks follow, the last line is the
@@ -34,9 +35,9 @@ objects show --json prints, without their events and journal; the next page
 starts --after the last task's id, and an array shorter than --limit (or
 empty) is the last page.
 
---blocked selects the available tasks that wait for others (their state
-shows as blocked; show ID says what each waits for); --label L the tasks
-that carry L (repeatable: every label).
+--state waiting selects the tasks no claim can take yet; --blocked those of
+them that wait for other tasks (show ID says what each of those is doing);
+--label L the tasks that carry L (repeatable: every label).
 
 A page reads the journal from the cursor on, never every task. --state,
 --agent, --blocked and --label are applied while reading, so a page of a
@@ -47,13 +48,14 @@ rare state may read far past the cursor before it is full.
    fencectl list --limit 50 --after build-0042
    fencectl list --state failed --json | jq -r '.[].task'
    fencectl list --blocked
+   fencectl list --state waiting
    fencectl list --label gpu --state available`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "state", Usage: "only tasks in this state: " + strings.Join(fence.StateNames(), ", ")},
 			&cli.StringFlag{Name: "agent", Usage: "only the tasks this agent holds (claimed)"},
 			&cli.IntFlag{Name: "limit", Value: defaultListLimit, Usage: "at most N tasks a page (0: all)"},
 			&cli.StringFlag{Name: "after", Usage: "start after this task id: the last id of the previous page"},
-			&cli.BoolFlag{Name: "blocked", Usage: "only available tasks that wait for others"},
+			&cli.BoolFlag{Name: "blocked", Usage: "only waiting tasks that wait for others"},
 			&cli.StringSliceFlag{Name: "label", Usage: "only tasks with this label (repeatable: all of them)"},
 			jsonFlag,
 		},
@@ -104,8 +106,8 @@ func writeList(w io.Writer, tasks []record.Task) {
 			when = fmtTime(r.Lease.Deadline) + " (" + fmtLeft(r.Lease.Deadline.Sub(at)) + ")"
 		}
 		state := string(r.State)
-		if r.Blocked() {
-			state = "blocked"
+		if wait, ok := fence.WaitOf(r); ok {
+			when = wait.String() // what it waits for says more than its age
 		}
 		labels := "-"
 		if len(r.Labels) > 0 {

@@ -124,6 +124,7 @@ func commands(out *output) []*cli.Command {
 		cancelCommand(out),
 		requeueCommand(out),
 		setCommand(out),
+		defaultsCommand(out),
 		statusCommand(out),
 		showCommand(out),
 		listCommand(out),

@@ -57,7 +57,7 @@ func newMCPTree(t *testing.T, backend string, env map[string]string) *mcpTree {
 	for k, v := range env {
 		m.env = append(m.env, k+"="+v)
 	}
-	m.mustCLI("init")
+	m.mustCLI("init", "--retry-backoff", "0s") // the tools' outcomes without a backoff after fail
 	return m
 }
 

@@ -51,7 +51,7 @@ func reservedWords() []string {
 
 // commandsWithoutID are the commands that take no task id anywhere: the
 // reserved-word steps need not cover them.
-var commandsWithoutID = map[string]bool{"init": true, "reap": true, "status": true, "replay": true, "recover": true, "help": true, "mcp": true, "guide": true, "serve": true}
+var commandsWithoutID = map[string]bool{"init": true, "reap": true, "status": true, "replay": true, "recover": true, "help": true, "mcp": true, "guide": true, "serve": true, "defaults": true}
 
 // inProcessRunner runs the CLI in this process on tree.
 func inProcessRunner(tree string) clitest.CLIRunner {
@@ -82,7 +82,7 @@ func TestArgs_ReservedWordsAreIDs(t *testing.T) {
 		}
 	}
 	tree := filepath.Join(t.TempDir(), "tree")
-	if code, _, stderr := runCLI("--dir", tree, "init"); code != 0 {
+	if code, _, stderr := runCLI("--dir", tree, "init", "--retry-backoff", "0s"); code != 0 {
 		t.Fatalf("init: %s", stderr)
 	}
 	for _, w := range words {

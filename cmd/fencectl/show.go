@@ -35,6 +35,9 @@ func showCommand(out *output) *cli.Command {
 					if len(r.Labels) > 0 {
 						fmt.Fprintf(w, "labels    %s\n", strings.Join(r.Labels, ", "))
 					}
+					if wait, ok := fence.WaitOf(r); ok {
+						fmt.Fprintf(w, "waiting   %s\n", wait)
+					}
 					if len(v.WaitsFor) > 0 {
 						what := "after    "
 						if r.Blocked() {

@@ -61,7 +61,7 @@ func writeStatus(w io.Writer, st fence.Status) {
 	fmt.Fprintln(tw, "STATE\tTASKS")
 	for _, s := range record.States {
 		fmt.Fprintf(tw, "%s\t%d\n", s, st.Counts[s])
-		if s == record.Available && st.Blocked > 0 {
+		if s == record.Waiting && st.Blocked > 0 {
 			fmt.Fprintf(tw, "  blocked\t%d\n", st.Blocked)
 		}
 	}

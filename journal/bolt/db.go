@@ -31,15 +31,19 @@ import (
 // it; the first write of a V2 record marks it version 4, the first write
 // to a version 1 or 2 journal marks it version 3, so that an older
 // fencectl refuses it with a VersionError instead of misreading it (or
-// claiming a task it cannot see is blocked).
-const SchemaVersion = "4"
+// claiming a task it cannot see is blocked). Version 5 adds the waiting
+// state (tasks in waiting/, the due index, backoff defaults): a version 4
+// reader would find a state it has no directory for, so the first V2
+// record written now marks the journal version 5 (a version 4 journal
+// too: fence moves its blocked tasks to waiting/ in that write).
+const SchemaVersion = "5"
 
 // baseVersion is the version a new journal starts at, and what every
 // write raises an older one to.
 const baseVersion = "3"
 
 // readVersions are the older layouts still read.
-var readVersions = []string{"1", "2", "3"}
+var readVersions = []string{"1", "2", "3", "4"}
 
 // FileName and LockName are the journal's files inside the .fence directory.
 const (
@@ -116,7 +120,7 @@ func createSeeded(dir string, d record.Defaults, seed uint64) error {
 		}
 		meta := btx.Bucket(bucketMeta)
 		for k, v := range map[string][]byte{
-			keyVersion:  []byte(baseVersion),
+			keyVersion:  []byte(createVersion(d)),
 			keyTreeID:   []byte(ulid.Make().String()),
 			keyDefaults: journal.EncodeDefaults(d),
 			keyToken:    u64(seed),
@@ -432,6 +436,16 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 		}
 	}
 	return err
+}
+
+// createVersion is the version a new journal with defaults d starts at:
+// the base version, unless its defaults need a version 5 reader (a
+// backoff).
+func createVersion(d record.Defaults) string {
+	if journal.IsV2(journal.EncodeDefaults(d)) {
+		return SchemaVersion
+	}
+	return baseVersion
 }
 
 // upgradeTo is the version a journal of version v is after a write that

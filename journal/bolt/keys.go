@@ -24,7 +24,11 @@ var (
 	// (schema 4).
 	bucketDependents = []byte("dependents")
 	bucketLabels     = []byte("label_ready")
-	allBuckets       = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents, bucketByTask}
+	// bucketDue is the due index: the waiting tasks that wait for a time
+	// only (record.Task.Scheduled), key expiryKey(NotBefore, Seq), value
+	// the id. Made on first use (schema 5).
+	bucketDue  = []byte("due")
+	allBuckets = [][]byte{bucketMeta, bucketTasks, bucketReady, bucketExpiry, bucketClaims, bucketEvents, bucketByTask}
 )
 
 const (
@@ -80,6 +84,14 @@ func expiryKey(deadline time.Time, token uint64) []byte {
 	binary.BigEndian.PutUint32(k[8:], uint32(deadline.Nanosecond()))
 	binary.BigEndian.PutUint64(k[12:], token)
 	return k
+}
+
+// keyTime reads the time back from an expiryKey (the due index's keys).
+func keyTime(k []byte) time.Time {
+	if len(k) < 12 {
+		return time.Time{}
+	}
+	return time.Unix(int64(binary.BigEndian.Uint64(k)^(1<<63)), int64(binary.BigEndian.Uint32(k[8:]))).UTC()
 }
 
 // byTaskKey indexes an event under its task: id, a 0 byte (ids never hold

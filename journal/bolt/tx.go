@@ -99,6 +99,9 @@ func (t *Tx) index(rec record.Task) error {
 	if err := t.indexDeps(rec, true); err != nil {
 		return err
 	}
+	if err := t.indexDue(rec, true); err != nil {
+		return err
+	}
 	switch {
 	case rec.Ready():
 		if err := t.indexLabels(rec, true); err != nil {
@@ -115,6 +118,9 @@ func (t *Tx) index(rec record.Task) error {
 
 func (t *Tx) unindex(rec record.Task) error {
 	if err := t.indexDeps(rec, false); err != nil {
+		return err
+	}
+	if err := t.indexDue(rec, false); err != nil {
 		return err
 	}
 	switch {
@@ -157,6 +163,39 @@ func (t *Tx) indexDeps(rec record.Task, add bool) error {
 		}
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// indexDue puts (add) or deletes the due index entry of rec, if it is a
+// task that waits for a time only.
+func (t *Tx) indexDue(rec record.Task, add bool) error {
+	if !rec.Scheduled() {
+		return nil
+	}
+	b, err := t.bucket(bucketDue, add)
+	if err != nil || b == nil {
+		return err
+	}
+	if add {
+		return b.Put(expiryKey(rec.NotBefore, rec.Seq), []byte(rec.ID))
+	}
+	return b.Delete(expiryKey(rec.NotBefore, rec.Seq))
+}
+
+// Scheduled calls fn with the waiting tasks that wait for a time only,
+// earliest NotBefore first, until fn returns false: it reads only as far
+// as fn goes.
+func (t *Tx) Scheduled(fn func(id string, at time.Time) (more bool)) error {
+	b := t.tx.Bucket(bucketDue)
+	if b == nil {
+		return nil
+	}
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if !fn(string(v), keyTime(k)) {
+			return nil
 		}
 	}
 	return nil
@@ -405,6 +444,14 @@ func (t *Tx) Defaults() (record.Defaults, error) {
 	return d, nil
 }
 
+// PutDefaults replaces the tree-wide settings.
+func (t *Tx) PutDefaults(d record.Defaults) error {
+	t.wrote()
+	enc := journal.EncodeDefaults(d)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	return t.tx.Bucket(bucketMeta).Put([]byte(keyDefaults), enc)
+}
+
 // Reset empties every derived bucket (tasks, indexes, claims, requests,
 // counts) so
 // that replay can write them afresh from the event log. Events and the
@@ -416,7 +463,7 @@ func (t *Tx) Reset() error {
 			return err
 		}
 	}
-	for _, name := range [][]byte{bucketDependents, bucketLabels} {
+	for _, name := range [][]byte{bucketDependents, bucketLabels, bucketDue} {
 		if t.tx.Bucket(name) != nil {
 			if err := t.tx.DeleteBucket(name); err != nil {
 				return err

@@ -321,6 +321,15 @@ func (l *treeLock) ctx() (context.Context, context.CancelFunc) {
 
 func (l *treeLock) Open(o journal.OpenOptions) (journal.Store, error) { return l.b.Open(l.dir, o) }
 
+// createVersion is the version a new journal with defaults d starts at:
+// the base version, unless its defaults need an etcd-3 reader (a backoff).
+func createVersion(d record.Defaults) string {
+	if journal.IsV2(journal.EncodeDefaults(d)) {
+		return SchemaVersion
+	}
+	return baseVersion
+}
+
 // Create makes the journal in one transaction that holds only if the
 // prefix has none: a create that failed left nothing.
 func (l *treeLock) Create(d record.Defaults, seed uint64) error {
@@ -328,7 +337,7 @@ func (l *treeLock) Create(d record.Defaults, seed uint64) error {
 	defer cancel()
 	b := l.b
 	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.metaKey(metaVersion)), "=", 0)).Then(
-		clientv3.OpPut(b.metaKey(metaVersion), baseVersion),
+		clientv3.OpPut(b.metaKey(metaVersion), createVersion(d)),
 		clientv3.OpPut(b.metaKey(metaTreeID), ulid.Make().String()),
 		clientv3.OpPut(b.metaKey(metaDefaults), string(journal.EncodeDefaults(d))),
 		clientv3.OpPut(b.metaKey(metaHead), head{Token: seed}.encode()),

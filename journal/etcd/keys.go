@@ -21,6 +21,7 @@ const (
 	famByTask  = "/b/"
 	famDeps    = "/d/" // dependency, 0, dependent: the reverse index of After (etcd-2)
 	famLabel   = "/g/" // label, 0, ready key → id: the ready index per label (etcd-2)
+	famDue     = "/n/" // dueKey(NotBefore, seq) → id: waiting tasks that wait for a time only (etcd-3)
 	keyLock    = "/lock"
 	keyWriters = "/w" // the writers' queue (store.go)
 
@@ -29,6 +30,7 @@ const (
 	metaDefaults = "defaults"
 	metaHead     = "head"
 	metaBlocked  = "blocked" // how many available tasks wait for others (absent: 0)
+	metaWaiting  = "waiting" // how many tasks are waiting (absent: 0); the head counts the four older states
 )
 
 // SchemaVersion is the etcd journal's newest layout version: etcd-2 adds
@@ -38,7 +40,17 @@ const (
 // writes the first V2 record also writes the version (and compares the
 // version key as begin read it), so an older fencectl's next transaction
 // refuses the journal with a VersionError.
-const SchemaVersion = "etcd-2"
+//
+// etcd-3 adds the waiting state (tasks in waiting/, their count in
+// P/m/waiting, the due index P/n/): an etcd-2 reader would find a state
+// it has no directory for. The first V2 record written now marks the
+// journal etcd-3 (an etcd-2 one too: fence moves its blocked tasks to
+// waiting/ in that write).
+const SchemaVersion = "etcd-3"
+
+// readVersions are the older versions still read (and written, until the
+// first V2 record raises them to SchemaVersion).
+var readVersions = []string{baseVersion, "etcd-2"}
 
 // baseVersion is the version a new journal starts at.
 const baseVersion = "etcd-1"
@@ -109,13 +121,35 @@ func decodeHead(s string) (head, error) {
 	return h, nil
 }
 
+// headStates are the states the head counts, in its order: the four
+// states of etcd-1 (waiting tasks are counted in P/m/waiting).
+var headStates = [4]record.State{record.Available, record.Claimed, record.Done, record.Failed}
+
 func stateIndex(s record.State) int {
-	for i, x := range record.States {
+	for i, x := range headStates {
 		if x == s {
 			return i
 		}
 	}
 	return -1
+}
+
+// dueKey orders the due index: NotBefore (seconds, sign bit flipped, then
+// nanoseconds), then the task's seq (unique).
+func dueKey(at time.Time, seq uint64) string {
+	var b [12]byte
+	binary.BigEndian.PutUint64(b[:], uint64(at.Unix())^(1<<63))
+	binary.BigEndian.PutUint32(b[8:], uint32(at.Nanosecond()))
+	return string(b[:]) + u64(seq)
+}
+
+// dueTime reads the time back from a dueKey.
+func dueTime(k string) time.Time {
+	if len(k) < 12 {
+		return time.Time{}
+	}
+	b := []byte(k)
+	return time.Unix(int64(binary.BigEndian.Uint64(b)^(1<<63)), int64(binary.BigEndian.Uint32(b[8:]))).UTC()
 }
 
 // expiryValue is P/x/ID's value: the recorded deadline and the token.

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,7 +34,7 @@ func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op) (*snaps
 	for _, f := range []struct {
 		fam   string
 		limit int64
-	}{{famExpiry, pageSize}, {famLive, pageSize}, {famReady, firstReadyPage}} {
+	}{{famExpiry, pageSize}, {famLive, pageSize}, {famReady, firstReadyPage}, {famDue, pageSize}} {
 		lo := b.cfg.Prefix + f.fam
 		pre = append(pre, pageKey{lo, rangeEnd(lo), f.limit})
 		ops = append(ops, clientv3.OpGet(lo, clientv3.WithRange(rangeEnd(lo)), clientv3.WithLimit(f.limit)))
@@ -67,7 +68,7 @@ func (b *Backend) checkMeta(meta map[string]string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("%w at %s", journal.ErrNoJournal, b.cfg.URL())
-	case v != SchemaVersion && v != baseVersion:
+	case v != SchemaVersion && !slices.Contains(readVersions, v):
 		return &journal.VersionError{Path: b.cfg.URL(), Found: v, Supported: SchemaVersion}
 	}
 	return nil

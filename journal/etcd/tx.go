@@ -450,6 +450,12 @@ func (t *Tx) PutTask(old *record.Task, rec record.Task) error {
 	for _, dep := range rec.After {
 		t.put(t.key(famDeps, dep+"\x00"+rec.ID), "")
 	}
+	if rec.Scheduled() {
+		t.put(t.key(famDue, dueKey(rec.NotBefore, rec.Seq)), rec.ID)
+	}
+	if rec.State == record.Waiting {
+		t.addMetaCount(metaWaiting, +1)
+	}
 	switch {
 	case rec.Ready():
 		t.put(t.key(famReady, readyKey(rec.Priority, rec.Seq)), rec.ID)
@@ -472,6 +478,12 @@ func (t *Tx) unindex(rec record.Task) {
 	for _, dep := range rec.After {
 		t.del(t.key(famDeps, dep+"\x00"+rec.ID))
 	}
+	if rec.Scheduled() {
+		t.del(t.key(famDue, dueKey(rec.NotBefore, rec.Seq)))
+	}
+	if rec.State == record.Waiting {
+		t.addMetaCount(metaWaiting, -1)
+	}
 	switch {
 	case rec.Ready():
 		t.del(t.key(famReady, readyKey(rec.Priority, rec.Seq)))
@@ -487,16 +499,29 @@ func (t *Tx) unindex(rec record.Task) {
 
 // addBlocked moves the blocked count, kept in a meta key that begin reads
 // with the head (every write moves the head, whose compare guards it).
-func (t *Tx) addBlocked(d int64) {
-	n := int64(getU64(t.meta[metaBlocked])) + d
-	k := t.key(famMeta, metaBlocked)
+func (t *Tx) addBlocked(d int64) { t.addMetaCount(metaBlocked, d) }
+
+// addMetaCount moves a count kept in meta key name (absent: 0), as
+// addBlocked does.
+func (t *Tx) addMetaCount(name string, d int64) {
+	n := int64(getU64(t.meta[name])) + d
+	k := t.key(famMeta, name)
 	if n == 0 {
-		delete(t.meta, metaBlocked)
+		delete(t.meta, name)
 		t.del(k)
 		return
 	}
-	t.meta[metaBlocked] = u64(uint64(n))
+	t.meta[name] = u64(uint64(n))
 	t.put(k, u64(uint64(n)))
+}
+
+// Scheduled calls fn with the waiting tasks that wait for a time only,
+// earliest first, reading the due index only as far as fn goes (tracked
+// that far: a task scheduled meanwhile before that point makes the
+// commit run again).
+func (t *Tx) Scheduled(fn func(id string, at time.Time) (more bool)) error {
+	p := t.key(famDue, "")
+	return t.scan(p, rangeEnd(p), func(k, id string) (bool, error) { return fn(id, dueTime(k[len(p):])), nil })
 }
 
 // Blocked returns how many available tasks wait for others, from the meta
@@ -600,9 +625,10 @@ func (t *Tx) Counts() map[record.State]int {
 	if t.begin() != nil {
 		return c
 	}
-	for i, s := range record.States {
+	for i, s := range headStates {
 		c[s] = int(t.head.Counts[i])
 	}
+	c[record.Waiting] = int(int64(getU64(t.meta[metaWaiting])))
 	return c
 }
 
@@ -788,15 +814,32 @@ func (t *Tx) Defaults() (record.Defaults, error) {
 	return d, nil
 }
 
+// PutDefaults replaces the tree-wide settings (a meta key begin reads;
+// the head's compare guards it, as every write moves the head).
+func (t *Tx) PutDefaults(d record.Defaults) error {
+	t.wrote()
+	if err := t.begin(); err != nil {
+		return err
+	}
+	enc := string(journal.EncodeDefaults(d))
+	t.v2 = t.v2 || journal.IsV2([]byte(enc))
+	t.meta[metaDefaults] = enc
+	t.put(t.key(famMeta, metaDefaults), enc)
+	t.headMod = true
+	return nil
+}
+
 // Reset empties everything derived from the log for replay to write
 // afresh; events and the token counter are kept.
 func (t *Tx) Reset() error {
 	t.wrote()
-	if _, ok := t.meta[metaBlocked]; ok {
-		delete(t.meta, metaBlocked)
-		t.del(t.key(famMeta, metaBlocked))
+	for _, name := range []string{metaBlocked, metaWaiting} {
+		if _, ok := t.meta[name]; ok {
+			delete(t.meta, name)
+			t.del(t.key(famMeta, name))
+		}
 	}
-	for _, fam := range []string{famTask, famReady, famExpiry, famClaim, famRequest, famDeps, famLabel} {
+	for _, fam := range []string{famTask, famReady, famExpiry, famClaim, famRequest, famDeps, famLabel, famDue} {
 		err := t.scanPrefix(fam, func(k, _ string) (bool, error) {
 			t.del(t.key(fam, k))
 			return true, nil
@@ -814,12 +857,15 @@ func (t *Tx) Reset() error {
 func (t *Tx) Check() []error {
 	var errs []error
 	n := [4]int64{}
+	waiting := 0
 	err := t.scanPrefix(famTask, func(id, v string) (bool, error) {
 		rec, err := journal.DecodeTask([]byte(v))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("task %q: %w", id, err))
 		} else if i := stateIndex(rec.State); i >= 0 {
 			n[i]++
+		} else if rec.State == record.Waiting {
+			waiting++
 		}
 		return true, nil
 	})
@@ -828,6 +874,9 @@ func (t *Tx) Check() []error {
 	}
 	if n != t.head.Counts {
 		errs = append(errs, fmt.Errorf("head counts %v, records %v", t.head.Counts, n))
+	}
+	if w := int(int64(getU64(t.meta[metaWaiting]))); w != waiting {
+		errs = append(errs, fmt.Errorf("waiting count %d, records %d", w, waiting))
 	}
 	return errs
 }

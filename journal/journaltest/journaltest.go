@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore func(t *testing.T) journal.Store) {
 		{"TasksFromPages", testTasksFromPages},
 		{"ReadyOrder", testReady},
 		{"ExpiryOrder", testExpiry},
+		{"DueIndex", testDue},
 		{"Claims", testClaims},
 		{"Requests", testRequests},
 		{"Events", testEvents},
@@ -142,7 +143,7 @@ func testTasks(t *testing.T, s journal.Store) {
 		if got, _, _ := tx.Task("b"); !reflect.DeepEqual(got, b2) {
 			t.Errorf("Task(b) after replace = %+v; want %+v", got, b2)
 		}
-		want := map[record.State]int{record.Available: 1, record.Claimed: 1, record.Done: 0, record.Failed: 0}
+		want := map[record.State]int{record.Waiting: 0, record.Available: 1, record.Claimed: 1, record.Done: 0, record.Failed: 0}
 		if c := tx.Counts(); !reflect.DeepEqual(c, want) {
 			t.Errorf("Counts = %v; want %v", c, want)
 		}
@@ -293,6 +294,72 @@ func testReady(t *testing.T, s journal.Store) {
 		}
 		if r, e := tx.IndexSizes(); r != 4 || e != 1 {
 			t.Errorf("IndexSizes = %d, %d; want 4, 1", r, e)
+		}
+		return nil
+	})
+}
+
+// testDue: the due index holds the waiting tasks that wait for a time
+// only, earliest first, reads only as far as asked, follows a task that
+// is rescheduled or leaves waiting, and counts waiting tasks.
+func testDue(t *testing.T, s journal.Store) {
+	waiting := func(id string, seq uint64, at time.Time, after ...string) record.Task {
+		r := available(id, 0, seq)
+		r.State, r.NotBefore, r.After = record.Waiting, at, after
+		return r
+	}
+	late := waiting("late", 1, T0.Add(3*time.Minute))
+	early := waiting("early", 2, T0.Add(time.Minute))
+	tie := waiting("tie", 3, T0.Add(time.Minute)) // same time: by seq
+	blocked := waiting("blocked", 4, T0.Add(time.Second), "early")
+	put(t, s, late, early, tie, blocked, available("free", 0, 5))
+	scheduled := func(tx journal.Tx, limit int) (ids []string, ats []time.Time) {
+		err := tx.Scheduled(func(id string, at time.Time) bool {
+			ids, ats = append(ids, id), append(ats, at)
+			return len(ids) < limit
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids, ats
+	}
+	view(t, s, func(tx journal.Tx) error {
+		ids, ats := scheduled(tx, 10)
+		if !reflect.DeepEqual(ids, []string{"early", "tie", "late"}) {
+			t.Errorf("Scheduled = %v; want [early tie late] (earliest first, then oldest; a blocked task is not there)", ids)
+		}
+		if len(ats) == 3 && (!ats[0].Equal(T0.Add(time.Minute)) || !ats[2].Equal(T0.Add(3*time.Minute))) {
+			t.Errorf("Scheduled times = %v; want the tasks' NotBefore", ats)
+		}
+		if ids, _ := scheduled(tx, 1); len(ids) != 1 {
+			t.Errorf("Scheduled went on after fn returned false: %v", ids)
+		}
+		if c := tx.Counts(); c[record.Waiting] != 4 || c[record.Available] != 1 {
+			t.Errorf("Counts = %v; want 4 waiting, 1 available", c)
+		}
+		return nil
+	})
+	// Rescheduled, made available, cancelled: the index follows.
+	later := early
+	later.NotBefore = T0.Add(time.Hour)
+	due := tie
+	due.State, due.NotBefore = record.Available, time.Time{}
+	gone := late
+	gone.State = record.Failed
+	update(t, s, func(tx journal.Tx) error {
+		for _, p := range [][2]record.Task{{early, later}, {tie, due}, {late, gone}} {
+			if err := tx.PutTask(&p[0], p[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	view(t, s, func(tx journal.Tx) error {
+		if ids, _ := scheduled(tx, 10); !reflect.DeepEqual(ids, []string{"early"}) {
+			t.Errorf("Scheduled after the changes = %v; want [early]", ids)
+		}
+		if c := tx.Counts(); c[record.Waiting] != 2 || c[record.Available] != 2 || c[record.Failed] != 1 {
+			t.Errorf("Counts = %v; want 2 waiting, 2 available, 1 failed", c)
 		}
 		return nil
 	})

@@ -60,7 +60,7 @@ func NewRunTree(t *testing.T, bin Binary) *RunTree {
 	base := t.TempDir()
 	rt := &RunTree{T: t, Bin: bin, Dir: filepath.Join(base, "tree"), Clock: filepath.Join(base, "clock"), Now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	rt.SetClock(rt.Now)
-	rt.OK("init")
+	rt.OK("init", "--retry-backoff", "0s") // a failed run's task is claimable at once (backoff.txtar shows the backoff)
 	return rt
 }
 

@@ -221,6 +221,7 @@ type tortCmd func(args ...string) *exec.Cmd
 // tortEvent is one line of `log --json`.
 type tortEvent struct {
 	Seq    uint64 `json:"seq"`
+	Time   string `json:"time"`
 	Type   string `json:"type"`
 	Task   string `json:"task"`
 	From   string `json:"from"`
@@ -295,7 +296,7 @@ func tortCheckClean(t testing.TB, mk tortCmd, when string) {
 }
 
 // tortStateDirs are the directories a task file can be in.
-var tortStateDirs = []string{"available", "claimed", "done", "failed"}
+var tortStateDirs = []string{"waiting", "available", "claimed", "done", "failed"}
 
 // tortFiles lists where each task file is: id → directories.
 func tortFiles(t testing.TB, root string) map[string][]string {

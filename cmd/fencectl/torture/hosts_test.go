@@ -88,7 +88,7 @@ func TestTorture_Hosts(t *testing.T) {
 	if err := os.Symlink(root, filepath.Join(hosts[1].cwd, "mnt", "tree")); err != nil {
 		t.Fatal(err)
 	}
-	initCmd := hosts[0].cmd("init", "--ttl", "2s", "--max-attempts", "1000")
+	initCmd := hosts[0].cmd("init", "--ttl", "2s", "--max-attempts", "1000", "--retry-backoff", "0s")
 	initCmd.Env = append(initCmd.Env, b.start(t)...)
 	if out, err := initCmd.CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)
@@ -325,7 +325,7 @@ func TestTorture_HostsRetries(t *testing.T) {
 	const clients = 16
 	tasks := b.size(400, 4000)
 	root := filepath.Join(t.TempDir(), "tree")
-	c := clitest.Binary{Path: fencectlBin}.Command(root, "init", "--max-attempts", "1000")
+	c := clitest.Binary{Path: fencectlBin}.Command(root, "init", "--max-attempts", "1000", "--retry-backoff", "0s")
 	c.Env = append(c.Env, b.start(t)...)
 	if out, err := c.CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)

@@ -76,7 +76,7 @@ func testLinearizability(t *testing.T, b tortBackend) {
 	}
 	r.setClock(0)
 	for _, args := range [][]string{
-		{"init", "--ttl", linLeaseTTL.String(), "--max-attempts", fmt.Sprint(linMaxAttempts)},
+		{"init", "--ttl", linLeaseTTL.String(), "--max-attempts", fmt.Sprint(linMaxAttempts), "--retry-backoff", "0s"}, // the model has no backoff
 		{"add", "--id", tasks[0]}, {"add", "--id", tasks[1]}, {"add", "--id", tasks[2]}, {"add", "--id", tasks[3]},
 	} {
 		c := r.cmd(args...)
@@ -525,6 +525,25 @@ func (r *linRunner) parse(c *model.Call, stdout []byte) {
 		}
 		return
 	}
+	if c.Kind == model.Batch {
+		var out struct {
+			Assigned []struct {
+				Task  string `json:"task"`
+				Token uint64 `json:"token"`
+			} `json:"assigned"`
+		}
+		if err := json.Unmarshal(stdout, &out); err != nil {
+			r.t.Errorf("call #%d %s: answer %q: %v", c.ID, c.Kind, stdout, err)
+			return
+		}
+		c.OutTokens = make([]uint64, len(c.Tasks))
+		for _, a := range out.Assigned {
+			if i := slices.Index(c.Tasks, a.Task); i >= 0 {
+				c.OutTokens[i] = a.Token
+			}
+		}
+		return
+	}
 	var out struct {
 		Task     string         `json:"task"`
 		Token    uint64         `json:"token"`
@@ -614,6 +633,10 @@ func (r *linRunner) learn(c *model.Call) {
 	switch c.Kind {
 	case model.Claim, model.Next:
 		k.issue(c.OutToken, c.OutTask)
+	case model.Batch:
+		for i, tok := range c.OutTokens {
+			k.issue(tok, c.Tasks[i])
+		}
 	case model.Complete, model.Release, model.Fail:
 		k.dead = append(k.dead, linDead{c.Token, c.Task, c.Kind})
 	case model.Revoke:
@@ -673,6 +696,17 @@ func (a *linAgent) step() {
 		a.work()
 	case x < 0.66:
 		var c *model.Call
+		if a.rng.IntN(5) == 0 && len(a.r.tasks) > 1 {
+			// A named batch of two: both or neither. The agent works on
+			// the first; the other is left to expire at the next tick.
+			p := a.rng.Perm(len(a.r.tasks))
+			ts := []string{a.r.tasks[p[0]], a.r.tasks[p[1]]}
+			c = a.r.exec(a.id, &model.Call{Kind: model.Batch, Tasks: ts}, "claim", ts[0], ts[1], "--ttl", linLeaseTTL.String(), "--json")
+			if !c.Killed && c.Code == clitest.ExitOK && len(c.OutTokens) == 2 {
+				a.held = &linHeld{token: c.OutTokens[0], task: ts[0]}
+			}
+			return
+		}
 		if a.rng.IntN(3) > 0 {
 			c = a.r.exec(a.id, &model.Call{Kind: model.Next}, "claim", "--ttl", linLeaseTTL.String(), "--json")
 		} else {
@@ -892,6 +926,13 @@ func (r *linRunner) checkLog(calls []*model.Call) int {
 			ev, ok := claimOf[c.OutToken]
 			if !ok || ev.Task != c.OutTask || ev.Agent != c.Agent {
 				t.Errorf("call #%d claimed %s with token %d, but the log has %+v", c.ID, c.OutTask, c.OutToken, ev)
+			}
+		}
+		if c.Kind == model.Batch && c.Code == clitest.ExitOK {
+			for i, tok := range c.OutTokens {
+				if ev, ok := claimOf[tok]; !ok || ev.Task != c.Tasks[i] || ev.Agent != c.Agent {
+					t.Errorf("call #%d claimed %s with token %d in a batch, but the log has %+v", c.ID, c.Tasks[i], tok, ev)
+				}
 			}
 		}
 	}

@@ -173,7 +173,7 @@ func testKillStorm(t *testing.T, b tortBackend) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "tree")
 	mk := func(args ...string) *exec.Cmd { return fencectlCmd(dir, args...) }
-	initCmd := mk("init", "--ttl", "2s", "--max-attempts", "3")
+	initCmd := mk("init", "--ttl", "2s", "--max-attempts", "3", "--retry-backoff", "0s")
 	initCmd.Env = append(initCmd.Env, b.start(t)...)
 	if out, err := initCmd.CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)
@@ -235,6 +235,12 @@ func testKillStorm(t *testing.T, b tortBackend) {
 	start := time.Now()
 	deadline := start.Add(duration)
 	var staleTried, staleAccepted atomic.Int64
+	// Named batch claims: each runs under an agent name of its own, so
+	// that the log tells its claims apart: a batch claims all of its
+	// tasks in one commit or none, killed or not.
+	var batchMu sync.Mutex
+	batches := map[string]int{} // agent name of a batch → how many tasks it named
+	var batchesAcked atomic.Int64
 	for a := 0; a < agents; a++ {
 		workers.Add(1)
 		go func(agent string, rng *rand.Rand) {
@@ -279,6 +285,56 @@ func testKillStorm(t *testing.T, b tortBackend) {
 					case r.code != clitest.ExitFenced:
 						unexpected(agent+" stale "+strings.Join(args, " "), r)
 					}
+				}
+				if rng.IntN(100) < 15 {
+					// A named batch of two tasks seen in available/.
+					entries, _ := os.ReadDir(filepath.Join(dir, "available"))
+					if len(entries) < 2 {
+						continue
+					}
+					p := rng.Perm(len(entries))
+					ids := []string{entries[p[0]].Name(), entries[p[1]].Name()}
+					batchMu.Lock()
+					who := fmt.Sprintf("%s-b%d", agent, len(batches))
+					batches[who] = len(ids)
+					batchMu.Unlock()
+					r := step(rng, "claim_batch", "", "claim", ids[0], ids[1], "--json", "--agent", who, "--ttl", "2s")
+					switch {
+					case r.interrupted() || r.code == clitest.ExitNotAvailable:
+						continue
+					case r.code != 0:
+						unexpected(who+" claim "+strings.Join(ids, " "), r)
+						continue
+					}
+					var bc struct {
+						Assigned []struct {
+							Task  string `json:"task"`
+							Token uint64 `json:"token"`
+						} `json:"assigned"`
+					}
+					if err := json.Unmarshal([]byte(r.stdout), &bc); err != nil || len(bc.Assigned) != len(ids) {
+						unexpected(who+" claim batch output: not all of "+strings.Join(ids, " "), r)
+						continue
+					}
+					batchesAcked.Add(1)
+					for _, a := range bc.Assigned {
+						args := []string{"complete", a.Task, "--token", strconv.FormatUint(a.Token, 10), "--agent", who}
+						for try := 0; try < 5; try++ {
+							r := step(rng, "complete", "", args...)
+							if r.interrupted() {
+								continue
+							}
+							if r.code == 0 {
+								ackMu.Lock()
+								acks = append(acks, stormAck{"complete", a.Task, a.Token})
+								ackMu.Unlock()
+							} else if r.code != clitest.ExitFenced {
+								unexpected(who+" "+strings.Join(args, " "), r)
+							}
+							break
+						}
+					}
+					continue
 				}
 				r := step(rng, "claim", "", "claim", "--json", "--agent", agent, "--ttl", "2s")
 				switch {
@@ -353,11 +409,17 @@ func testKillStorm(t *testing.T, b tortBackend) {
 	// killer, so some outcomes are unknown) and inbox drops.
 	workers.Add(1)
 	var addsAcked, addsUnknown, dropped atomic.Int64
+	// Some adds wait for a task added before (--after): none of them may
+	// be claimed before that task is done. depsOf holds every add tried.
+	var depsMu sync.Mutex
+	depsOf := map[string]string{}
 	dropped.Store(int64(initial))
 	go func(rng *rand.Rand) {
 		defer workers.Done()
 		for n := 0; !stop.Load(); n++ {
-			if tortDirLen(dir, "available")+tortDirLen(dir, "inbox") > 4*agents {
+			// Keep the backlog small, but add now and then anyway, so
+			// that tasks with dependencies come even while it is not.
+			if tortDirLen(dir, "available")+tortDirLen(dir, "inbox") > 4*agents && rng.IntN(4) > 0 {
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
@@ -374,10 +436,28 @@ func testKillStorm(t *testing.T, b tortBackend) {
 				continue
 			}
 			id := fmt.Sprintf("p%05d", n)
-			r := step(rng, "add", "task "+id+"\n", "add", "--id", id, "-")
+			args := []string{"add", "--id", id, "-"}
+			var dep string
+			if rng.IntN(100) < 40 {
+				// A task added or dropped before (acked or not: an
+				// unknown one is refused, exit 6, if it never made it).
+				// Mostly the add just before, likely not done yet.
+				dep = fmt.Sprintf("t%05d", rng.IntN(initial))
+				if n > 0 && rng.IntN(4) > 0 {
+					dep = fmt.Sprintf("p%05d", n-1)
+				}
+				args = append(args, "--after", dep)
+				depsMu.Lock()
+				depsOf[id] = dep
+				depsMu.Unlock()
+			}
+			r := step(rng, "add", "task "+id+"\n", args...)
 			switch {
 			case r.interrupted():
 				addsUnknown.Add(1)
+			case dep != "" && r.code == clitest.ExitNoSuchTask:
+				// Its dependency was never added (an add killed before
+				// its commit, or a drop number): nothing changed.
 			case r.code == 0:
 				known.Store(id, true)
 				addsAcked.Add(1)
@@ -547,6 +627,23 @@ func testKillStorm(t *testing.T, b tortBackend) {
 	for _, e := range drainErrs {
 		t.Errorf("drain: %s", e)
 	}
+	// What still waits after the drain waits for a dependency that failed
+	// for good (it stays blocked, by design): cancel those.
+	cancelledBlocked := 0
+	if entries, err := os.ReadDir(filepath.Join(dir, "waiting")); err == nil {
+		for _, e := range entries {
+			depsMu.Lock()
+			dep := depsOf[e.Name()]
+			depsMu.Unlock()
+			if st := tortStates(tortLog(t, mk))[dep]; dep == "" || st != "failed" && st != "waiting" {
+				t.Errorf("task %s still waits after the drain, but its dependency %q is %s", e.Name(), dep, st)
+			}
+			if out, err := mkLater("cancel", e.Name(), "--reason", "dependency failed").CombinedOutput(); err != nil {
+				t.Errorf("cancel %s: %v\n%s", e.Name(), err, out)
+			}
+			cancelledBlocked++
+		}
+	}
 	tortCheckClean(t, mk, "after the drain")
 
 	// The audit.
@@ -606,6 +703,35 @@ func testKillStorm(t *testing.T, b tortBackend) {
 	for _, p := range fencing {
 		t.Errorf("fencing history: %s", p)
 	}
+	// Dependencies: no task was claimed before the task it waits for was
+	// done. Batches: all of a batch's tasks claimed in one commit, or none.
+	doneAt := map[string]uint64{}
+	batchClaims := map[string][]tortEvent{}
+	depViolations, batchViolations := 0, 0
+	for _, ev := range evs {
+		switch ev.Type {
+		case "complete":
+			if _, ok := doneAt[ev.Task]; !ok {
+				doneAt[ev.Task] = ev.Seq
+			}
+		case "claim":
+			if dep := depsOf[ev.Task]; dep != "" {
+				if at, ok := doneAt[dep]; !ok || at > ev.Seq {
+					depViolations++
+					t.Errorf("seq %d: %s claimed before its dependency %s was done", ev.Seq, ev.Task, dep)
+				}
+			}
+			if _, ok := batches[ev.Agent]; ok {
+				batchClaims[ev.Agent] = append(batchClaims[ev.Agent], ev)
+			}
+		}
+	}
+	for who, cl := range batchClaims {
+		if len(cl) != batches[who] || cl[len(cl)-1].Seq-cl[0].Seq != uint64(len(cl)-1) || cl[0].Time != cl[len(cl)-1].Time {
+			batchViolations++
+			t.Errorf("batch %s of %d tasks: %d claims in the log (%+v): want all in one commit, or none", who, batches[who], len(cl), cl)
+		}
+	}
 	// Every acknowledged step is in the journal, and no task was completed
 	// for two different tokens.
 	type key struct {
@@ -661,6 +787,8 @@ func testKillStorm(t *testing.T, b tortBackend) {
 		"drift_before_replay": len(driftBefore), "mismatches_after_replay": mismatchesAfterReplay,
 		"fencing_violations": len(fencing), "revoked": revoked.Load(), "stale_attempts": staleTried.Load(), "stale_accepted": staleAccepted.Load(), "drained": drained.Load(), "done": done, "failed": failed,
 		"staged_leftovers": staged, "staged_swept_to_quarantine": sweptStaged, "unexpected_exits": len(errs),
+		"batches_tried": len(batches), "batches_acked": batchesAcked.Load(), "batch_violations": batchViolations,
+		"adds_with_dependency": len(depsOf), "dependency_violations": depViolations, "blocked_cancelled_after_drain": cancelledBlocked,
 	})
 }
 

@@ -105,10 +105,11 @@ const (
 	Requeue               // requeue ID
 	Reap                  // reap
 	Tick                  // the test moved the clock past every lease
-	Cancel                // cancel ID (last: saved histories keep their kinds' numbers)
+	Cancel                // cancel ID (saved histories keep their kinds' numbers: add new ones last)
+	Batch                 // claim ID ID…: all of the named tasks, each with its own token, or none
 )
 
-var kindNames = [...]string{"claim", "claim-next", "restore", "heartbeat", "put", "verify", "complete", "release", "fail", "revoke", "requeue", "reap", "tick", "cancel"}
+var kindNames = [...]string{"claim", "claim-next", "restore", "heartbeat", "put", "verify", "complete", "release", "fail", "revoke", "requeue", "reap", "tick", "cancel", "claim-batch"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -119,7 +120,7 @@ func (k Kind) TokenOp() bool { return k >= Restore && k <= Fail }
 func (k Kind) Ends() bool { return k == Complete || k == Release || k == Fail }
 
 // Claims reports whether k runs the claim path (which reaps first).
-func (k Kind) Claims() bool { return k <= Restore }
+func (k Kind) Claims() bool { return k <= Restore || k == Batch }
 
 // Stale says why the test presented a token it knew not to hold.
 type Stale uint8
@@ -146,28 +147,32 @@ type Reaped struct {
 
 // Call is one recorded call of the real binary (or a tick).
 type Call struct {
-	ID     int    `json:"id"`
-	Client int    `json:"client"`
-	Kind   Kind   `json:"kind"`
-	Task   string `json:"task,omitempty"`
-	Token  uint64 `json:"token,omitempty"`
-	Stale  Stale  `json:"stale,omitempty"`
-	Ended  Kind   `json:"ended,omitempty"` // StaleDead: how the test saw the lease end
-	Agent  string `json:"agent,omitempty"`
-	Call   int64  `json:"call"`             // ns since the start, before exec
-	Return int64  `json:"return"`           // ns since the start, after wait
-	Killed bool   `json:"killed,omitempty"` // no answer: SIGKILLed, or exited at Crash
-	Crash  string `json:"crash,omitempty"`  // FENCE_CRASH point the call was told to exit at
+	ID     int      `json:"id"`
+	Client int      `json:"client"`
+	Kind   Kind     `json:"kind"`
+	Task   string   `json:"task,omitempty"`
+	Tasks  []string `json:"tasks,omitempty"` // claim-batch: the named tasks
+	Token  uint64   `json:"token,omitempty"`
+	Stale  Stale    `json:"stale,omitempty"`
+	Ended  Kind     `json:"ended,omitempty"` // StaleDead: how the test saw the lease end
+	Agent  string   `json:"agent,omitempty"`
+	Call   int64    `json:"call"`             // ns since the start, before exec
+	Return int64    `json:"return"`           // ns since the start, after wait
+	Killed bool     `json:"killed,omitempty"` // no answer: SIGKILLed, or exited at Crash
+	Crash  string   `json:"crash,omitempty"`  // FENCE_CRASH point the call was told to exit at
 
-	Code     int      `json:"code"`
-	OutTask  string   `json:"out_task,omitempty"`  // claim, claim-next
-	OutToken uint64   `json:"out_token,omitempty"` // claim: token; revoke, cancel: the token whose lease it ended
-	Retry    bool     `json:"retry,omitempty"`
-	Renewed  bool     `json:"renewed,omitempty"`
-	State    string   `json:"state,omitempty"`    // the task's state afterwards (fenced ops, revoke, requeue, cancel)
-	Attempts *int     `json:"attempts,omitempty"` // the task's attempts afterwards, where the answer says
-	Reaped   []Reaped `json:"reaped,omitempty"`
-	Stderr   string   `json:"stderr,omitempty"`
+	Code     int    `json:"code"`
+	OutTask  string `json:"out_task,omitempty"`  // claim, claim-next
+	OutToken uint64 `json:"out_token,omitempty"` // claim: token; revoke, cancel: the token whose lease it ended
+	// OutTokens, for a claim-batch that succeeded, are the tokens of
+	// Tasks, in the same order.
+	OutTokens []uint64 `json:"out_tokens,omitempty"`
+	Retry     bool     `json:"retry,omitempty"`
+	Renewed   bool     `json:"renewed,omitempty"`
+	State     string   `json:"state,omitempty"`    // the task's state afterwards (fenced ops, revoke, requeue, cancel)
+	Attempts  *int     `json:"attempts,omitempty"` // the task's attempts afterwards, where the answer says
+	Reaped    []Reaped `json:"reaped,omitempty"`
+	Stderr    string   `json:"stderr,omitempty"`
 }
 
 // role says what a copy of a call means in one partition.
@@ -425,6 +430,23 @@ func (m Config) step(s taskState, in opIn, out opOut) (bool, taskState) {
 			return s.Phase != phAvailable, s
 		}
 		return false, s
+	case Batch:
+		s = m.reap(s)
+		i := slices.Index(c.Tasks, in.Part)
+		switch c.Code {
+		case codeOK:
+			if i < 0 || len(c.OutTokens) != len(c.Tasks) || s.Phase != phAvailable || c.OutTokens[i] <= s.MaxTok {
+				return false, s
+			}
+			s.Phase, s.Token, s.MaxTok, s.Expired = phClaimed, c.OutTokens[i], c.OutTokens[i], false
+			return true, s
+		case codeNotAvailable:
+			// All or nothing: this task is unchanged (but for the reap),
+			// whatever its state; that one of the named tasks was not
+			// available is a property of several tasks (treeSteps).
+			return true, s
+		}
+		return false, s
 	case Restore:
 		s = m.reap(s)
 		switch c.Code {
@@ -563,7 +585,9 @@ func (m Config) effect(s taskState, in opIn) taskState {
 		return m.reap(s)
 	}
 	switch c.Kind {
-	case Claim, Next:
+	case Claim, Next, Batch:
+		// (A batch claims all or none: per task this is weaker, and
+		// treeSteps holds it to all or none.)
 		s = m.reap(s)
 		if s.Phase == phAvailable {
 			// A fresh token nobody saw: above MaxTok, equal to nothing
@@ -708,6 +732,12 @@ func describeOp(in opIn, out opOut) string {
 	if c.Task != "" {
 		fmt.Fprintf(&b, " %s", c.Task)
 	}
+	if len(c.Tasks) > 0 {
+		fmt.Fprintf(&b, " %s", strings.Join(c.Tasks, ","))
+		for _, t := range c.OutTokens {
+			fmt.Fprintf(&b, " tok=%s", shortTok(t))
+		}
+	}
 	if c.Kind.TokenOp() {
 		fmt.Fprintf(&b, " tok=%s", shortTok(c.Token))
 	}
@@ -818,6 +848,11 @@ func rolesOf(c *Call, tasks []string) []role {
 			if i == 0 {
 				roles[i] = roleMain
 			}
+		case c.Kind == Batch:
+			roles[i] = roleReapOnly
+			if slices.Contains(c.Tasks, p) {
+				roles[i] = roleMain
+			}
 		case c.Kind.Claims():
 			roles[i] = roleReapOnly
 			if p == c.Task {
@@ -879,8 +914,11 @@ func (m Config) treeSteps(s treeState, tasks []string, c *Call, out opOut) []int
 	var next []treeState
 	switch {
 	case !out.Unknown:
-		if c.Kind.Claims() && c.Kind != Restore && c.Code == codeOK && c.OutToken <= s.Max {
+		if c.Kind.Claims() && c.Kind != Restore && c.Kind != Batch && c.Code == codeOK && c.OutToken <= s.Max {
 			return nil // not above every earlier token
+		}
+		if c.Kind == Batch && c.Code == codeOK && !batchTokens(c.OutTokens, s.Max) {
+			return nil // each above every earlier token, no two alike
 		}
 		n := s
 		for i, role := range roles {
@@ -893,7 +931,29 @@ func (m Config) treeSteps(s treeState, tasks []string, c *Call, out opOut) []int
 			}
 			n = n.with(i, t)
 		}
+		if c.Kind == Batch && c.Code == codeNotAvailable && !anyUnavailable(n, tasks, c.Tasks) {
+			return nil // refused while every named task could be claimed
+		}
 		next = []treeState{n}
+	case c.Kind == Batch:
+		// Took no effect; or reaped everything and then claimed every
+		// named task if all were available, none otherwise.
+		reaped := s
+		for i := range s.Tasks {
+			reaped = reaped.with(i, m.reap(s.Tasks[i]))
+		}
+		next = []treeState{s, reaped}
+		if !anyUnavailable(reaped, tasks, c.Tasks) {
+			all := reaped
+			for i, p := range tasks {
+				if slices.Contains(c.Tasks, p) {
+					t := all.Tasks[i]
+					t.Phase, t.Token, t.Expired = phClaimed, 0, false
+					all = all.with(i, t)
+				}
+			}
+			next = []treeState{s, all}
+		}
 	case c.Kind == Next:
 		// Took no effect; or reaped everything and then claimed one
 		// available task (which one, nobody saw), or none if none was.
@@ -940,6 +1000,29 @@ func (m Config) treeSteps(s treeState, tasks []string, c *Call, out opOut) []int
 		}
 	}
 	return res
+}
+
+// anyUnavailable reports whether one of the named tasks is not available
+// in s (or is no task of the tree): a batch claim of them is refused.
+func anyUnavailable(s treeState, tasks, named []string) bool {
+	for _, p := range named {
+		i := slices.Index(tasks, p)
+		if i < 0 || s.Tasks[i].Phase != phAvailable {
+			return true
+		}
+	}
+	return false
+}
+
+// batchTokens reports whether a batch's tokens are all above max and
+// distinct.
+func batchTokens(toks []uint64, max uint64) bool {
+	for i, t := range toks {
+		if t <= max || slices.Contains(toks[:i], t) {
+			return false
+		}
+	}
+	return true
 }
 
 // treeModel returns the unpartitioned porcupine model over tasks.

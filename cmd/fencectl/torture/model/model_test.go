@@ -286,3 +286,74 @@ func TestModel_Cancel(t *testing.T) {
 		})
 	}
 }
+
+// Batch claims: every named task is claimed with its own token, above
+// every earlier one, or none is (exit 4, nothing changes but the reaps);
+// a killed batch claimed all of them or none.
+func TestModel_Batch(t *testing.T) {
+	h := &hist{}
+	h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 0, OutTokens: []uint64{100, 101}})
+	h.add(Call{Kind: Heartbeat, Task: "b", Token: 101, Code: 0})
+	h.add(Call{Kind: Complete, Task: "a", Token: 100, Code: 0, State: "done"})
+	h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 4}) // both taken: refused
+	h.add(Call{Kind: Release, Task: "b", Token: 101, Code: 0, State: "available"})
+	h.add(Call{Kind: Batch, Tasks: []string{"b", "a"}, Code: 4}) // a is done: b is not claimed either
+	h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 102})
+	h.add(Call{Kind: Tick})
+	h.add(Call{Kind: Requeue, Task: "a", Code: 0, State: "available"})
+	h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 0, OutTokens: []uint64{110, 111}}) // reaps b first
+	h.add(Call{Kind: Restore, Task: "b", Token: 102, Code: 3})
+	h.add(Call{Kind: Release, Task: "a", Token: 110, Code: 0, State: "available"})
+	h.add(Call{Kind: Release, Task: "b", Token: 111, Code: 0, State: "available", Attempts: ptr(1)})
+	h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Killed: true})
+	h.add(Call{Kind: Claim, Task: "a", Code: 4}) // the killed batch took both
+	h.add(Call{Kind: Claim, Task: "b", Code: 4})
+	if got := h.check(t, Config{MaxAttempts: 3}); got != porcupine.Ok {
+		t.Fatalf("legal history with batch claims: %s, want Ok", got)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		wholeOnly bool // a property of several tasks: only the whole-tree model sees it
+		bad       func(h *hist)
+	}{
+		{"a batch claims a claimed task", false, func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 0, OutTokens: []uint64{101, 102}})
+		}},
+		{"a batch token not above the task's last", false, func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Release, Task: "a", Token: 100, Code: 0, State: "available"})
+			h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 0, OutTokens: []uint64{100, 102}})
+		}},
+		{"a refused batch claimed one of them", false, func(h *hist) {
+			h.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+			h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 4})
+			h.add(Call{Kind: Claim, Task: "b", Code: 4}) // b was left available
+		}},
+		{"refused while both were available", true, func(h *hist) {
+			h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 4})
+		}},
+		{"two tasks of a batch share a token", true, func(h *hist) {
+			h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Code: 0, OutTokens: []uint64{100, 100}})
+		}},
+		{"a killed batch claimed one of two", true, func(h *hist) {
+			h.add(Call{Kind: Batch, Tasks: []string{"a", "b"}, Killed: true})
+			h.add(Call{Kind: Claim, Task: "a", Code: 4})
+			h.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 100})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &hist{}
+			tc.bad(h)
+			whole, _, _, _ := Check(Config{MaxAttempts: 2}, h.calls, []string{"a", "b"}, Options{Whole: true})
+			if whole != porcupine.Illegal {
+				t.Errorf("whole tree: %s, want Illegal", whole)
+			}
+			part, _, _, _ := Check(Config{MaxAttempts: 2}, h.calls, []string{"a", "b"}, Options{})
+			if want := porcupine.Illegal; !tc.wholeOnly && part != want {
+				t.Errorf("per task: %s, want %s", part, want)
+			}
+		})
+	}
+}
