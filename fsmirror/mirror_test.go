@@ -48,7 +48,7 @@ func TestCreate_MakesLayoutAndIsIdempotent(t *testing.T) {
 	if ok, err := m.Exists(fsmirror.Available, "t1"); !ok || err != nil {
 		t.Errorf("second Create lost a task: %v %v", ok, err)
 	}
-	if got, want := fsmirror.StateDirs, []fsmirror.Dir{fsmirror.Available, fsmirror.Claimed, fsmirror.Done, fsmirror.Failed}; !slicesEqual(got, want) {
+	if got, want := fsmirror.StateDirs, []fsmirror.Dir{fsmirror.Waiting, fsmirror.Available, fsmirror.Claimed, fsmirror.Done, fsmirror.Failed}; !slicesEqual(got, want) {
 		t.Errorf("StateDirs = %v, want %v", got, want)
 	}
 }
