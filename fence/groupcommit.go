@@ -197,6 +197,8 @@ type writerSlot struct {
 	// this Tree finished itself; while it is still the head, settling can
 	// be skipped.
 	settled atomic.Pointer[string]
+	// watch is the journal watch the Tree's keepers share (keeperwatch.go).
+	watch sharedWatch
 }
 
 // parked holds a parked journal handle (an interface value cannot be
