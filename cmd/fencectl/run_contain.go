@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -276,25 +277,35 @@ func (c *containment) started(pgid int) {
 // has been waited for: the cgroup or the process group, then every
 // descendant of run (orphans come to run, the subreaper). It reports how
 // many processes CMD had left alive, and an error if some would not die.
+//
+// A CMD that leaves nothing behind (the common case) costs one scan of
+// /proc, or none in a PID namespace: the kernel kills the namespace
+// before its first process can be waited for, so nothing is left there.
 func (c *containment) killAll(pgid int) (int, error) {
 	spare := map[int]bool{}
 	if c.guard != nil {
 		spare[c.guard.Process.Pid] = true
 	}
+	self := os.Getpid()
+	var ds []procEntry
+	if c.mode != containPidns {
+		ds = descendants(self, spare)
+	}
 	left := 0
-	for _, d := range descendants(os.Getpid(), spare) {
+	for _, d := range ds {
 		if !d.zombie {
 			left++
 		}
 	}
+	var err error
 	if c.mode == containCgroup {
-		if err := c.end(); err != nil {
-			return left, err
-		}
+		err = c.end()
 	} else if pgid > 1 {
 		_ = unix.Kill(-pgid, unix.SIGKILL)
 	}
-	err := killDescendants(os.Getpid(), spare, 10*time.Second)
+	if err == nil && len(ds) > 0 {
+		err = killDescendants(self, spare, 10*time.Second)
+	}
 	if c.guardW != nil {
 		fmt.Fprintln(c.guardW, "idle")
 	}
@@ -325,32 +336,101 @@ type procEntry struct {
 }
 
 // processes lists every process on the machine (of this PID namespace).
+// It reads /proc/<pid>/stat with plain system calls (open, read, close),
+// not os.ReadFile, which also stats each file and tries to add it to the
+// network poller: a scan is on the path of every task of run --loop.
 func processes() []procEntry {
-	ents, _ := os.ReadDir("/proc")
-	var ps []procEntry
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(proc)
+	var (
+		ps         []procEntry
+		dents      = make([]byte, 16<<10)
+		stat       = make([]byte, 512)
+		pidsOfDent []int
+	)
+	for {
+		n, err := unix.ReadDirent(proc, dents)
+		if err == unix.EINTR {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if err != nil || n <= 0 {
+			break
 		}
-		// pid (comm) S ppid …: comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
+		pidsOfDent = pidsOfDent[:0]
+		for buf := dents[:n]; len(buf) > 0; {
+			// struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name.
+			reclen := int(buf[16]) | int(buf[17])<<8
+			if reclen == 0 || reclen > len(buf) {
+				break
+			}
+			name := buf[19:reclen]
+			if i := bytesIndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if pid, ok := atoiBytes(name); ok {
+				pidsOfDent = append(pidsOfDent, pid)
+			}
+			buf = buf[reclen:]
 		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
+		for _, pid := range pidsOfDent {
+			if e, ok := readStat(proc, pid, stat); ok {
+				ps = append(ps, e)
+			}
 		}
-		ppid, _ := strconv.Atoi(f[1])
-		ps = append(ps, procEntry{pid: pid, ppid: ppid, zombie: f[0] == "Z" || f[0] == "X"})
 	}
 	return ps
+}
+
+// readStat reads /proc/<pid>/stat through the /proc handle proc.
+func readStat(proc, pid int, buf []byte) (procEntry, bool) {
+	fd, err := unix.Openat(proc, strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return procEntry{}, false
+	}
+	n, err := unix.Read(fd, buf)
+	unix.Close(fd)
+	if err != nil || n <= 0 {
+		return procEntry{}, false
+	}
+	// pid (comm) S ppid …: comm may hold spaces and parentheses.
+	s := string(buf[:n])
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procEntry{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return procEntry{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return procEntry{pid: pid, ppid: ppid, zombie: f[0] == "Z" || f[0] == "X"}, true
+}
+
+func bytesIndexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// atoiBytes parses a decimal pid; ok is false for any other name.
+func atoiBytes(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // descendants returns every descendant of root except spare ones and
@@ -403,8 +483,46 @@ func killDescendants(self int, spare map[int]bool, bound time.Duration) error {
 // reapOrphans reaps the orphans of CMD's tree that died while CMD runs
 // (they were re-parented to run, the subreaper), so that none stays a
 // zombie until the task ends. It never waits for spare ones (CMD, the
-// guard: their own Wait does).
-func reapOrphans(spare map[int]bool) {
+// guard: their own Wait does). It looks before it scans: waitid with
+// WNOWAIT names a child that has exited without reaping it; most often
+// there is none (a SIGCHLD of CMD's own children, reaped by CMD) or it is
+// CMD itself (pid cmd), whose end is at hand anyway: killAll reaps the
+// rest.
+func reapOrphans(spare map[int]bool, cmd int) {
+	for {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+			return // no children at all
+		}
+		pid := siginfoPid(&info)
+		switch {
+		case pid == 0 || pid == cmd:
+			return // none has exited, or CMD has
+		case spare[pid]:
+			reapOrphansScan(spare) // others may be behind it
+			return
+		}
+		if _, err := unix.Wait4(pid, nil, unix.WNOHANG, nil); err != nil {
+			return
+		}
+	}
+}
+
+// siginfoPid is si_pid of a siginfo filled by waitid: an int32 after
+// si_signo, si_errno, si_code and the padding of the union (offset 16 on
+// 64-bit Linux, 12 on 32-bit).
+func siginfoPid(info *unix.Siginfo) int {
+	b := (*[128]byte)(unsafe.Pointer(info))
+	off := 12
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		off = 16
+	}
+	return int(*(*int32)(unsafe.Pointer(&b[off])))
+}
+
+// reapOrphansScan reaps every zombie child of run but spare ones, found
+// by a scan of /proc.
+func reapOrphansScan(spare map[int]bool) {
 	self := os.Getpid()
 	for _, p := range processes() {
 		if p.ppid == self && p.zombie && !spare[p.pid] {
