@@ -125,12 +125,13 @@ func (c *containment) setupCgroup(hold *os.File) error {
 	return c.startGuard(dir, hold)
 }
 
-// begin makes the cgroup of the next task (cgroup mode). Each task gets a
-// fresh one: a cgroup that has been killed through cgroup.kill may kill
-// what is later cloned into it (seen on Linux 6.18), and a fresh one
-// leaves nothing of the last task behind.
+// begin makes the cgroup of the next task (cgroup mode), unless the last
+// task's is still there to reuse (see idle). A cgroup that has been
+// killed through cgroup.kill may kill what is later cloned into it (seen
+// on Linux 6.18): only one never killed is reused, and a fresh one leaves
+// nothing of the last task behind.
 func (c *containment) begin() error {
-	if c.mode != containCgroup {
+	if c.mode != containCgroup || c.task != "" {
 		return nil
 	}
 	c.tasks++
@@ -145,6 +146,36 @@ func (c *containment) begin() error {
 	}
 	c.task, c.taskDir = dir, f
 	return nil
+}
+
+// idle ends a task whose CMD has been waited for (cgroup mode): a task
+// cgroup with no process left in it is kept for the next task, which
+// saves making, killing and removing one per task (run --loop); one
+// with processes left is killed and removed (end).
+func (c *containment) idle() error {
+	if c.task == "" {
+		return nil
+	}
+	if empty, err := cgroupEmpty(c.task); err == nil && empty {
+		return nil
+	}
+	return c.end()
+}
+
+// cgroupEmpty reports whether no process is left in the cgroup dir
+// (zombies are not listed in cgroup.procs).
+func cgroupEmpty(dir string) (bool, error) {
+	fd, err := unix.Open(filepath.Join(dir, "cgroup.procs"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	var buf [64]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil {
+		return false, err
+	}
+	return len(strings.TrimSpace(string(buf[:n]))) == 0, nil
 }
 
 // end kills what is left in the task's cgroup and removes it.
@@ -299,7 +330,7 @@ func (c *containment) killAll(pgid int) (int, error) {
 	}
 	var err error
 	if c.mode == containCgroup {
-		err = c.end()
+		err = c.idle()
 	} else if pgid > 1 {
 		_ = unix.Kill(-pgid, unix.SIGKILL)
 	}
