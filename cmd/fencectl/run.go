@@ -406,10 +406,7 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	}
 	pgid := cmd.Process.Pid
 	s.cont.started(pgid)
-	spare := map[int]bool{pgid: true}
-	if s.cont.guard != nil {
-		spare[s.cont.guard.Process.Pid] = true
-	}
+	spare := map[int]bool{pgid: true, s.cont.guardPid: true}
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 	var (

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,15 +44,16 @@ const (
 
 // containment is how one run process keeps its commands' processes in.
 type containment struct {
-	mode     string
-	cgroup   string   // cgroup mode: the run's cgroup directory
-	task     string   // the current task's cgroup, under cgroup
-	taskDir  *os.File // and a handle on it, for clone into cgroup
-	tasks    int      // task cgroups made so far
-	userns   bool     // pidns mode: with a user namespace
-	guard    *exec.Cmd
-	guardW   *os.File // the guard's pipe; closing it (or dying) tells it to kill
-	fallback []string // why stronger mechanisms were not available
+	mode      string
+	cgroup    string   // cgroup mode: the run's cgroup directory
+	task      string   // the current task's cgroup, under cgroup
+	taskDir   *os.File // and a handle on it, for clone into cgroup
+	tasks     int      // task cgroups made so far
+	userns    bool     // pidns mode: with a user namespace
+	guardW    *os.File // the guard's pipe; closing it (or dying) tells it to kill
+	guardDone *os.File // reaches EOF when the guard has exited
+	guardPid  int      // spared by killAll should the guard be run's child after all
+	fallback  []string // why stronger mechanisms were not available
 }
 
 // newContainment picks the strongest containment the machine allows (or
@@ -64,10 +66,6 @@ func newContainment(hold *os.File) (*containment, error) {
 	case "", containCgroup, containPidns, containPgroup:
 	default:
 		return nil, usagef("invalid %s=%q: use cgroup, pidns or pgroup (or leave it unset for the strongest the machine allows)", containEnv, want)
-	}
-	// Orphans of CMD's tree come to run, not to init: run can find them.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return nil, fmt.Errorf("run: become a child subreaper: %w", err)
 	}
 	c := &containment{}
 	try := func(mode string, setup func() error) (bool, error) {
@@ -95,9 +93,20 @@ func newContainment(hold *os.File) (*containment, error) {
 		{containPidns, c.setupPidns},
 		{containPgroup, func() error { return c.startGuard("-", hold) }},
 	} {
-		if ok, err := try(m.mode, m.setup); ok || err != nil {
+		ok, err := try(m.mode, m.setup)
+		if err != nil {
 			return c, err
 		}
+		if ok {
+			break
+		}
+	}
+	// Orphans of CMD's tree come to run, not to init: run can find them.
+	// Only now: the guard, started before, is no child of run, so that
+	// run having no child at all says that CMD left nothing (see killAll).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		c.close()
+		return nil, fmt.Errorf("run: become a child subreaper: %w", err)
 	}
 	return c, nil
 }
@@ -220,24 +229,38 @@ func (c *containment) probe() error {
 }
 
 // startGuard starts the guard process for the cgroup dir ("-": none).
+// It is started through a short-lived middle process (guardSpawn), so
+// that it is not run's child: run, a child subreaper from the moment its
+// containment is set up, then has no child at all between tasks unless
+// a command left something behind, which one waitid tells it without a
+// scan of /proc (see killAll). run learns that the guard has exited from
+// the guard's end of a second pipe (guardDone), not from wait.
 func (c *containment) startGuard(dir string, hold *os.File) error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
+	done, doneW, err := os.Pipe()
+	if err != nil {
+		w.Close()
+		return err
+	}
+	defer doneW.Close()
 	g := exec.Command("/proc/self/exe")
-	g.Env = []string{guardEnv + "=" + dir}
-	g.ExtraFiles = []*os.File{r}
+	g.ExtraFiles = []*os.File{r, doneW}
 	if hold != nil {
 		g.ExtraFiles = append(g.ExtraFiles, hold)
 	}
-	g.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := g.Start(); err != nil {
+	g.Env = []string{guardEnv + "=" + dir, guardSpawnEnv + "=" + strconv.Itoa(len(g.ExtraFiles))}
+	out, err := g.Output()
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || perr != nil {
 		w.Close()
-		return fmt.Errorf("start the guard: %w", err)
+		done.Close()
+		return fmt.Errorf("start the guard: %w", errors.Join(err, perr))
 	}
-	c.guard, c.guardW = g, w
+	c.guardW, c.guardDone, c.guardPid = w, done, pid
 	return nil
 }
 
@@ -309,17 +332,20 @@ func (c *containment) started(pgid int) {
 // descendant of run (orphans come to run, the subreaper). It reports how
 // many processes CMD had left alive, and an error if some would not die.
 //
-// A CMD that leaves nothing behind (the common case) costs one scan of
-// /proc, or none in a PID namespace: the kernel kills the namespace
-// before its first process can be waited for, so nothing is left there.
+// A CMD that leaves nothing behind (the common case) costs one waitid,
+// not a scan of /proc (see hasChildren); in a PID namespace not even
+// that: the kernel kills the namespace before its first process can be
+// waited for, so nothing is left there.
 func (c *containment) killAll(pgid int) (int, error) {
-	spare := map[int]bool{}
-	if c.guard != nil {
-		spare[c.guard.Process.Pid] = true
-	}
 	self := os.Getpid()
+	// The guard, reparented to run should run be the nearest subreaper
+	// of its middle process (run as PID 1 of a container), is spared.
+	spare := map[int]bool{}
+	if c.guardPid > 0 {
+		spare[c.guardPid] = true
+	}
 	var ds []procEntry
-	if c.mode != containPidns {
+	if c.mode != containPidns && hasChildren() {
 		ds = descendants(self, spare)
 	}
 	left := 0
@@ -343,6 +369,17 @@ func (c *containment) killAll(pgid int) (int, error) {
 	return left, err
 }
 
+// hasChildren reports whether this process has a child, alive or dead
+// and not yet waited for. Once CMD is waited for, run has none unless
+// CMD left something: every process CMD started that is still alive, or
+// dead and not reaped, is a child of run (the subreaper) or a
+// descendant of one. The guard is no child of run (see startGuard).
+func hasChildren() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+	return err != unix.ECHILD
+}
+
 // close removes the cgroup and ends the guard. Call it after killAll.
 func (c *containment) close() {
 	_ = c.end()
@@ -351,7 +388,10 @@ func (c *containment) close() {
 	}
 	if c.guardW != nil {
 		c.guardW.Close()
-		_ = c.guard.Wait()
+		// The guard has killed what was left and removed the cgroup
+		// when it exits, closing its end of guardDone.
+		_, _ = io.Copy(io.Discard, c.guardDone)
+		c.guardDone.Close()
 	}
 }
 

@@ -73,3 +73,30 @@ func TestRun_ProcessesListsThisProcess(t *testing.T) {
 	}
 	t.Error("processes() does not list this process")
 }
+
+// hasChildren says whether any child is left, dead or alive: the check
+// killAll makes instead of a scan of /proc.
+func TestRun_HasChildren(t *testing.T) {
+	if hasChildren() {
+		t.Skip("this test process already has children")
+	}
+	pid := exitedChild(t)
+	if !hasChildren() {
+		t.Error("hasChildren is false with a zombie child")
+	}
+	if _, err := unix.Wait4(pid, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command("sleep", "60")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !hasChildren() {
+		t.Error("hasChildren is false with a live child")
+	}
+	c.Process.Kill()
+	c.Wait()
+	if hasChildren() {
+		t.Error("hasChildren is true with no child left")
+	}
+}

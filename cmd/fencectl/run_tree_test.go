@@ -136,3 +136,28 @@ func TestRun_LoopReusesOnlyCleanCgroups(t *testing.T) {
 		t.Errorf("t4 ran in %s, not in t3's clean cgroup %s", cg["t4"], cg["t3"])
 	}
 }
+
+// The guard is not run's child (it is started through a middle process
+// that exits): while CMD runs, CMD is run's only child, so that once CMD
+// is waited for, one waitid tells run whether CMD left anything behind,
+// without a scan of /proc.
+func TestRun_GuardIsNotRunsChild(t *testing.T) {
+	for _, mode := range []string{containCgroup, containPgroup} {
+		t.Run(mode, func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.Env = append(rt.Env, containEnv+"="+mode)
+			clitest.RequireContainment(t, rt, mode)
+			rt.OK("add", "--id", "t1")
+			marks := t.TempDir()
+			// Count the processes whose parent is run ($PPID), CMD included.
+			script := `n=0; for s in /proc/[0-9]*/stat; do read -r line < "$s" 2>/dev/null || continue; ` +
+				`set -- ${line##*) }; [ "$2" = "$PPID" ] && n=$((n+1)); done; echo "$n" > ` + marks + `/children`
+			if code, out := rt.Code("run", "t1", "--", "sh", "-c", script); code != 0 {
+				t.Fatalf("run exited %d\n%s", code, out)
+			}
+			if n := clitest.WaitFile(t, marks+"/children"); n != "1" {
+				t.Errorf("run had %s children while CMD ran, want 1 (CMD alone)", n)
+			}
+		})
+	}
+}
