@@ -25,8 +25,9 @@ const (
 // processes, as a shell loop does (shell-cycles/s); x-shell is run
 // --loop's tasks/s over that. runners=8 is eight run --loop processes on
 // one tree. claims/s is tasks run and completed per second; cpu-ms is
-// the CPU of the run processes (their commands and guards included) per
-// task.
+// the CPU of the run processes (their commands included) per task;
+// floor-ms is the fdatasync floor measured around the run: a task pays
+// two fdatasyncs and three directory fsyncs.
 func BenchmarkRun_Loop(b *testing.B) {
 	b.Run("runners=1", func(b *testing.B) {
 		shellDir := newTree(b, loopShellCycles*b.N)
@@ -43,6 +44,7 @@ func BenchmarkRun_Loop(b *testing.B) {
 		b.ReportMetric(shellRate, "shell-cycles/s")
 		b.ReportMetric(float64(r.ops)/r.elapsed.Seconds()/shellRate, "x-shell")
 		b.ReportMetric(ms(cpu)/float64(r.ops), "cpu-ms")
+		b.ReportMetric(ms(r.floor), "floor-ms")
 		cli.reportBusy(b)
 	})
 	b.Run("runners=8", func(b *testing.B) {
@@ -52,6 +54,7 @@ func BenchmarkRun_Loop(b *testing.B) {
 		b.StopTimer()
 		report(b, r)
 		b.ReportMetric(ms(cpu)/float64(r.ops), "cpu-ms")
+		b.ReportMetric(ms(r.floor), "floor-ms")
 	})
 }
 
