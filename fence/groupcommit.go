@@ -347,7 +347,8 @@ type ticketKey struct{}
 // outcome: `run --loop` completes one task and claims the next in one
 // commit (the claim comes second, so a task the completion unblocks is
 // claimable to it). A call that fails before writing fails alone, as in
-// any group.
+// any group. A call must not wait, before its write, for another write
+// of this Tree to finish: the group waits for it.
 func (t *Tree) Together(calls ...GroupCall) {
 	b := t.batch
 	b.mu.Lock()
