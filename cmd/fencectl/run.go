@@ -173,7 +173,7 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs, out: out, claimCtx: claimCtx}
 	if loop {
 		// With --loop the next task is claimed alongside this one's
-		// complete or fail, in one group commit (see settleAndClaim). It
+		// completion, in one group commit (see settleAndClaim). It
 		// never waits: with --wait, a claim that finds nothing is made
 		// again, waiting, at the top of the loop.
 		sup.ahead = func(ctx context.Context) claimed {
