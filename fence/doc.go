@@ -33,11 +33,13 @@
 //     ops.go (add, claim, the fenced calls, reap, revoke, requeue),
 //     query.go (status, show, list, log), request.go (claim request ids);
 //   - the write path: groupcommit.go (one transaction, one commit and one
-//     set of directory syncs for many callers), adopt.go (inbox/ first);
+//     set of directory syncs for many callers; Together for one caller's
+//     several operations), adopt.go (inbox/ first);
 //   - repair: settle.go (finish the last commit's moves), replay.go (the
 //     full check and repair), recover.go (rebuild a lost journal), and
 //     scan.go (the directory listing both of those read);
-//   - the lease keeper: keeper.go;
+//   - the lease keeper: keeper.go, and keeperwatch.go (one journal watch
+//     shared by a Tree's keepers);
 //   - the clock: clock.go (Options.Clock, injected; nothing reads the
 //     environment); hooks.go and hooks_fencetest.go hold the crash points
 //     that only test builds have.

@@ -62,6 +62,7 @@ func (t *Tree) writeFor(ctx context.Context, op string, ids []string, fn func(tx
 		return nil, false, err
 	}
 	p := &pendingOp{op: op, ids: ids, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	p.ticket, _ = ctx.Value(ticketKey{}).(*groupTicket)
 	t.batch.submit(t, p)
 	return p.evs, p.committed, p.err
 }
@@ -205,6 +206,7 @@ type pendingOp struct {
 	err       error
 	done      chan struct{} // closed when the operation is finished
 	lead      chan struct{} // a value asks the waiting caller to lead the next group
+	ticket    *groupTicket  // the call of Together this operation belongs to, if any
 }
 
 // batcher queues writer operations of one Tree.
@@ -212,6 +214,10 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*pendingOp
 	leading bool
+	// awaited counts the calls of Together that have neither queued a
+	// write nor returned: a leader waits for them (on arrived).
+	awaited int
+	arrived *sync.Cond
 	*writerSlot
 }
 
@@ -234,6 +240,8 @@ type writerSlot struct {
 	// this Tree finished itself; while it is still the head, settling can
 	// be skipped.
 	settled atomic.Pointer[string]
+	// watch is the journal watch the Tree's keepers share (keeperwatch.go).
+	watch sharedWatch
 }
 
 // parked holds a parked journal handle (an interface value cannot be
@@ -302,6 +310,9 @@ func (t *Tree) isMirrored(head string) bool {
 func (b *batcher) submit(t *Tree, p *pendingOp) {
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
+	if p.ticket != nil {
+		b.punchLocked(p.ticket)
+	}
 	if b.leading {
 		b.mu.Unlock()
 		select {
@@ -312,6 +323,9 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 		b.mu.Lock()
 	}
 	b.leading = true
+	for b.awaited > 0 {
+		b.cond().Wait()
+	}
 	b.mu.Unlock()
 	// The callers of the last group have just been answered and most will
 	// queue their next operation within microseconds: yield until the queue
@@ -341,6 +355,78 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 		b.leading = false
 	}
 	b.mu.Unlock()
+}
+
+// GroupCall is one call of Together: Fn is run with Ctx, marked so that
+// its first write joins the group.
+type GroupCall struct {
+	Ctx context.Context
+	Fn  func(ctx context.Context)
+}
+
+// groupTicket marks the context of one call of Together.
+type groupTicket struct {
+	used   bool          // its write was queued, or it returned (guarded by batcher.mu)
+	queued chan struct{} // closed then
+}
+
+type ticketKey struct{}
+
+// Together runs calls side by side and commits their first writes (one
+// Tree operation each) in one group, in the order of calls: one lock,
+// one journal commit and one fsync per directory for all of them. Each
+// call starts once the one before has queued its write (or returned),
+// and the group's leader waits until every call has queued its write or
+// returned, instead of committing what has arrived so far. It returns
+// when every call has returned.
+//
+// For a caller with operations that need not wait for each other's
+// outcome: `run --loop` completes one task and claims the next in one
+// commit (the claim comes second, so a task the completion unblocks is
+// claimable to it). A call that fails before writing fails alone, as in
+// any group. A call must not wait, before its write, for another write
+// of this Tree to finish: the group waits for it.
+func (t *Tree) Together(calls ...GroupCall) {
+	b := t.batch
+	b.mu.Lock()
+	b.awaited += len(calls)
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		tk := &groupTicket{queued: make(chan struct{})}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				b.mu.Lock()
+				b.punchLocked(tk)
+				b.mu.Unlock()
+			}()
+			c.Fn(context.WithValue(c.Ctx, ticketKey{}, tk))
+		}()
+		<-tk.queued
+	}
+	wg.Wait()
+}
+
+// punchLocked records that tk's call queued its write or returned.
+func (b *batcher) punchLocked(tk *groupTicket) {
+	if tk.used {
+		return
+	}
+	tk.used = true
+	close(tk.queued)
+	b.awaited--
+	b.cond().Broadcast()
+}
+
+// cond returns the condition a leader waits on for awaited calls; b.mu
+// is held.
+func (b *batcher) cond() *sync.Cond {
+	if b.arrived == nil {
+		b.arrived = sync.NewCond(&b.mu)
+	}
+	return b.arrived
 }
 
 // sweepStaging moves staged files whose writer died before its commit to

@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -181,5 +182,76 @@ func TestGroup_StoreFailureVoidsOutcomesOfEarlierRuns(t *testing.T) {
 	}
 	if op.err != storeDown || op.committed {
 		t.Errorf("op: err %v, committed %v; want the store's error", op.err, op.committed)
+	}
+}
+
+// Together commits its calls' writes as one group, in the order of the
+// calls: a completion and the next claim (run --loop) share one
+// transaction, and the claim, coming second, takes the task that the
+// completion unblocked.
+func TestGroup_TogetherCommitsInOneGroupInOrder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tree")
+	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Open(dir, Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	ctx := context.Background()
+	if _, err := tree.Add(ctx, AddRequest{ID: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tree.Add(ctx, AddRequest{ID: "second", After: []string{"first"}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tree.Claim(ctx, ClaimRequest{Agent: "a"})
+	if err != nil || c.Task.ID != "first" {
+		t.Fatalf("claim = %v, %v; want first", c.Task.ID, err)
+	}
+	for i := range 5 { // a group of one would pass now and then by chance: not five times
+		var (
+			next             ClaimResult
+			doneErr, nextErr error
+		)
+		tree.Together(
+			GroupCall{Ctx: ctx, Fn: func(ctx context.Context) {
+				_, doneErr = tree.Complete(ctx, FencedRequest{ID: c.Task.ID, Token: c.Token, Agent: "a"})
+			}},
+			GroupCall{Ctx: ctx, Fn: func(ctx context.Context) {
+				next, nextErr = tree.Claim(ctx, ClaimRequest{Agent: "a"})
+			}},
+		)
+		if doneErr != nil || nextErr != nil {
+			t.Fatalf("complete %s: %v; claim next: %v", c.Task.ID, doneErr, nextErr)
+		}
+		_, doneEvs := taskState(t, tree, c.Task.ID)
+		_, nextEvs := taskState(t, tree, next.Task.ID)
+		done, claimed := doneEvs[len(doneEvs)-1], nextEvs[len(nextEvs)-1]
+		if done.Type != record.EvComplete || claimed.Type != record.EvClaim {
+			t.Fatalf("last events %s, %s; want complete, claim", done.Type, claimed.Type)
+		}
+		if !done.Time.Equal(claimed.Time) || claimed.Seq < done.Seq {
+			t.Fatalf("complete (seq %d at %s) and claim (seq %d at %s) are not one group in that order", done.Seq, done.Time, claimed.Seq, claimed.Time)
+		}
+		if c.Task.ID == "first" && next.Task.ID != "second" {
+			t.Fatalf("the claim alongside first's completion took %s, not second, which it unblocked", next.Task.ID)
+		}
+		if _, err := tree.Add(ctx, AddRequest{ID: fmt.Sprintf("more-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+		c = next
+	}
+	// A call that returns without writing does not hold the group up.
+	var err2 error
+	tree.Together(
+		GroupCall{Ctx: ctx, Fn: func(context.Context) {}},
+		GroupCall{Ctx: ctx, Fn: func(ctx context.Context) {
+			_, err2 = tree.Complete(ctx, FencedRequest{ID: c.Task.ID, Token: c.Token, Agent: "a"})
+		}},
+	)
+	if err2 != nil {
+		t.Fatal(err2)
 	}
 }

@@ -180,7 +180,7 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 		return ErrKeeperStarted
 	}
 	var changed <-chan struct{}
-	w, err := k.tree.store.Watch(k.tree.metaDir)
+	w, err := k.tree.watchJournal()
 	if err == nil && noWatch() {
 		w.Close()
 		w, err = nil, unix.EMFILE

@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -301,4 +302,122 @@ func TestKeeper_OwnHeartbeatDoesNotTriggerTheNext(t *testing.T) {
 			t.Fatalf("check %d after the keeper's own heartbeat = %v, %v; want a check, no heartbeat", i, step, err)
 		}
 	}
+}
+
+// startKeeper claims task id on tree and starts a keeper on its lease that
+// only its journal watch can wake (no periodic check, no tick).
+func startKeeper(t *testing.T, tree *Tree, id string) *LeaseKeeper {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := tree.Add(ctx, AddRequest{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tree.Claim(ctx, ClaimRequest{ID: id, Agent: "a", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := tree.NewKeeper(KeeperConfig{Task: id, Token: c.Token, Agent: "a", Deadline: c.Deadline, CheckInterval: time.Hour, Tick: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// seesRevoke revokes k's task and waits for k to say so: through its
+// watch, since its check interval and tick are an hour.
+func seesRevoke(t *testing.T, tree *Tree, k *LeaseKeeper) {
+	t.Helper()
+	if _, err := tree.Revoke(context.Background(), k.cfg.Task, "op", "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("keeper of %s did not see the revoke through its watch", k.cfg.Task)
+	}
+}
+
+// The keepers of one Tree share one journal watch: closing an inotify
+// instance waits for the kernel's grace period (up to 20 ms), which `run
+// --loop` paid between every two tasks when each keeper had its own. The
+// watch outlives each keeper and still wakes every later one.
+func TestKeeper_KeepersShareOneWatch(t *testing.T) {
+	tree, k, _ := keeperTree(t, KeeperConfig{CheckInterval: time.Hour, Tick: time.Hour})
+	if err := k.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	k.Stop()
+	hub := &tree.batch.watch
+	hub.mu.Lock()
+	first := hub.w
+	hub.mu.Unlock()
+	if first == nil {
+		t.Fatal("no shared watch after a keeper's Start and Stop")
+	}
+	fds, _ := openFiles(t)
+	for i := range 20 {
+		k := startKeeper(t, tree, fmt.Sprintf("s%d", i))
+		if i%5 == 0 {
+			seesRevoke(t, tree, k)
+		}
+		k.Stop()
+	}
+	hub.mu.Lock()
+	same, subs := hub.w == first, len(hub.subs)
+	hub.mu.Unlock()
+	if !same {
+		t.Error("a later keeper set up a watch of its own")
+	}
+	if subs != 0 {
+		t.Errorf("%d keepers still subscribed after Stop", subs)
+	}
+	if fds2, _ := openFiles(t); fds2 != fds {
+		t.Errorf("%d descriptors after 20 keepers, %d before", fds2, fds)
+	}
+	tree.Close()
+	hub.mu.Lock()
+	closed := hub.w == nil && hub.closed
+	hub.mu.Unlock()
+	if !closed {
+		t.Error("Tree.Close left the shared watch open")
+	}
+}
+
+// The watch is on the journal's file: when the file is replaced (recover
+// puts a new one in place), the next keeper sets up a watch on the new
+// one, and a keeper already running is woken to re-read its lease.
+func TestKeeper_SharedWatchFollowsAReplacedJournal(t *testing.T) {
+	tree, k, _ := keeperTree(t, KeeperConfig{CheckInterval: time.Hour, Tick: time.Hour})
+	if err := k.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	before := startKeeper(t, tree, "s0")
+	// The tree's parked journal handle would be closed when the next
+	// write finds the file replaced, and that close alone wakes a watch
+	// on the old file: close it first.
+	if db := tree.batch.takeIdle(); db != nil {
+		db.Close()
+	}
+	path := tree.store.Path(tree.metaDir)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	after := startKeeper(t, tree, "s1")
+	seesRevoke(t, tree, after)
+	// before was woken when the new watch went up; it re-read a lease
+	// that still holds, and sees the next change through the new watch.
+	seesRevoke(t, tree, before)
 }

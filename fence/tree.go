@@ -158,6 +158,9 @@ func (t *Tree) Close() error {
 	if db := t.batch.takeIdle(); db != nil {
 		db.Close()
 	}
+	if t.batch.writerSlot != nil {
+		t.batch.watch.close()
+	}
 	if t.owned {
 		closeBackend(t.store)
 	}

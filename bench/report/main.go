@@ -556,6 +556,13 @@ func meaning(r *results, name string) string {
 			s += " Negative: the signal arrived before the revoke process had exited."
 		}
 		return s
+	case "BenchmarkRun_Loop":
+		if k["runners"] == "1" {
+			return fmt.Sprintf("`fencectl run --loop -- true` working through a tree alone: one process, no start-up per task; each task's completion and the next claim are one commit (2 fdatasyncs, 3 directory fsyncs a task). Right before it, on a tree of the same kind, one agent looping over `claim` + `complete` processes as a shell loop does: %s cycles/s, so run --loop is %s× that. %s ms of CPU a task (run, its commands and guard).",
+				num(r, name, "shell-cycles/s"), num(r, name, "x-shell"), num(r, name, "cpu-ms"))
+		}
+		return fmt.Sprintf("%s `fencectl run --loop -- true` processes on one tree: tasks completed per second, all together; %s ms of CPU a task. Each process commits its own groups, one at a time under the tree's lock: every task still pays its commit's syncs in turn.",
+			k["runners"], num(r, name, "cpu-ms"))
 	case "BenchmarkRun_KillToClaimable":
 		return fmt.Sprintf("Instant death detection: from SIGKILL of `fencectl run` (lease TTL 10 minutes) to another agent's `fencectl claim` of its task returning success, %d kills: %s ms median, %s ms at most (%s claim processes per kill). Target: under 50 ms at the median.",
 			deathSamples, num(r, name, "ms-p50-kill-to-claimable"), num(r, name, "ms-max-kill-to-claimable"), num(r, name, "claims-tried"))
@@ -710,8 +717,26 @@ var targets = []target{
 		figure("Backend_Library/backend=etcd/goroutines=16", "claims/s", "bbolt in the same run: %s claims/s", "Backend_Library/backend=bbolt/goroutines=16"), "claims/s"},
 	{"etcd: CLI claim + complete at 8 processes (`fencectl-etcd`) vs bbolt in the same run", true, 0.5,
 		ratio("Backend_CLI/backend=etcd/bin=fencectl-etcd/procs=8", "claims/s", "Backend_CLI/backend=bbolt/procs=8", "claims/s"), ""},
+	{"`run --loop -- true`, 1 runner, vs a loop of `claim` + `complete` processes, 1 agent, same run", true, 5,
+		loopVsShell("Run_Loop/runners=1"), ""},
+	{"`run --loop -- true`, 8 runners on one tree", true, 1000,
+		figure("Run_Loop/runners=8", "claims/s", "1 runner in the same run: %s tasks/s", "Run_Loop/runners=1"), "tasks/s"},
 	{"etcd: what plain `fencectl` adds to a bbolt tree's start (the hand-off check)", false, 0.2,
 		figure("Backend_HandOffCheck", "p50-ms", "`fencectl-etcd` would add %s ms", "Backend_Start", "etcd-bin-extra-ms"), "ms"},
+}
+
+// loopVsShell is a Run_Loop row's x-shell: its tasks/s over the rate of
+// the claim + complete process loop run right before it.
+func loopVsShell(name string) func(r *results) (float64, string, bool) {
+	return func(r *results) (float64, string, bool) {
+		x, ok := r.get("Benchmark"+name, "x-shell")
+		c, okC := r.get("Benchmark"+name, "claims/s")
+		sh, okS := r.get("Benchmark"+name, "shell-cycles/s")
+		if !ok || !okC || !okS {
+			return 0, "no " + name, false
+		}
+		return x, fmt.Sprintf("%s tasks/s / %s claim + complete cycles/s, measured right before it", fmtNum(c), fmtNum(sh)), true
+	}
 }
 
 // figure is one benchmark's figure as an absolute target, with another

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,15 +44,16 @@ const (
 
 // containment is how one run process keeps its commands' processes in.
 type containment struct {
-	mode     string
-	cgroup   string   // cgroup mode: the run's cgroup directory
-	task     string   // the current task's cgroup, under cgroup
-	taskDir  *os.File // and a handle on it, for clone into cgroup
-	tasks    int      // task cgroups made so far
-	userns   bool     // pidns mode: with a user namespace
-	guard    *exec.Cmd
-	guardW   *os.File // the guard's pipe; closing it (or dying) tells it to kill
-	fallback []string // why stronger mechanisms were not available
+	mode      string
+	cgroup    string   // cgroup mode: the run's cgroup directory
+	task      string   // the current task's cgroup, under cgroup
+	taskDir   *os.File // and a handle on it, for clone into cgroup
+	tasks     int      // task cgroups made so far
+	userns    bool     // pidns mode: with a user namespace
+	guardW    *os.File // the guard's pipe; closing it (or dying) tells it to kill
+	guardDone *os.File // reaches EOF when the guard has exited
+	guardPid  int      // spared by killAll should the guard be run's child after all
+	fallback  []string // why stronger mechanisms were not available
 }
 
 // newContainment picks the strongest containment the machine allows (or
@@ -63,10 +66,6 @@ func newContainment(hold *os.File) (*containment, error) {
 	case "", containCgroup, containPidns, containPgroup:
 	default:
 		return nil, usagef("invalid %s=%q: use cgroup, pidns or pgroup (or leave it unset for the strongest the machine allows)", containEnv, want)
-	}
-	// Orphans of CMD's tree come to run, not to init: run can find them.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return nil, fmt.Errorf("run: become a child subreaper: %w", err)
 	}
 	c := &containment{}
 	try := func(mode string, setup func() error) (bool, error) {
@@ -94,9 +93,20 @@ func newContainment(hold *os.File) (*containment, error) {
 		{containPidns, c.setupPidns},
 		{containPgroup, func() error { return c.startGuard("-", hold) }},
 	} {
-		if ok, err := try(m.mode, m.setup); ok || err != nil {
+		ok, err := try(m.mode, m.setup)
+		if err != nil {
 			return c, err
 		}
+		if ok {
+			break
+		}
+	}
+	// Orphans of CMD's tree come to run, not to init: run can find them.
+	// Only now: the guard, started before, is no child of run, so that
+	// run having no child at all says that CMD left nothing (see killAll).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		c.close()
+		return nil, fmt.Errorf("run: become a child subreaper: %w", err)
 	}
 	return c, nil
 }
@@ -124,12 +134,13 @@ func (c *containment) setupCgroup(hold *os.File) error {
 	return c.startGuard(dir, hold)
 }
 
-// begin makes the cgroup of the next task (cgroup mode). Each task gets a
-// fresh one: a cgroup that has been killed through cgroup.kill may kill
-// what is later cloned into it (seen on Linux 6.18), and a fresh one
-// leaves nothing of the last task behind.
+// begin makes the cgroup of the next task (cgroup mode), unless the last
+// task's is still there to reuse (see idle). A cgroup that has been
+// killed through cgroup.kill may kill what is later cloned into it (seen
+// on Linux 6.18): only one never killed is reused, and a fresh one leaves
+// nothing of the last task behind.
 func (c *containment) begin() error {
-	if c.mode != containCgroup {
+	if c.mode != containCgroup || c.task != "" {
 		return nil
 	}
 	c.tasks++
@@ -144,6 +155,36 @@ func (c *containment) begin() error {
 	}
 	c.task, c.taskDir = dir, f
 	return nil
+}
+
+// idle ends a task whose CMD has been waited for (cgroup mode): a task
+// cgroup with no process left in it is kept for the next task, which
+// saves making, killing and removing one per task (run --loop); one
+// with processes left is killed and removed (end).
+func (c *containment) idle() error {
+	if c.task == "" {
+		return nil
+	}
+	if empty, err := cgroupEmpty(c.task); err == nil && empty {
+		return nil
+	}
+	return c.end()
+}
+
+// cgroupEmpty reports whether no process is left in the cgroup dir
+// (zombies are not listed in cgroup.procs).
+func cgroupEmpty(dir string) (bool, error) {
+	fd, err := unix.Open(filepath.Join(dir, "cgroup.procs"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	var buf [64]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil {
+		return false, err
+	}
+	return len(strings.TrimSpace(string(buf[:n]))) == 0, nil
 }
 
 // end kills what is left in the task's cgroup and removes it.
@@ -188,24 +229,38 @@ func (c *containment) probe() error {
 }
 
 // startGuard starts the guard process for the cgroup dir ("-": none).
+// It is started through a short-lived middle process (guardSpawn), so
+// that it is not run's child: run, a child subreaper from the moment its
+// containment is set up, then has no child at all between tasks unless
+// a command left something behind, which one waitid tells it without a
+// scan of /proc (see killAll). run learns that the guard has exited from
+// the guard's end of a second pipe (guardDone), not from wait.
 func (c *containment) startGuard(dir string, hold *os.File) error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
+	done, doneW, err := os.Pipe()
+	if err != nil {
+		w.Close()
+		return err
+	}
+	defer doneW.Close()
 	g := exec.Command("/proc/self/exe")
-	g.Env = []string{guardEnv + "=" + dir}
-	g.ExtraFiles = []*os.File{r}
+	g.ExtraFiles = []*os.File{r, doneW}
 	if hold != nil {
 		g.ExtraFiles = append(g.ExtraFiles, hold)
 	}
-	g.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := g.Start(); err != nil {
+	g.Env = []string{guardEnv + "=" + dir, guardSpawnEnv + "=" + strconv.Itoa(len(g.ExtraFiles))}
+	out, err := g.Output()
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || perr != nil {
 		w.Close()
-		return fmt.Errorf("start the guard: %w", err)
+		done.Close()
+		return fmt.Errorf("start the guard: %w", errors.Join(err, perr))
 	}
-	c.guard, c.guardW = g, w
+	c.guardW, c.guardDone, c.guardPid = w, done, pid
 	return nil
 }
 
@@ -276,29 +331,53 @@ func (c *containment) started(pgid int) {
 // has been waited for: the cgroup or the process group, then every
 // descendant of run (orphans come to run, the subreaper). It reports how
 // many processes CMD had left alive, and an error if some would not die.
+//
+// A CMD that leaves nothing behind (the common case) costs one waitid,
+// not a scan of /proc (see hasChildren); in a PID namespace not even
+// that: the kernel kills the namespace before its first process can be
+// waited for, so nothing is left there.
 func (c *containment) killAll(pgid int) (int, error) {
+	self := os.Getpid()
+	// The guard, reparented to run should run be the nearest subreaper
+	// of its middle process (run as PID 1 of a container), is spared.
 	spare := map[int]bool{}
-	if c.guard != nil {
-		spare[c.guard.Process.Pid] = true
+	if c.guardPid > 0 {
+		spare[c.guardPid] = true
+	}
+	var ds []procEntry
+	if c.mode != containPidns && hasChildren() {
+		ds = descendants(self, spare)
 	}
 	left := 0
-	for _, d := range descendants(os.Getpid(), spare) {
+	for _, d := range ds {
 		if !d.zombie {
 			left++
 		}
 	}
+	var err error
 	if c.mode == containCgroup {
-		if err := c.end(); err != nil {
-			return left, err
-		}
+		err = c.idle()
 	} else if pgid > 1 {
 		_ = unix.Kill(-pgid, unix.SIGKILL)
 	}
-	err := killDescendants(os.Getpid(), spare, 10*time.Second)
+	if err == nil && len(ds) > 0 {
+		err = killDescendants(self, spare, 10*time.Second)
+	}
 	if c.guardW != nil {
 		fmt.Fprintln(c.guardW, "idle")
 	}
 	return left, err
+}
+
+// hasChildren reports whether this process has a child, alive or dead
+// and not yet waited for. Once CMD is waited for, run has none unless
+// CMD left something: every process CMD started that is still alive, or
+// dead and not reaped, is a child of run (the subreaper) or a
+// descendant of one. The guard is no child of run (see startGuard).
+func hasChildren() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+	return err != unix.ECHILD
 }
 
 // close removes the cgroup and ends the guard. Call it after killAll.
@@ -309,7 +388,10 @@ func (c *containment) close() {
 	}
 	if c.guardW != nil {
 		c.guardW.Close()
-		_ = c.guard.Wait()
+		// The guard has killed what was left and removed the cgroup
+		// when it exits, closing its end of guardDone.
+		_, _ = io.Copy(io.Discard, c.guardDone)
+		c.guardDone.Close()
 	}
 }
 
@@ -325,32 +407,101 @@ type procEntry struct {
 }
 
 // processes lists every process on the machine (of this PID namespace).
+// It reads /proc/<pid>/stat with plain system calls (open, read, close),
+// not os.ReadFile, which also stats each file and tries to add it to the
+// network poller: a scan is on the path of every task of run --loop.
 func processes() []procEntry {
-	ents, _ := os.ReadDir("/proc")
-	var ps []procEntry
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(proc)
+	var (
+		ps         []procEntry
+		dents      = make([]byte, 16<<10)
+		stat       = make([]byte, 512)
+		pidsOfDent []int
+	)
+	for {
+		n, err := unix.ReadDirent(proc, dents)
+		if err == unix.EINTR {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if err != nil || n <= 0 {
+			break
 		}
-		// pid (comm) S ppid …: comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
+		pidsOfDent = pidsOfDent[:0]
+		for buf := dents[:n]; len(buf) > 0; {
+			// struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name.
+			reclen := int(buf[16]) | int(buf[17])<<8
+			if reclen == 0 || reclen > len(buf) {
+				break
+			}
+			name := buf[19:reclen]
+			if i := bytesIndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if pid, ok := atoiBytes(name); ok {
+				pidsOfDent = append(pidsOfDent, pid)
+			}
+			buf = buf[reclen:]
 		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
+		for _, pid := range pidsOfDent {
+			if e, ok := readStat(proc, pid, stat); ok {
+				ps = append(ps, e)
+			}
 		}
-		ppid, _ := strconv.Atoi(f[1])
-		ps = append(ps, procEntry{pid: pid, ppid: ppid, zombie: f[0] == "Z" || f[0] == "X"})
 	}
 	return ps
+}
+
+// readStat reads /proc/<pid>/stat through the /proc handle proc.
+func readStat(proc, pid int, buf []byte) (procEntry, bool) {
+	fd, err := unix.Openat(proc, strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return procEntry{}, false
+	}
+	n, err := unix.Read(fd, buf)
+	unix.Close(fd)
+	if err != nil || n <= 0 {
+		return procEntry{}, false
+	}
+	// pid (comm) S ppid …: comm may hold spaces and parentheses.
+	s := string(buf[:n])
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procEntry{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return procEntry{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return procEntry{pid: pid, ppid: ppid, zombie: f[0] == "Z" || f[0] == "X"}, true
+}
+
+func bytesIndexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// atoiBytes parses a decimal pid; ok is false for any other name.
+func atoiBytes(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // descendants returns every descendant of root except spare ones and
@@ -403,8 +554,46 @@ func killDescendants(self int, spare map[int]bool, bound time.Duration) error {
 // reapOrphans reaps the orphans of CMD's tree that died while CMD runs
 // (they were re-parented to run, the subreaper), so that none stays a
 // zombie until the task ends. It never waits for spare ones (CMD, the
-// guard: their own Wait does).
-func reapOrphans(spare map[int]bool) {
+// guard: their own Wait does). It looks before it scans: waitid with
+// WNOWAIT names a child that has exited without reaping it; most often
+// there is none (a SIGCHLD of CMD's own children, reaped by CMD) or it is
+// CMD itself (pid cmd), whose end is at hand anyway: killAll reaps the
+// rest.
+func reapOrphans(spare map[int]bool, cmd int) {
+	for {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+			return // no children at all
+		}
+		pid := siginfoPid(&info)
+		switch {
+		case pid == 0 || pid == cmd:
+			return // none has exited, or CMD has
+		case spare[pid]:
+			reapOrphansScan(spare) // others may be behind it
+			return
+		}
+		if _, err := unix.Wait4(pid, nil, unix.WNOHANG, nil); err != nil {
+			return
+		}
+	}
+}
+
+// siginfoPid is si_pid of a siginfo filled by waitid: an int32 after
+// si_signo, si_errno, si_code and the padding of the union (offset 16 on
+// 64-bit Linux, 12 on 32-bit).
+func siginfoPid(info *unix.Siginfo) int {
+	b := (*[128]byte)(unsafe.Pointer(info))
+	off := 12
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		off = 16
+	}
+	return int(*(*int32)(unsafe.Pointer(&b[off])))
+}
+
+// reapOrphansScan reaps every zombie child of run but spare ones, found
+// by a scan of /proc.
+func reapOrphansScan(spare map[int]bool) {
 	self := os.Getpid()
 	for _, p := range processes() {
 		if p.ppid == self && p.zombie && !spare[p.pid] {

@@ -2,17 +2,21 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // The guard is a small process `fencectl run` starts from its own binary
-// (cgroup and pgroup containment): it holds the read end of a pipe whose
+// (cgroup and pgroup containment), through a middle process that exits at
+// once, so that the guard is not run's child (see startGuard): it holds the read end of a pipe whose
 // write end only run holds, and the run's request lock if any. When the
 // pipe reaches EOF — run exited, or was killed with SIGKILL and could do
 // nothing itself — the guard kills what is left of CMD (the whole cgroup
@@ -29,15 +33,47 @@ const guardEnv = "FENCECTL_RUN_GUARD"
 // will start CMD, to learn whether the kernel allows that containment.
 const guardProbe = "probe"
 
+// guardSpawnEnv makes the binary the guard's middle process: it starts
+// the guard and exits at once, so that the guard is not run's child. Its
+// value is how many descriptors from fd 3 on it passes on.
+const guardSpawnEnv = "FENCECTL_RUN_GUARD_SPAWN"
+
 func init() {
 	mode, ok := os.LookupEnv(guardEnv)
 	if !ok {
 		return
 	}
-	if mode != guardProbe {
+	switch {
+	case os.Getenv(guardSpawnEnv) != "":
+		os.Exit(guardSpawn(mode, os.Getenv(guardSpawnEnv)))
+	case mode != guardProbe:
 		guardMain(mode)
 	}
 	os.Exit(0)
+}
+
+// guardSpawn starts the guard for mode in a session of its own, passing
+// on files descriptors from fd 3 on: run's pipe, the guard's end of
+// guardDone and the request lock if any; it prints the guard's pid and
+// returns without waiting.
+func guardSpawn(mode, files string) int {
+	n, err := strconv.Atoi(files)
+	if err != nil || n < 2 || n > 3 {
+		fmt.Fprintf(os.Stderr, "fencectl run: %s=%q: want 2 or 3\n", guardSpawnEnv, files)
+		return 1
+	}
+	g := exec.Command("/proc/self/exe")
+	g.Env = []string{guardEnv + "=" + mode}
+	for fd := 3; fd < 3+n; fd++ {
+		g.ExtraFiles = append(g.ExtraFiles, os.NewFile(uintptr(fd), "fd"+strconv.Itoa(fd)))
+	}
+	g.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := g.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "fencectl run: start the guard:", err)
+		return 1
+	}
+	fmt.Println(g.Process.Pid)
+	return 0
 }
 
 // guardMain reads run's messages on fd 3 until EOF: "pgroup N" when CMD

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -87,5 +88,76 @@ func TestClitest_ConstantsAreTheBinarys(t *testing.T) {
 		if p.own != p.mirror {
 			t.Errorf("%s is %v, clitest has %v", p.name, p.own, p.mirror)
 		}
+	}
+}
+
+// Under cgroup containment, run --loop keeps a task's cgroup for the next
+// task when nothing was left in it (making, killing and removing one per
+// task was a third of a no-op task's cost), and makes a fresh one after a
+// task whose leftovers it killed: a cgroup killed through cgroup.kill may
+// kill what is later cloned into it.
+func TestRun_LoopReusesOnlyCleanCgroups(t *testing.T) {
+	rt := newRunTree(t)
+	rt.Env = append(rt.Env, containEnv+"="+containCgroup)
+	clitest.RequireContainment(t, rt, containCgroup)
+	for _, id := range []string{"t1", "t2", "t3", "t4"} {
+		rt.OK("add", "--id", id)
+	}
+	marks := t.TempDir()
+	// Each task records its cgroup; t2 leaves a child behind.
+	script := `echo "$FENCE_TASK $(grep '^0::' /proc/self/cgroup)" >> ` + marks + `/cg; ` +
+		`if [ "$FENCE_TASK" = t2 ]; then sleep 300 & fi`
+	code, out := rt.Code("run", "--loop", "--", "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("run --loop exited %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "killed 1 processes the command left behind") {
+		t.Errorf("run does not say it killed t2's child:\n%s", out)
+	}
+	b, err := os.ReadFile(marks + "/cg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		id, path, _ := strings.Cut(line, " ")
+		cg[id] = path
+	}
+	if len(cg) != 4 || cg["t1"] == "" {
+		t.Fatalf("cgroups recorded: %q", b)
+	}
+	if cg["t1"] != cg["t2"] {
+		t.Errorf("t2 ran in %s, not in t1's clean cgroup %s", cg["t2"], cg["t1"])
+	}
+	if cg["t3"] == cg["t2"] {
+		t.Errorf("t3 ran in %s, the cgroup whose leftovers were killed", cg["t3"])
+	}
+	if cg["t4"] != cg["t3"] {
+		t.Errorf("t4 ran in %s, not in t3's clean cgroup %s", cg["t4"], cg["t3"])
+	}
+}
+
+// The guard is not run's child (it is started through a middle process
+// that exits): while CMD runs, CMD is run's only child, so that once CMD
+// is waited for, one waitid tells run whether CMD left anything behind,
+// without a scan of /proc.
+func TestRun_GuardIsNotRunsChild(t *testing.T) {
+	for _, mode := range []string{containCgroup, containPgroup} {
+		t.Run(mode, func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.Env = append(rt.Env, containEnv+"="+mode)
+			clitest.RequireContainment(t, rt, mode)
+			rt.OK("add", "--id", "t1")
+			marks := t.TempDir()
+			// Count the processes whose parent is run ($PPID), CMD included.
+			script := `n=0; for s in /proc/[0-9]*/stat; do read -r line < "$s" 2>/dev/null || continue; ` +
+				`set -- ${line##*) }; [ "$2" = "$PPID" ] && n=$((n+1)); done; echo "$n" > ` + marks + `/children`
+			if code, out := rt.Code("run", "t1", "--", "sh", "-c", script); code != 0 {
+				t.Fatalf("run exited %d\n%s", code, out)
+			}
+			if n := clitest.WaitFile(t, marks+"/children"); n != "1" {
+				t.Errorf("run had %s children while CMD ran, want 1 (CMD alone)", n)
+			}
+		})
 	}
 }
