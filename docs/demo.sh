@@ -177,9 +177,9 @@ completions=$("$FENCECTL" log --json | grep '"type":"complete"' | grep -o '"task
 echo "ok: done/ holds t01 … t$TASKS; available/ claimed/ failed/ are empty; $TASKS completions, none twice"
 run replay --check
 
-say "the life of $ktask: claimed by agent-k, reaped when its lease expired, claimed again, completed"
+say "the life of $ktask: claimed by agent-k, reaped when its lease expired, backed off (due), claimed again, completed"
 run log --task "$ktask"
 types=$("$FENCECTL" log --task "$ktask" --json | grep -o '"type":"[a-z]*"' | cut -d'"' -f4 | tr '\n' ' ')
-[ "$types" = "add claim reap claim complete " ] || fail "unexpected history of $ktask: $types"
+[ "$types" = "add claim reap due claim complete " ] || fail "unexpected history of $ktask: $types"
 
 say "demo passed in $((SECONDS - start)) s"

@@ -242,6 +242,43 @@ type writerSlot struct {
 	settled atomic.Pointer[string]
 	// watch is the journal watch the Tree's keepers share (keeperwatch.go).
 	watch sharedWatch
+	// moving holds, while a group's function runs, where each task that an
+	// earlier operation of the group changed has its file until the
+	// group's moves (see groupPlace). Only the group's leader touches it.
+	moving map[string]groupPlace
+}
+
+// groupPlace is where a task's file is while its group's transaction
+// runs: the directory the journal had it in before the group, or, for a
+// task the group added or adopted, a staged file that the group's moves
+// will place.
+type groupPlace struct {
+	dir    fsmirror.Dir
+	staged bool
+}
+
+// noteMoving records where the files of evs' tasks are until the group's
+// moves: the first event of a task in the group says (its From, or its
+// staged file).
+func (s *writerSlot) noteMoving(evs []record.Event) {
+	for _, ev := range evs {
+		if _, seen := s.moving[ev.Task]; seen {
+			continue
+		}
+		if s.moving == nil {
+			s.moving = map[string]groupPlace{}
+		}
+		switch {
+		case ev.Staged != "" && (ev.Type == record.EvAdd || ev.Type == record.EvAdopt):
+			s.moving[ev.Task] = groupPlace{staged: true}
+		case ev.Type == record.EvAdd || ev.Type == record.EvAdopt:
+			s.moving[ev.Task] = groupPlace{dir: fsmirror.Dir(ev.Source)}
+		default:
+			if d, err := DirOf(ev.From); err == nil {
+				s.moving[ev.Task] = groupPlace{dir: d}
+			}
+		}
+	}
 }
 
 // parked holds a parked journal handle (an interface value cannot be
@@ -602,7 +639,9 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		for _, p := range ops {
 			p.evs, p.committed, p.err = nil, false, nil
 		}
+		clear(t.batch.moving)
 	}
+	defer func() { clear(t.batch.moving) }()
 	reset() // for an Update that fails before running the function
 	update := db.Update
 	if pf, ok := db.(journal.Prefetcher); ok {
@@ -618,6 +657,7 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 			switch {
 			case err == nil:
 				p.evs, p.committed = evs, true
+				t.batch.noteMoving(evs)
 			case tx.Writes() == before:
 				if !errors.Is(err, errNoChange) { // errNoChange: success, nothing to record
 					p.err = err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -253,5 +254,56 @@ func TestGroup_TogetherCommitsInOneGroupInOrder(t *testing.T) {
 	)
 	if err2 != nil {
 		t.Fatal(err2)
+	}
+}
+
+// TestGroup_ClaimAfterAChangeInTheSameGroup: a claim that runs after an
+// operation of its own group made a task ready (an add, a release) takes
+// that task, although its file is still where it was before the group
+// (staged, or in claimed/): the group's moves place it. Before, the claim
+// looked for the file in available/ only: it skipped a released task and
+// failed an added one as "file missing".
+func TestGroup_ClaimAfterAChangeInTheSameGroup(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tree")
+	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Open(dir, Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	ctx := context.Background()
+	var next ClaimResult
+	var addErr, nextErr error
+	tree.Together(
+		GroupCall{Ctx: ctx, Fn: func(ctx context.Context) { _, addErr = tree.Add(ctx, AddRequest{ID: "fresh"}) }},
+		GroupCall{Ctx: ctx, Fn: func(ctx context.Context) { next, nextErr = tree.Claim(ctx, ClaimRequest{Agent: "a"}) }},
+	)
+	if addErr != nil || nextErr != nil || next.Task.ID != "fresh" {
+		t.Fatalf("add: %v; claim in the same group: %v, %v; want fresh", addErr, next.Task.ID, nextErr)
+	}
+	if rec, _ := taskState(t, tree, "fresh"); rec.State != record.Claimed {
+		t.Fatalf("fresh is %s after the group; want claimed", rec.State)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "claimed", "fresh")); err != nil {
+		t.Fatalf("the file of the task added and claimed in one group: %v", err)
+	}
+	var relErr error
+	tree.Together(
+		GroupCall{Ctx: ctx, Fn: func(ctx context.Context) {
+			_, relErr = tree.Release(ctx, FencedRequest{ID: "fresh", Token: next.Token, Agent: "a"})
+		}},
+		GroupCall{Ctx: ctx, Fn: func(ctx context.Context) { next, nextErr = tree.Claim(ctx, ClaimRequest{Agent: "b"}) }},
+	)
+	if relErr != nil || nextErr != nil || next.Task.ID != "fresh" {
+		t.Fatalf("release: %v; claim in the same group: %v, %v; want fresh", relErr, next.Task.ID, nextErr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "claimed", "fresh")); err != nil {
+		t.Fatalf("the file of the task released and claimed again in one group: %v", err)
+	}
+	rep, err := tree.Replay(ctx, true)
+	if err != nil || rep.Unfixed() != 0 {
+		t.Fatalf("replay --check: %+v, %v", rep, err)
 	}
 }

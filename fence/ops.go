@@ -464,6 +464,15 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]fsmirror.
 		dir := fsmirror.Available
 		if d, moved := inClaimed[cand]; moved {
 			dir = d
+		} else if g, changed := t.batch.moving[cand]; changed {
+			// An earlier operation of this group made it ready (a
+			// release, a completed dependency, an add): its file moves
+			// with the group's moves, from where it is now.
+			if g.staged {
+				id = cand
+				return false
+			}
+			dir = g.dir
 		}
 		ok, err := t.mirror.Exists(dir, cand)
 		if !ok && err == nil && t.finishMove(cand, dir) {
