@@ -179,16 +179,12 @@ const prefetchMax = 64
 func (t *Tx) prefetch(ids []string) {
 	var keys []string
 	for _, id := range ids {
-		for _, k := range []string{t.key(famTask, id), t.key(famLive, id)} {
-			if !t.known(k) {
-				keys = append(keys, k)
-			}
-		}
+		keys = append(keys, t.key(famTask, id), t.key(famLive, id))
 		if len(keys) >= prefetchMax {
 			break
 		}
 	}
-	t.prefetchKeys(keys)
+	t.readAhead(keys, nil)
 }
 
 // prefetchKeys reads keys ahead in one request, for get to find.
