@@ -81,11 +81,10 @@ const libraryEtcdCycles = 2000
 // 16 etcd clients whose transactions race (retries/claim: the
 // transactions a conflict made run again, per claim; timeouts: claims
 // that lost every race for the store's 10 s and were run again). The etcd rows run
-// in etcdbench (the member in a process of its own, over loopback). The
-// diagnose row asks etcd, for every conflict, whether the head key alone
-// (P/m/head, which every write rewrites) caused it: head-only-pct is
-// what removing that key could save at most. It pays a round trip per
-// conflict, so its claims/s is not comparable.
+// in etcdbench (the member in a process of its own, over loopback).
+// rebases/claim counts the runs made again at once on a moved head (a
+// commit that lost on P/m/head, which every write rewrites; see
+// journal/etcd/rebase.go).
 func BenchmarkBackend_Library(b *testing.B) {
 	b.Run("backend=bbolt/goroutines=16", func(b *testing.B) {
 		n := libraryEtcdCycles * b.N
@@ -105,16 +104,9 @@ func BenchmarkBackend_Library(b *testing.B) {
 		b.StopTimer()
 		report(b, r)
 	})
-	for _, row := range []struct {
-		trees    int
-		diagnose bool
-	}{{1, false}, {16, false}, {16, true}} {
-		trees := row.trees
+	for _, trees := range []int{1, 16} {
 		name := "backend=etcd/goroutines=16"
-		switch {
-		case row.diagnose:
-			name = "backend=etcd/clients=16/diagnose"
-		case trees > 1:
+		if trees > 1 {
 			name = "backend=etcd/clients=16"
 		}
 		b.Run(name, func(b *testing.B) {
@@ -133,14 +125,12 @@ func BenchmarkBackend_Library(b *testing.B) {
 				LatsNS    []int64 `json:"lats_ns"`
 				Retries   int64   `json:"retries"`
 				Timeouts  int64   `json:"timeouts"`
-				HeadOnly  int64   `json:"head_only"`
-				Other     int64   `json:"other"`
+				Rebases   int64   `json:"rebases"`
 			}
 			floorBefore := quickFloor(b)
 			mark := markCPU()
 			cmd := exec.Command(etcdBenchBin, "library", "-endpoints", endpoints, "-dir", dir,
-				"-tasks", fmt.Sprint(n), "-goroutines", "16", "-trees", fmt.Sprint(trees),
-				fmt.Sprintf("-diagnose=%v", row.diagnose))
+				"-tasks", fmt.Sprint(n), "-goroutines", "16", "-trees", fmt.Sprint(trees))
 			out, err := cmd.Output()
 			other := otherCPU(mark, markCPU())
 			if err != nil {
@@ -160,9 +150,7 @@ func BenchmarkBackend_Library(b *testing.B) {
 			if res.Timeouts > 0 {
 				b.ReportMetric(float64(res.Timeouts), "timeouts")
 			}
-			if row.diagnose && res.HeadOnly+res.Other > 0 {
-				b.ReportMetric(100*float64(res.HeadOnly)/float64(res.HeadOnly+res.Other), "head-only-pct")
-			}
+			b.ReportMetric(float64(res.Rebases)/float64(res.Ops), "rebases/claim")
 		})
 	}
 }

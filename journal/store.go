@@ -163,7 +163,11 @@ type Tx interface {
 	// Counts returns how many tasks are in each state.
 	Counts() map[record.State]int
 	// Ready calls fn with the ids of available tasks in claim order
-	// (highest priority, then oldest by Seq) until fn returns false.
+	// (highest priority, then oldest by Seq) until fn returns false. A
+	// store whose writers race (etcd) may, in a run of Update made again
+	// after a lost race, start from a random one of the first few ready
+	// tasks of the top priority, so that the losers do not meet again on
+	// one task; a first run always starts from the first.
 	Ready(fn func(id string) (more bool))
 	// Expired returns the ids of claimed tasks whose deadline is at or
 	// before now, oldest deadline first.

@@ -10,14 +10,14 @@
 //	etcdbench tree -endpoints E -dir D -tasks N
 //	    init a tree at D whose journal is in etcd at E, under a prefix of
 //	    its own, and add N empty tasks
-//	etcdbench library -endpoints E -dir D -tasks N -goroutines G [-trees T] [-diagnose]
+//	etcdbench library -endpoints E -dir D -tasks N -goroutines G [-trees T]
 //	    the same tree, then N claim + complete cycles on G goroutines
 //	    through the Go API, sharing one *fence.Tree (T=1: group commit) or
 //	    one Tree each (T=G: G etcd clients that race); prints JSON: the
 //	    cycles, the elapsed time, each Claim call's latency, the
-//	    transactions a conflict made run again (etcd.Retries), and the
-//	    claims that lost every race until the store's timeout (run again);
-//	    with -diagnose, also how many conflicts the head key alone caused
+//	    transactions a conflict made run again on a fresh snapshot
+//	    (etcd.Retries) or at once on a moved head (etcd.Rebases), and the
+//	    claims that lost every race until the store's timeout (run again)
 package main
 
 import (
@@ -71,9 +71,8 @@ func main() {
 		endpoints, dir, tasks := treeFlags(fs)
 		goroutines := fs.Int("goroutines", 16, "claiming goroutines")
 		trees := fs.Int("trees", 1, "1: one shared *fence.Tree; or one per goroutine")
-		diagnose := fs.Bool("diagnose", false, "classify every conflict: the head key alone, or more (a round trip each)")
 		fs.Parse(os.Args[2:])
-		err = library(*endpoints, *dir, *tasks, *goroutines, *trees, *diagnose)
+		err = library(*endpoints, *dir, *tasks, *goroutines, *trees)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -157,15 +156,14 @@ func makeTree(endpoints, dir string, tasks int) error {
 type Result struct {
 	Ops       int     `json:"ops"`
 	ElapsedNS int64   `json:"elapsed_ns"`
-	LatsNS    []int64 `json:"lats_ns"` // one per Claim call
-	Retries   int64   `json:"retries"` // etcd.Retries during the cycles
-	// Conflicts that only the head key caused, and the others (etcd.Diagnose).
-	HeadOnly int64 `json:"head_only"`
-	Other    int64 `json:"other"`
-	Timeouts int64 `json:"timeouts"` // claims that lost every race until the timeout, run again
+	LatsNS    []int64 `json:"lats_ns"`  // one per Claim call
+	Retries   int64   `json:"retries"`  // etcd.Retries during the cycles
+	Rebases   int64   `json:"rebases"`  // runs made again at once on a moved head (etcd.Rebases)
+	Other     int64   `json:"other"`    // conflicts run again on a fresh snapshot (etcd.OtherConflicts)
+	Timeouts  int64   `json:"timeouts"` // claims that lost every race until the timeout, run again
 }
 
-func library(endpoints, dir string, tasks, goroutines, trees int, diagnose bool) error {
+func library(endpoints, dir string, tasks, goroutines, trees int) error {
 	if err := makeTree(endpoints, dir, tasks); err != nil {
 		return err
 	}
@@ -192,8 +190,8 @@ func library(endpoints, dir string, tasks, goroutines, trees int, diagnose bool)
 		first    atomic.Pointer[error]
 		timeouts atomic.Int64
 	)
-	retries := etcd.Retries.Load()
-	etcd.Diagnose.Store(diagnose)
+	retries, rebases := etcd.Retries.Load(), etcd.Rebases.Load()
+	other := etcd.OtherConflicts.Load()
 	start := time.Now()
 	for w := range goroutines {
 		wg.Add(1)
@@ -236,5 +234,5 @@ func library(endpoints, dir string, tasks, goroutines, trees int, diagnose bool)
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
 	return json.NewEncoder(out).Encode(Result{Ops: tasks, ElapsedNS: int64(elapsed), LatsNS: lats, Retries: etcd.Retries.Load() - retries, Timeouts: timeouts.Load(),
-		HeadOnly: etcd.HeadOnlyConflicts.Load(), Other: etcd.OtherConflicts.Load()})
+		Rebases: etcd.Rebases.Load() - rebases, Other: etcd.OtherConflicts.Load() - other})
 }

@@ -525,12 +525,9 @@ func meaning(r *results, name string) string {
 		if k["backend"] == "bbolt" {
 			return "16 goroutines sharing one `*fence.Tree` on bbolt, claim + complete (group commit): the bbolt side of the etcd rows below, in the same run."
 		}
-		s := fmt.Sprintf("The same on etcd (one member, over loopback, in another process): 16 goroutines sharing one `*fence.Tree`, so one etcd client and group commit; %s retries per claim (transactions a conflict made run again).", num(r, name, "retries/claim"))
+		s := fmt.Sprintf("The same on etcd (one member, over loopback, in another process): 16 goroutines sharing one `*fence.Tree`, so one etcd client and group commit; %s retries per claim (runs again on a fresh snapshot).", num(r, name, "retries/claim"))
 		if k["clients"] != "" {
-			s = fmt.Sprintf("%s `*fence.Tree`s on one etcd member, one goroutine each: %s etcd clients whose claims race; %s retries per claim (transactions a conflict made run again).", k["clients"], k["clients"], num(r, name, "retries/claim"))
-		}
-		if strings.HasSuffix(name, "/diagnose") {
-			s = fmt.Sprintf("The same, asking etcd after every conflict whether the head key alone (`P/m/head`, which every write rewrites) caused it: %s%% of conflicts did, so removing that key would save at most that share of the retries. The extra round trip per conflict makes its claims/s not comparable.", num(r, name, "head-only-pct"))
+			s = fmt.Sprintf("%s `*fence.Tree`s on one etcd member, one goroutine each: %s etcd clients whose claims race; per claim, %s runs again on a fresh snapshot and %s at once on a moved head (`P/m/head`, which every write rewrites: the loser runs again on what it read, with the new head, and only its commit is a request).", k["clients"], k["clients"], num(r, name, "retries/claim"), num(r, name, "rebases/claim"))
 		}
 		if v, ok := r.get(name, "timeouts"); ok && v > 0 {
 			s += fmt.Sprintf(" **%s claims lost every race for the store's whole timeout (10 s) and failed** as if etcd did not answer; they were run again.", fmtNum(v))

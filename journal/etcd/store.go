@@ -49,35 +49,10 @@ var _ journal.Store = (*Store)(nil)
 // another client's commit made run again.
 var Retries atomic.Int64
 
-// Diagnose makes every failed commit ask etcd once more whether it
-// failed on the head key alone (HeadOnlyConflicts) or on something else
-// it read too (OtherConflicts): what the head key costs under contention,
-// for the benchmarks. Off by default (it costs a round trip per conflict).
-var (
-	Diagnose          atomic.Bool
-	HeadOnlyConflicts atomic.Int64
-	OtherConflicts    atomic.Int64
-)
-
-// classifyConflict counts a failed commit as head-only if its compares
-// other than the head's still hold.
-func (t *Tx) classifyConflict(cmps []clientv3.Cmp) {
-	head := t.key(famMeta, metaHead)
-	var rest []clientv3.Cmp
-	for _, c := range cmps {
-		if string(c.KeyBytes()) != head {
-			rest = append(rest, c)
-		}
-	}
-	resp, err := t.s.b.cli.Txn(t.ctx).If(rest...).Commit()
-	switch {
-	case err != nil:
-	case resp.Succeeded:
-		HeadOnlyConflicts.Add(1)
-	default:
-		OtherConflicts.Add(1)
-	}
-}
+// OtherConflicts counts the failed commits that were not rebased
+// (rebase.go) but run again on a fresh snapshot: a key other than the
+// head changed, or rebasing did not help.
+var OtherConflicts atomic.Int64
 
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.timeout)
@@ -149,6 +124,7 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 	ctx, cancel := s.ctx()
 	defer cancel()
 	locked := false
+	spread := 0
 	for attempt := 0; ; attempt++ {
 		if attempt == escalateAfter {
 			unlock, err := s.b.writeLock(ctx)
@@ -164,17 +140,35 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 			locked = true
 		}
 		t := s.newTx(ctx, true)
-		t.locked = locked
+		t.locked, t.spread = locked, spread
 		err := t.beginReading(ids, claims)
-		if err == nil {
-			err = fn(t)
-		}
-		err = t.spoiled(err)
-		if err == nil {
-			err = t.commit()
+		for rebases := 0; ; rebases++ {
+			if err == nil {
+				err = fn(t)
+			}
+			err = t.spoiled(err)
+			if err == nil {
+				err = t.commit()
+			}
+			var moved *headMoved
+			if !errors.As(err, &moved) || rebases == maxRebases || ctx.Err() != nil {
+				break
+			}
+			// Only the head moved: run again at once on what was read,
+			// with the new head (rebase.go).
+			Rebases.Add(1)
+			if t, err = t.rebased(moved); err != nil {
+				return err
+			}
 		}
 		if err == nil {
 			return nil
+		}
+		var moved *headMoved
+		if errors.As(err, &moved) {
+			err = errConflict
+		} else if errors.Is(err, errConflict) {
+			spread++
 		}
 		if !errors.Is(err, errConflict) {
 			return err
@@ -193,6 +187,16 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 		}
 	}
 }
+
+// maxRebases bounds the runs on a moved head (rebase.go) one run of
+// Update makes before it reads a fresh snapshot: each costs a commit
+// request only, but a writer that keeps losing must still reach the
+// writers' queue.
+const maxRebases = 16
+
+// Rebases counts, process-wide, the runs made again at once on a moved
+// head (rebase.go).
+var Rebases atomic.Int64
 
 // escalateAfter is how many conflicts in a row send a writer to the
 // writers' queue: a fallback that bounds how long one writer can lose,
@@ -247,7 +251,9 @@ func (t *Tx) commit() error {
 			ops = append(ops, clientv3.OpPut(k, o.val))
 		}
 	}
-	resp, err := t.s.b.cli.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
+	// A failed commit brings the meta keys back (rebase.go).
+	metaKey := t.key(famMeta, "")
+	resp, err := t.s.b.cli.Txn(t.ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(metaKey, clientv3.WithPrefix())).Commit()
 	if err == nil && resp.Succeeded && t.headMod {
 		t.s.committed.Store(resp.Header.Revision)
 	}
@@ -272,9 +278,10 @@ func (t *Tx) commit() error {
 		return t.s.b.unreachable(err)
 	case !resp.Succeeded:
 		t.s.dropCache() // what was read is stale somewhere: read afresh
-		if Diagnose.Load() {
-			t.classifyConflict(cmps)
+		if moved := headMovedFrom(resp, metaKey); moved != nil && moved.headRev != t.reads[t.key(famMeta, metaHead)] {
+			return moved
 		}
+		OtherConflicts.Add(1)
 		return errConflict
 	}
 	return nil

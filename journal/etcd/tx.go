@@ -62,6 +62,13 @@ type Tx struct {
 	v2       bool   // this run wrote a V2 record (journal.IsV2): commit raises the version
 	first    uint64 // first event this run appended
 	requests int    // reads sent to etcd, begin's included (for tests)
+	// got holds every key get handed out (a rebased run finds them
+	// without a request: rebase.go).
+	got map[string]*mvccpb.KeyValue
+	// spread is how many runs of this Update lost a race on more than the
+	// head: Ready then starts from a random one of its first candidates
+	// (spread.go).
+	spread int
 }
 
 // op is one buffered write.
@@ -243,6 +250,10 @@ func (t *Tx) track(k string, kv *mvccpb.KeyValue) {
 	if !t.write {
 		return
 	}
+	if t.got == nil {
+		t.got = map[string]*mvccpb.KeyValue{}
+	}
+	t.got[k] = kv
 	t.reads[k] = 0
 	if kv != nil {
 		t.reads[k] = kv.ModRevision
@@ -647,7 +658,14 @@ func (t *Tx) Ready(fn func(id string) (more bool)) {
 		t.prefetch(ids)
 	}
 	defer func() { t.readyPage, t.pageHook = 0, nil }()
-	_ = t.scanPrefix(famReady, func(_, id string) (bool, error) { return fn(id), nil })
+	var visited map[string]bool
+	if t.spread > 0 && t.write {
+		visited = map[string]bool{}
+		if t.readySpread(fn, visited) {
+			return
+		}
+	}
+	_ = t.scanPrefix(famReady, func(_, id string) (bool, error) { return visited[id] || fn(id), nil })
 }
 
 // lease is one entry of the expiry index.
