@@ -206,7 +206,7 @@ func FuzzParseFlags(f *testing.F) {
 		f.Fatal(err)
 	}
 	token := strconv.FormatUint(claimed.Token, 10)
-	app := newApp(&output{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard})
+	app := newApp(&output{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}, nil)
 
 	f.Fuzz(func(t *testing.T, which, flagIdx uint8, value string, order uint64, eqForm, jsonOut bool) {
 		// which >= len(fuzzCmds) fuzzes the global --timeout on status.
@@ -362,7 +362,7 @@ func FuzzReorderArgs(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	app := newApp(&output{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard})
+	app := newApp(&output{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}, nil)
 	globals := arityOf(app.Flags)
 	f.Fuzz(func(t *testing.T, raw string) {
 		in := append([]string{"fencectl"}, strings.Split(raw, "\x00")...)

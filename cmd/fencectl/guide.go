@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/template"
 
 	"github.com/urfave/cli/v2"
@@ -30,11 +31,11 @@ type guideValues struct {
 // (`guide --generic`, docs/agents.md).
 var genericGuide = guideValues{Dir: "TREE", Backend: "bbolt or etcd", TTL: "TTL", MaxAttempts: "N"}
 
-var guideTemplate = template.Must(template.New("guide").Parse(agentsGuide))
+var guideTemplate = sync.OnceValue(func() *template.Template { return template.Must(template.New("guide").Parse(agentsGuide)) })
 
 func renderGuide(v guideValues) string {
 	var b strings.Builder
-	if err := guideTemplate.Execute(&b, v); err != nil {
+	if err := guideTemplate().Execute(&b, v); err != nil {
 		panic(err) // the template is ours and its values are strings
 	}
 	return b.String()

@@ -18,7 +18,7 @@ func TestHelp_EveryCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("--help: exit %d: %s", code, stderr)
 	}
-	for _, c := range newApp(&output{}).Commands {
+	for _, c := range newApp(&output{}, nil).Commands {
 		if strings.TrimSpace(c.Usage) == "" {
 			t.Errorf("%s has no description", c.Name)
 		}

@@ -44,7 +44,7 @@ func TestJSON_EveryCommandErrorIsOneObject(t *testing.T) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range newApp(&output{}).Commands {
+	for _, c := range newApp(&output{}, nil).Commands {
 		if c.Name == helpCommandName {
 			continue
 		}

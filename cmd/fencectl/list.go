@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -139,12 +140,12 @@ func nextPage(c *cli.Context, last string) string {
 	return printable(strings.Join(args, " "))
 }
 
-var plainWord = regexp.MustCompile(`^[A-Za-z0-9@%+=:,./_-]+$`)
+var plainWord = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9@%+=:,./_-]+$`) })
 
 // shellWord is s as one word of a POSIX shell command line: as it is if
 // nothing in it is special to the shell, else quoted.
 func shellWord(s string) string {
-	if plainWord.MatchString(s) {
+	if plainWord().MatchString(s) {
 		return s
 	}
 	return shellQuote(s)

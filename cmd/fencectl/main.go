@@ -35,7 +35,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code = out.fail(fmt.Errorf("internal error: %v (nothing after the last completed step was changed; `fencectl replay --check` verifies the tree)", r))
 		}
 	}()
-	app := newApp(out)
+	app := newApp(out, args)
 	out.json = wantsJSON(args)
 	args, err := reorderArgs(app, args)
 	if err == nil {
@@ -55,8 +55,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return out.fail(err)
 }
 
-// newApp assembles the commands; each lives in its own file.
-func newApp(out *output) *cli.App {
+// newApp assembles the commands; each lives in its own file. With args,
+// it assembles only the command they name (see commandsFor); without, all.
+func newApp(out *output, args []string) *cli.App {
 	app := &cli.App{
 		Name:  "fencectl",
 		Usage: "fenced claims on a shared directory of tasks",
@@ -77,7 +78,7 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 		Writer:          out.stdout,
 		ErrWriter:       out.stderr,
 		Flags:           globalFlags(),
-		Commands:        commands(out),
+		Commands:        commandsFor(out, args),
 		ExitErrHandler:  func(*cli.Context, error) {}, // run() chooses the exit code
 		OnUsageError:    onUsageError,
 		CommandNotFound: func(_ *cli.Context, name string) { out.notFound = name },
@@ -109,35 +110,94 @@ func unknownCommand(app *cli.App, name string) error {
 	return usagef("unknown command %q: run `fencectl --help` for the list", name)
 }
 
+// commandMakers is every command, by name, in the order of the help.
+var commandMakers = []struct {
+	name string
+	make func(*output) *cli.Command
+}{
+	{"init", initCommand},
+	{"add", addCommand},
+	{"claim", claimCommand},
+	{"heartbeat", heartbeatCommand},
+	{"verify", verifyCommand},
+	{"complete", completeCommand},
+	{"release", releaseCommand},
+	{"fail", failCommand},
+	{"reap", reapCommand},
+	{"revoke", revokeCommand},
+	{"cancel", cancelCommand},
+	{"requeue", requeueCommand},
+	{"set", setCommand},
+	{"defaults", defaultsCommand},
+	{"status", statusCommand},
+	{"show", showCommand},
+	{"list", listCommand},
+	{"log", logCommand},
+	{"serve", serveCommand},
+	{"replay", replayCommand},
+	{"recover", recoverCommand},
+	{"run", runCommand},
+	{"put", putCommand},
+	{"mcp", mcpCommand},
+	{"guide", guideCommand},
+	{helpCommandName, func(*output) *cli.Command { return helpCommand() }},
+}
+
 func commands(out *output) []*cli.Command {
-	return []*cli.Command{
-		initCommand(out),
-		addCommand(out),
-		claimCommand(out),
-		heartbeatCommand(out),
-		verifyCommand(out),
-		completeCommand(out),
-		releaseCommand(out),
-		failCommand(out),
-		reapCommand(out),
-		revokeCommand(out),
-		cancelCommand(out),
-		requeueCommand(out),
-		setCommand(out),
-		defaultsCommand(out),
-		statusCommand(out),
-		showCommand(out),
-		listCommand(out),
-		logCommand(out),
-		serveCommand(out),
-		replayCommand(out),
-		recoverCommand(out),
-		runCommand(out),
-		putCommand(out),
-		mcpCommand(out),
-		guideCommand(out),
-		helpCommand(),
+	all := make([]*cli.Command, 0, len(commandMakers))
+	for _, m := range commandMakers {
+		all = append(all, m.make(out))
 	}
+	return all
+}
+
+// commandsFor is the command args name, alone, when they name one and ask
+// for no help; else every command (the help, --version, an unknown name
+// and its suggestion need them all). A claim is one process start, and
+// building the 25 other commands and their flags cost it about 3% of its
+// CPU, more than urfave/cli's parse of its own flags.
+func commandsFor(out *output, args []string) []*cli.Command {
+	if name := commandWord(args); name != "" && name != helpCommandName {
+		for _, m := range commandMakers {
+			if m.name == name {
+				return []*cli.Command{m.make(out)}
+			}
+		}
+	}
+	return commands(out)
+}
+
+// commandWord is the command args name: the first word after the global
+// flags (and their values), or "" if there is none or args ask for help
+// anywhere (reorderArgs turns `CMD --help` into `help CMD`).
+func commandWord(args []string) string {
+	if len(args) < 2 {
+		return ""
+	}
+	for _, a := range args[1:] {
+		if a == "--" {
+			break
+		}
+		if isFlag(a) {
+			if n := flagName(a); n == "help" || n == "h" {
+				return ""
+			}
+		}
+	}
+	globals := flagArity(globalFlags())
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if !isFlag(a) {
+			return a
+		}
+		if a == "--" {
+			return ""
+		}
+		if takesValue(globals, a) {
+			i++
+		}
+	}
+	return ""
 }
 
 // usageError is bad usage: exit 2, reason invalid_input.

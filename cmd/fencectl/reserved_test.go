@@ -20,7 +20,7 @@ import (
 // reservedWords is every word the CLI parser knows that is also a valid
 // task id, sorted.
 func reservedWords() []string {
-	app := newApp(&output{})
+	app := newApp(&output{}, nil)
 	seen := map[string]bool{}
 	add := func(w string) {
 		if fence.ValidateID(w) == nil {
@@ -70,7 +70,7 @@ func TestArgs_ReservedWordsAreIDs(t *testing.T) {
 	for _, s := range clitest.IDSteps() {
 		covered[s.Cmd] = true
 	}
-	for _, c := range newApp(&output{}).Commands {
+	for _, c := range newApp(&output{}, nil).Commands {
 		if !covered[c.Name] && !commandsWithoutID[c.Name] {
 			t.Errorf("command %q takes no part in clitest.IDSteps: add its id-taking form there (or list it in commandsWithoutID)", c.Name)
 		}
