@@ -62,6 +62,12 @@ type replayState struct {
 	counter  uint64      // raise the token counter to this (0: it is fine)
 	ceiling  uint64      // raise the ceiling files to this (0: they are fine)
 	lastSeq  uint64      // the log's last event when it was read
+	// folded are the tasks compact folded: the seq up to which the
+	// folded record covers their events (replay skips those still
+	// there), and whether no later event changed them (untouched: the
+	// stored record must be the folded one, compared byte for byte).
+	folded    map[string]uint64
+	untouched map[string]bool
 }
 
 // extraCopy is a task file in a directory besides the one that keeps the
@@ -209,10 +215,19 @@ func (st *replayState) unjudged(rec, want record.Task) record.Task {
 // stored.
 func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
+	if err := st.seedFolded(tx); err != nil {
+		return err
+	}
 	err := tx.Events(1, func(ev record.Event) (bool, error) {
 		rep.Events++
-		if ev.Type == record.EvDefaults {
-			return true, nil // the tree's settings: no task to fold it into
+		if ev.Task == "" || ev.Type == record.EvDefaults {
+			return true, nil // the tree's settings, a compaction: no task to fold it into
+		}
+		if upTo, ok := st.folded[ev.Task]; ok {
+			if ev.Seq <= upTo {
+				return true, nil // folded into the task's base, not dropped yet
+			}
+			delete(st.untouched, ev.Task)
 		}
 		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
@@ -248,6 +263,9 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	err = tx.ForEachTask(func(rec record.Task) error {
 		seen[rec.ID] = true
 		want, ok := st.tasks[rec.ID]
+		if ok && st.untouched[rec.ID] && bytes.Equal(journal.EncodeTask(rec), journal.EncodeTask(want)) {
+			return nil // the folded record, as compact left it
+		}
 		switch {
 		case !ok:
 			add(Finding{Kind: FindingRecordExtra, Task: rec.ID, Detail: "the journal has a record the event log never created; replay removes it"})
@@ -364,6 +382,17 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		add(Finding{Kind: FindingBboltCheck, Detail: err.Error()})
 	}
 	return nil
+}
+
+// seedFolded starts every folded task from its folded record.
+func (st *replayState) seedFolded(tx journal.Tx) error {
+	st.folded, st.untouched = map[string]uint64{}, map[string]bool{}
+	return tx.Folded(func(rec record.Task, upTo uint64) (bool, error) {
+		st.tasks[rec.ID] = rec
+		st.folded[rec.ID] = upTo
+		st.untouched[rec.ID] = true
+		return true, nil
+	})
 }
 
 // compareTokens checks the two marks that keep tokens from going back:

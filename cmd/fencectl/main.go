@@ -132,6 +132,7 @@ func commands(out *output) []*cli.Command {
 		serveCommand(out),
 		replayCommand(out),
 		recoverCommand(out),
+		compactCommand(out),
 		runCommand(out),
 		putCommand(out),
 		mcpCommand(out),
