@@ -24,8 +24,10 @@ var bucketFolded = []byte("folded")
 // foldedVersion marks a journal that holds folded records: a fencectl
 // that does not know them would rebuild the tasks from the log alone, in
 // which they have no events, and lose them; it refuses the journal
-// instead. Set by the first Fold; read (and written) by this one.
-const foldedVersion = "6"
+// instead. Set by the first Fold; read (and written) by this one. Not a
+// number: it is schema 5 with one bucket more, and a future schema 6
+// decides for itself how it reads folded records.
+const foldedVersion = "5-compacted"
 
 // reclaimSuffix marks the new file a Reclaim writes before it renames it
 // over the journal; what a crash left of one is removed by the next.
