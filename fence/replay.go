@@ -225,7 +225,12 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		}
 		if upTo, ok := st.folded[ev.Task]; ok {
 			if ev.Seq <= upTo {
-				return true, nil // folded into the task's base, not dropped yet
+				// Folded into the task's base, not dropped yet (on etcd
+				// compact drops a few at a time, each bunch with the
+				// claims its tokens name, oldest first): its claim
+				// record is still there while its claim event is.
+				st.foldClaim(ev)
+				return true, nil
 			}
 			delete(st.untouched, ev.Task)
 		}
@@ -245,15 +250,7 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		case ev.Staged != "":
 			st.outputs = append(st.outputs, ev.Staged)
 		}
-		if ev.Token != 0 {
-			var pc *record.Claim
-			if c, ok := st.claims[ev.Token]; ok {
-				pc = &c
-			}
-			if c, ok := ApplyClaim(pc, ev); ok {
-				st.claims[ev.Token] = c
-			}
-		}
+		st.foldClaim(ev)
 		return true, nil
 	})
 	if err != nil {
@@ -382,6 +379,20 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		add(Finding{Kind: FindingBboltCheck, Detail: err.Error()})
 	}
 	return nil
+}
+
+// foldClaim folds ev into the claim record of its token, if it has one.
+func (st *replayState) foldClaim(ev record.Event) {
+	if ev.Token == 0 {
+		return
+	}
+	var pc *record.Claim
+	if c, ok := st.claims[ev.Token]; ok {
+		pc = &c
+	}
+	if c, ok := ApplyClaim(pc, ev); ok {
+		st.claims[ev.Token] = c
+	}
 }
 
 // seedFolded starts every folded task from its folded record.
