@@ -37,7 +37,8 @@
 //     several operations), adopt.go (inbox/ first);
 //   - repair: settle.go (finish the last commit's moves), replay.go (the
 //     full check and repair), recover.go (rebuild a lost journal), and
-//     scan.go (the directory listing both of those read);
+//     scan.go (the directory listing both of those read); compact.go
+//     (fold finished tasks' events into kept records, reclaim the space);
 //   - the lease keeper: keeper.go, and keeperwatch.go (one journal watch
 //     shared by a Tree's keepers);
 //   - the clock: clock.go (Options.Clock, injected; nothing reads the

@@ -162,6 +162,7 @@ const (
 	InputLabel       Input = "label"         // a task's label
 	InputSchedule    Input = "schedule"      // when a task may first be claimed (add --not-before, --delay)
 	InputBackoff     Input = "retry_backoff" // the backoff after a failed attempt (init, defaults)
+	InputBefore      Input = "before"        // how long ago a task must have finished to be compacted
 )
 
 // Rule names the rule an input breaks in an InvalidInputError.

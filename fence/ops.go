@@ -597,7 +597,7 @@ func restore(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Dur
 	if !ok {
 		return record.Event{}, rec, &NoSuchTaskError{Task: id}
 	}
-	var claim *record.Claim
+	claim := endedClaim(rec, req.Token) // a folded task's claims are gone (compact.go)
 	if known {
 		claim = &c
 	}
@@ -828,7 +828,7 @@ func lookup(tx journal.Tx, id string, token uint64) (record.Task, *record.Claim,
 	}
 	c, known, err := tx.Claim(token)
 	if err != nil || !known {
-		return rec, nil, err
+		return rec, endedClaim(rec, token), err // a folded task's claims are gone (compact.go)
 	}
 	return rec, &c, nil
 }

@@ -100,6 +100,9 @@ type TaskView struct {
 	// WaitsFor, for a task with dependencies, is each task it waits for
 	// and where that is.
 	WaitsFor []Dependency
+	// FoldedTo, if not 0, says that compact folded the task's events up
+	// to this seq into its record: Events holds only the later ones.
+	FoldedTo uint64
 }
 
 // showEvents is how many recent events Show returns.
@@ -121,6 +124,9 @@ func (t *Tree) Show(ctx context.Context, id string) (TaskView, error) {
 		}
 		v.Task, v.Path = rec, t.Path(id, rec.State)
 		if v.WaitsFor, err = dependencies(tx, rec); err != nil {
+			return err
+		}
+		if _, v.FoldedTo, _, err = tx.FoldedTask(id); err != nil {
 			return err
 		}
 		evs, err := lastEvents(tx, LogFilter{Task: id, Limit: showEvents, Heartbeats: true})

@@ -62,6 +62,12 @@ type replayState struct {
 	counter  uint64      // raise the token counter to this (0: it is fine)
 	ceiling  uint64      // raise the ceiling files to this (0: they are fine)
 	lastSeq  uint64      // the log's last event when it was read
+	// folded are the tasks compact folded: the seq up to which the
+	// folded record covers their events (replay skips those still
+	// there), and whether no later event changed them (untouched: the
+	// stored record must be the folded one, compared byte for byte).
+	folded    map[string]uint64
+	untouched map[string]bool
 }
 
 // extraCopy is a task file in a directory besides the one that keeps the
@@ -209,10 +215,24 @@ func (st *replayState) unjudged(rec, want record.Task) record.Task {
 // stored.
 func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
+	if err := st.seedFolded(tx); err != nil {
+		return err
+	}
 	err := tx.Events(1, func(ev record.Event) (bool, error) {
 		rep.Events++
-		if ev.Type == record.EvDefaults {
-			return true, nil // the tree's settings: no task to fold it into
+		if ev.Task == "" || ev.Type == record.EvDefaults {
+			return true, nil // the tree's settings, a compaction: no task to fold it into
+		}
+		if upTo, ok := st.folded[ev.Task]; ok {
+			if ev.Seq <= upTo {
+				// Folded into the task's base, not dropped yet (on etcd
+				// compact drops a few at a time, each bunch with the
+				// claims its tokens name, oldest first): its claim
+				// record is still there while its claim event is.
+				st.foldClaim(ev)
+				return true, nil
+			}
+			delete(st.untouched, ev.Task)
 		}
 		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
@@ -230,15 +250,7 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		case ev.Staged != "":
 			st.outputs = append(st.outputs, ev.Staged)
 		}
-		if ev.Token != 0 {
-			var pc *record.Claim
-			if c, ok := st.claims[ev.Token]; ok {
-				pc = &c
-			}
-			if c, ok := ApplyClaim(pc, ev); ok {
-				st.claims[ev.Token] = c
-			}
-		}
+		st.foldClaim(ev)
 		return true, nil
 	})
 	if err != nil {
@@ -248,6 +260,9 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	err = tx.ForEachTask(func(rec record.Task) error {
 		seen[rec.ID] = true
 		want, ok := st.tasks[rec.ID]
+		if ok && st.untouched[rec.ID] && bytes.Equal(journal.EncodeTask(rec), journal.EncodeTask(want)) {
+			return nil // the folded record, as compact left it
+		}
 		switch {
 		case !ok:
 			add(Finding{Kind: FindingRecordExtra, Task: rec.ID, Detail: "the journal has a record the event log never created; replay removes it"})
@@ -364,6 +379,31 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		add(Finding{Kind: FindingBboltCheck, Detail: err.Error()})
 	}
 	return nil
+}
+
+// foldClaim folds ev into the claim record of its token, if it has one.
+func (st *replayState) foldClaim(ev record.Event) {
+	if ev.Token == 0 {
+		return
+	}
+	var pc *record.Claim
+	if c, ok := st.claims[ev.Token]; ok {
+		pc = &c
+	}
+	if c, ok := ApplyClaim(pc, ev); ok {
+		st.claims[ev.Token] = c
+	}
+}
+
+// seedFolded starts every folded task from its folded record.
+func (st *replayState) seedFolded(tx journal.Tx) error {
+	st.folded, st.untouched = map[string]uint64{}, map[string]bool{}
+	return tx.Folded(func(rec record.Task, upTo uint64) (bool, error) {
+		st.tasks[rec.ID] = rec
+		st.folded[rec.ID] = upTo
+		st.untouched[rec.ID] = true
+		return true, nil
+	})
 }
 
 // compareTokens checks the two marks that keep tokens from going back:

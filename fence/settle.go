@@ -34,7 +34,7 @@ func movesOf(evs []record.Event) []move {
 		}
 	}
 	for _, ev := range evs {
-		if missing[ev.Task] || ev.Type == record.EvDefaults { // a tree's event: no task, no file
+		if missing[ev.Task] || ev.Task == "" || ev.Type == record.EvDefaults { // a tree's event (defaults, compacted): no task, no file
 			continue
 		}
 		i, seen := at[ev.Task]

@@ -244,11 +244,55 @@ type Tx interface {
 	// PutDefaults replaces the tree-wide settings (fencectl defaults).
 	PutDefaults(d record.Defaults) error
 	// Reset empties everything derived from the log (tasks, indexes,
-	// claims, requests, counts) for replay to write afresh. Events and the
-	// token counter are kept.
+	// claims, requests, counts) for replay to write afresh. Events, folded
+	// records and the token counter are kept.
 	Reset() error
 	// Check runs the store's own consistency check.
 	Check() []error
+
+	// Compaction (fencectl compact): the history of a finished task is
+	// folded into its final record, kept as the base that replay starts
+	// the task from, and its events are dropped. Sequence numbers and
+	// tokens are never reused: Append goes on after the highest seq ever
+	// appended, and the token counter is not touched.
+
+	// Fold keeps rec as the folded record of task rec.ID: the task as its
+	// events up to seq upTo leave it (replaces an earlier fold). Replay
+	// starts the task from rec and skips its events up to upTo, so
+	// dropping them (DropEvents) may follow in later transactions.
+	Fold(rec record.Task, upTo uint64) error
+	// Folded calls fn for every folded record, in id order, until fn
+	// returns false or an error.
+	Folded(fn func(rec record.Task, upTo uint64) (more bool, err error)) error
+	// FoldedTask returns the folded record of id, if it has one.
+	FoldedTask(id string) (rec record.Task, upTo uint64, ok bool, err error)
+	// DropEvents removes up to limit (0: no limit) of task id's events
+	// with seq at or below upTo, oldest first, and returns them. The
+	// highest seq stays what it was: the next Append gets a new one.
+	DropEvents(id string, upTo uint64, limit int) ([]record.Event, error)
+	// DeleteClaim forgets the claim of token (a folded task's).
+	DeleteClaim(token uint64) error
+}
+
+// Reclaimer is a Store that can give the space of dropped records back
+// (compact): bbolt never shrinks its file by itself, so its store
+// rewrites it. The handle must hold the writer's turn (Exclusive); it
+// stays usable, on the new file, and every other handle of the journal
+// (parked ones: Resume returns ErrStale; watchers) sees a new file.
+type Reclaimer interface {
+	Reclaim(o ReclaimOptions) (ReclaimResult, error)
+}
+
+// ReclaimOptions say how to reclaim.
+type ReclaimOptions struct {
+	// Crash is called at the named steps of the rewrite (test builds
+	// exit there); nil: never.
+	Crash func(point string)
+}
+
+// ReclaimResult is the journal's size before and after.
+type ReclaimResult struct {
+	Before, After int64
 }
 
 // Prefetcher is a Store that can read ahead, with the snapshot a write

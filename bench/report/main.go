@@ -427,7 +427,7 @@ var groups = []group{
 	{"fencectl through the CLI (one process per step)", []string{"BenchmarkCLI_ClaimComplete/", "BenchmarkCLI_ClaimCompleteBboltLock/", "BenchmarkCLI_Claim/"}},
 	{"fencectl through the Go API", []string{"BenchmarkLibrary_"}},
 	{"Baselines: the patterns people use today", []string{"BenchmarkBaseline"}},
-	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/", "BenchmarkList_Limit100/", "BenchmarkClaimNextLabel/", "BenchmarkPowerLoss_Reconcile/"}},
+	{"Scale: 1k, 100k and 1M tasks in the journal", []string{"BenchmarkClaimNext/", "BenchmarkCLI_ClaimNext/", "BenchmarkCLI_Status/", "BenchmarkList_Limit100/", "BenchmarkClaimNextLabel/", "BenchmarkPowerLoss_Reconcile/", "BenchmarkCompact_"}},
 	{"Work shapes: batches and dependencies", []string{"BenchmarkLibrary_ClaimBatch", "BenchmarkDeps_"}},
 	{"Many hosts: the etcd journal beside bbolt", []string{"BenchmarkBackend_"}},
 	{"Other", []string{"BenchmarkRun_", "BenchmarkWait_"}},
@@ -518,6 +518,10 @@ func meaning(r *results, name string) string {
 		return fmt.Sprintf("One `fencectl status` process with %s tasks in the journal: counts are kept per state, not counted.", k["tasks"])
 	case "BenchmarkPowerLoss_Reconcile":
 		return fmt.Sprintf("The first write after a reboot with %s tasks in the journal, after a power loss took back the renames of %s claims (moves of durable files skip their directory fsyncs): the reconcile reads every record and lists every state directory, moves the %s files back, then the old boot's leases are reaped.", k["tasks"], num(r, name, "files-moved"), num(r, name, "files-moved"))
+	case "BenchmarkCompact_BytesPerTask":
+		return fmt.Sprintf("The bbolt journal's size per task after %s tasks each lived a full life (add, claim, complete): %s bytes before `fencectl compact`, %s after (the events and claim records folded into the kept records, the file rewritten); compact took %s s.", k["tasks"], num(r, name, "bytes/task-before"), num(r, name, "bytes/task-after"), num(r, name, "compact-s"))
+	case "BenchmarkCompact_Replay":
+		return fmt.Sprintf("`replay --check` of %s finished tasks (add, claim, complete each), median of 3: %s s before `fencectl compact`, %s s after (folded records are compared byte for byte, no events to fold, a smaller file); after / before = %s.", k["tasks"], num(r, name, "before-s"), num(r, name, "after-s"), num(r, name, "ratio"))
 	case "BenchmarkLibrary_ClaimBatch":
 		return fmt.Sprintf("100 tasks claimed through the Go API in one batch claim (one transaction, a token each): %s ms, against the same 100 claimed one `Claim` call at a time: %s ms (medians over rounds that alternate); %s× faster.",
 			num(r, name, "ms-per-100"), num(r, name, "single-ms-per-100"), num(r, name, "speedup"))
@@ -687,6 +691,8 @@ func xFloor(name string) func(r *results) (float64, string, bool) {
 }
 
 var targets = []target{
+	{"replay --check at 1M finished tasks after compact vs before", false, 0.3,
+		ratio("Compact_Replay/tasks=1M", "after-s", "Compact_Replay/tasks=1M", "before-s"), ""},
 	{"CLI claims at 8 processes vs hello-world 8 ways, `make build` binary", true, 0.6,
 		vsHello("CLI_Claim/build=release/procs=8"), ""},
 	{"CLI claims at 8 processes vs hello-world 8 ways, plain `go build` binary", true, 0.5,

@@ -120,6 +120,7 @@ var flagOf = map[fence.Input]string{
 	fence.InputLabel:       "--label",
 	fence.InputSchedule:    "--not-before/--delay",
 	fence.InputBackoff:     "--retry-backoff",
+	fence.InputBefore:      "--before",
 }
 
 // invalidHints says what to do next after a refusal, by the rule broken.

@@ -16,7 +16,7 @@ var jsonErrorArgs = map[string][]string{
 	"init": {}, "add": {"--id", "t9"}, "claim": {}, "heartbeat": {"t1", "--token", "5"},
 	"verify": {"t1", "--token", "5"}, "complete": {"t1", "--token", "5"}, "release": {"t1", "--token", "5"},
 	"fail": {"t1", "--token", "5"}, "reap": {}, "revoke": {"t1"}, "cancel": {"t1"}, "requeue": {"t1"}, "set": {"t1", "--priority", "1"}, "defaults": {"--ttl", "1m"}, "status": {},
-	"show": {"t1"}, "list": {}, "log": {}, "replay": {"--check"}, "recover": {}, "run": {"--", "true"},
+	"show": {"t1"}, "list": {}, "log": {}, "replay": {"--check"}, "recover": {}, "compact": {}, "run": {"--", "true"},
 	"put": {"t1", "n1", "--token", "5"}, "guide": {},
 	"mcp": {}, "serve": {"--http", "127.0.0.1:0"},
 }

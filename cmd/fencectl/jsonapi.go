@@ -183,11 +183,14 @@ func newFenced(t record.Task, path string, token uint64, retry bool, event *reco
 
 // showJSON is show's answer: the task record and its recent events.
 type showJSON struct {
-	After       []string       `json:"after,omitempty"`
-	Attempts    int            `json:"attempts"`
-	Blocked     bool           `json:"blocked,omitempty"`
-	Created     time.Time      `json:"created"`
-	Events      []eventJSON    `json:"events"`
+	After    []string    `json:"after,omitempty"`
+	Attempts int         `json:"attempts"`
+	Blocked  bool        `json:"blocked,omitempty"`
+	Created  time.Time   `json:"created"`
+	Events   []eventJSON `json:"events"`
+	// Folded: compact folded the task's events up to this seq into its
+	// record; events lists only the later ones.
+	Folded      *foldedJSON    `json:"folded,omitempty"`
 	Journal     journalJSON    `json:"journal"`
 	Labels      []string       `json:"labels,omitempty"`
 	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
@@ -205,6 +208,11 @@ type showJSON struct {
 	WaitsFor []waitsForJSON `json:"waits_for,omitempty"`
 }
 
+// foldedJSON says how much of a task's history compact folded.
+type foldedJSON struct {
+	ThroughSeq uint64 `json:"through_seq"`
+}
+
 type waitsForJSON struct {
 	State string `json:"state"`
 	Task  string `json:"task"`
@@ -217,8 +225,12 @@ func newShow(v fence.TaskView) *showJSON {
 	for _, d := range v.WaitsFor {
 		waits = append(waits, waitsForJSON{State: string(d.State), Task: d.ID, Why: d.Why})
 	}
+	var folded *foldedJSON
+	if v.FoldedTo != 0 {
+		folded = &foldedJSON{ThroughSeq: v.FoldedTo}
+	}
 	return &showJSON{
-		After: r.After, Blocked: r.Blocked, Labels: r.Labels, WaitsFor: waits, Wait: r.Wait,
+		Folded: folded, After: r.After, Blocked: r.Blocked, Labels: r.Labels, WaitsFor: waits, Wait: r.Wait,
 		Attempts: r.Attempts, Created: r.Created, Events: newEvents(v.Events), Journal: journalJSON(v.Journal), LastLease: r.LastLease, Lease: r.Lease,
 		MaxAttempts: r.MaxAttempts, Path: r.Path, Priority: r.Priority, State: r.State, Task: r.Task, Updated: r.Updated,
 	}

@@ -35,6 +35,7 @@ var jsonTypes = map[string]func() any{
 	"reap":     func() any { return new(reapJSON) },
 	"replay":   func() any { return new(replayJSON) },
 	"recover":  func() any { return new(recoverJSON) },
+	"compact":  func() any { return new(compactJSON) },
 	"event":    func() any { return new(eventJSON) },
 	"run":      func() any { return new(runJSON) },
 	"error":    func() any { return new(errorObject) },

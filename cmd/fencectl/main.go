@@ -136,6 +136,7 @@ var commandMakers = []struct {
 	{"serve", serveCommand},
 	{"replay", replayCommand},
 	{"recover", recoverCommand},
+	{"compact", compactCommand},
 	{"run", runCommand},
 	{"put", putCommand},
 	{"mcp", mcpCommand},

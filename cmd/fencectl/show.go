@@ -52,6 +52,9 @@ func showCommand(out *output) *cli.Command {
 						fmt.Fprintf(w, "last      token %d of %s ended by %s at %s\n", e.Token, printable(e.Agent), e.By, fmtTime(e.At))
 					}
 					fmt.Fprintf(w, "journal   %s: %s\n", v.Journal.Backend, v.Journal.Where)
+					if v.FoldedTo != 0 {
+						fmt.Fprintf(w, "history   folded by compact: events up to seq %d are in the record, not the log\n", v.FoldedTo)
+					}
 					fmt.Fprintln(w, "\nrecent events:")
 					writeEvents(w, v.Events)
 				})

@@ -337,7 +337,7 @@ func (db *DB) checkVersion() error {
 			return &journal.CorruptError{Path: db.path, Detail: "not a fencectl journal (no meta bucket)"}
 		}
 		v := string(meta.Get([]byte(keyVersion)))
-		if v != SchemaVersion && !slices.Contains(readVersions, v) {
+		if v != SchemaVersion && v != foldedVersion && !slices.Contains(readVersions, v) {
 			return &journal.VersionError{Path: db.path, Found: v, Supported: SchemaVersion}
 		}
 		db.version = v
@@ -421,6 +421,9 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 		// from now on the journal is the version that reads it (see
 		// SchemaVersion).
 		to = upgradeTo(db.version, tx.v2)
+		if tx.folded || db.version == foldedVersion {
+			to = foldedVersion // compact.go
+		}
 		if to != db.version {
 			if err := btx.Bucket(bucketMeta).Put([]byte(keyVersion), []byte(to)); err != nil {
 				return err

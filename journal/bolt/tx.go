@@ -34,6 +34,9 @@ type Tx struct {
 	// v2 is set once the transaction wrote a record only a version 4
 	// reader reads (journal.IsV2): Update raises the schema version.
 	v2 bool
+	// folded is set once the transaction folded a task (Fold): Update
+	// marks the journal foldedVersion.
+	folded bool
 }
 
 var (

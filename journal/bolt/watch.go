@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 )
 
 // Watcher reports that the journal file was written to, through inotify
@@ -17,6 +18,11 @@ type Watcher struct {
 	c    chan struct{}
 	once sync.Once
 	err  error
+	// path is the journal, and dev and ino the file watched: compact
+	// (Reclaim) renames a new file over it, which the old file hears only
+	// as a change of its link count; then the watch moves to the new one.
+	path     string
+	dev, ino uint64
 }
 
 // Watch starts watching the journal in dir. C receives (coalesced) after
@@ -40,7 +46,8 @@ func Watch(dir string) (*Watcher, error) {
 		fw.Close()
 		return nil, fmt.Errorf("watch journal %s: %w", path, err)
 	}
-	w := &Watcher{w: fw, c: make(chan struct{}, 1)}
+	w := &Watcher{w: fw, c: make(chan struct{}, 1), path: path}
+	w.dev, w.ino, _ = fileID(path)
 	go w.loop()
 	return w, nil
 }
@@ -58,7 +65,7 @@ func (w *Watcher) loop() {
 				events = nil
 				continue
 			}
-			if ev.Op == fsnotify.Chmod {
+			if ev.Op == fsnotify.Chmod && !w.replaced() {
 				continue
 			}
 		case _, ok := <-errs:
@@ -72,6 +79,28 @@ func (w *Watcher) loop() {
 		default: // one pending wake-up is enough
 		}
 	}
+}
+
+// replaced reports whether another file is at the journal's path now (a
+// compaction's rename), and if so watches that one instead.
+func (w *Watcher) replaced() bool {
+	dev, ino, err := fileID(w.path)
+	if err != nil || dev == w.dev && ino == w.ino {
+		return false
+	}
+	_ = w.w.Remove(w.path)
+	if w.w.Add(w.path) == nil {
+		w.dev, w.ino = dev, ino
+	}
+	return true
+}
+
+func fileID(path string) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return uint64(st.Dev), st.Ino, nil
 }
 
 // C is signalled after the journal changed.

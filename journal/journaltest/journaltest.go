@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore func(t *testing.T) journal.Store) {
 		{"Head", testHead},
 		{"DependentsIndex", testDependents},
 		{"LabelIndex", testLabels},
+		{"Fold", testFold},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
 	}

@@ -159,6 +159,7 @@ const (
 	EvDue       EventType = "due"       // waiting → available: the time it waited for (NotBefore) has come
 	EvWait      EventType = "wait"      // available → waiting: a task blocked in available/ by a journal written before the waiting state
 	EvDefaults  EventType = "defaults"  // operator: new tree defaults (the event carries them all; Task is empty); no task changes
+	EvCompacted EventType = "compacted" // operator (fencectl compact): the events of finished tasks were folded into their records (Reason says how many, up to which seq; Task is empty); no task changes
 )
 
 // Event is one entry of the append-only log. From and To are the task's

@@ -1,0 +1,125 @@
+package etcd
+
+import (
+	"fmt"
+
+	"github.com/fencectl/fencectl/journal"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// Compaction: the folded records and the dropping of events. etcd keeps
+// the space of deleted keys until its own compaction and defrag give it
+// back: the store has no Reclaim (journal.Reclaimer), and fence's compact
+// keeps each transaction well inside etcd's 128 operations a request
+// (DropEvents' limit).
+
+// famFolded holds the folded records: P/f/ID → the seq of the last event
+// the fold covers (8 bytes, big-endian), then the record
+// (journal.EncodeTask).
+const famFolded = "/f/"
+
+// Fold keeps rec as the folded record of task rec.ID, covering its events
+// up to seq upTo.
+func (t *Tx) Fold(rec record.Task, upTo uint64) error {
+	t.wrote()
+	if err := t.begin(); err != nil {
+		return err
+	}
+	enc := journal.EncodeTask(rec)
+	t.v2 = t.v2 || journal.IsV2(enc)
+	t.put(t.key(famFolded, rec.ID), u64(upTo)+string(enc))
+	t.headMod = true // every write moves the head (see PutDefaults)
+	return nil
+}
+
+// Folded calls fn for every folded record, in id order.
+func (t *Tx) Folded(fn func(rec record.Task, upTo uint64) (more bool, err error)) error {
+	return t.scanPrefix(famFolded, func(k, v string) (bool, error) {
+		rec, upTo, err := decodeFolded(k, v)
+		if err != nil {
+			return false, err
+		}
+		return fn(rec, upTo)
+	})
+}
+
+// FoldedTask returns the folded record of id, if it has one.
+func (t *Tx) FoldedTask(id string) (record.Task, uint64, bool, error) {
+	k := t.key(famFolded, id)
+	kvs, err := t.get(k)
+	if err != nil || kvs[k] == nil {
+		return record.Task{}, 0, false, err
+	}
+	rec, upTo, err := decodeFolded(id, string(kvs[k].Value))
+	return rec, upTo, err == nil, err
+}
+
+func decodeFolded(id, v string) (record.Task, uint64, error) {
+	if len(v) < 8 {
+		return record.Task{}, 0, fmt.Errorf("decode folded task %q: %d bytes", id, len(v))
+	}
+	rec, err := journal.DecodeTask([]byte(v[8:]))
+	if err != nil {
+		return rec, 0, fmt.Errorf("decode folded task %q: %w", id, err)
+	}
+	return rec, getU64(v[:8]), nil
+}
+
+// DropEvents removes up to limit (0: all) of task id's events with seq at
+// or below upTo, oldest first, and returns them. The head's Seq is not
+// touched: the next Append still gets a new seq.
+func (t *Tx) DropEvents(id string, upTo uint64, limit int) ([]record.Event, error) {
+	t.wrote()
+	p := t.key(famByTask, id+"\x00")
+	var seqs []string
+	err := t.scan(p, rangeEnd(p), func(k, _ string) (bool, error) {
+		seq := k[len(p):]
+		if getU64(seq) > upTo || limit > 0 && len(seqs) == limit {
+			return false, nil
+		}
+		seqs = append(seqs, seq)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var dropped []record.Event
+	for len(seqs) > 0 {
+		n := min(len(seqs), 64) // etcd's default limit is 128 operations a request
+		keys := make([]string, n)
+		for i, s := range seqs[:n] {
+			keys[i] = t.key(famEvent, s)
+		}
+		kvs, err := t.get(keys...)
+		if err != nil {
+			return dropped, err
+		}
+		for i, k := range keys {
+			if kv := kvs[k]; kv != nil {
+				ev, err := decodeEvent(k, string(kv.Value))
+				if err != nil {
+					return dropped, err
+				}
+				dropped = append(dropped, ev)
+				t.del(k)
+			}
+			t.del(p + seqs[i])
+		}
+		seqs = seqs[n:]
+	}
+	if len(dropped) > 0 {
+		t.headMod = true
+	}
+	return dropped, nil
+}
+
+// DeleteClaim forgets the claim of token.
+func (t *Tx) DeleteClaim(token uint64) error {
+	t.wrote()
+	if err := t.begin(); err != nil {
+		return err
+	}
+	t.del(t.key(famClaim, u64(token)))
+	t.headMod = true
+	return nil
+}
