@@ -512,6 +512,9 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]fsmirror.
 		if !ok {
 			continue
 		}
+		if t.batch.shared.Load() && t.beingPlaced(tx, cand) {
+			continue
+		}
 		_, ev, err := commit(tx, &rec, missingEvent(rec, now))
 		if err != nil {
 			return "", settled, err
@@ -520,6 +523,23 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]fsmirror.
 		t.notify(NoticeMissingFile, cand, "its file is in no directory: failed it (reason \""+ReasonFileMissing+"\"); to run it again, put its content at "+t.Path(cand, record.Failed)+" and requeue it")
 	}
 	return id, settled, nil
+}
+
+// beingPlaced reports whether id's file is still staged by the command
+// that last wrote it: on a journal whose writers do not take turns
+// (etcd), an add commits, then moves its staged file into available/,
+// and a claim by another process can see the task in between. Its file
+// is in no state directory then, but it is not lost: the task is passed
+// over, not failed as missing.
+func (t *Tree) beingPlaced(tx journal.Tx, id string) bool {
+	placed := false
+	_ = tx.TaskEventsBackward(id, func(ev record.Event) (bool, error) {
+		if ev.Staged != "" {
+			placed, _ = t.mirror.StagedExists(ev.Staged)
+		}
+		return false, nil
+	})
+	return placed
 }
 
 // finishMove is a touch's share of the per-task crash finish on a journal
