@@ -46,8 +46,10 @@ type Entry struct {
 }
 
 // List returns every entry of dir, hidden ones included, sorted by name, for
-// drift detection. Entries are typed with fstatat(AT_SYMLINK_NOFOLLOW) and
-// never opened or followed. An entry removed while List runs is left out.
+// drift detection. Entries are typed from the directory listing itself
+// (the d_type getdents reports; a filesystem that does not report it gets
+// an lstat per entry), never opened or followed. A stat per entry made
+// half of a replay's time at 1M tasks.
 func (m *Mirror) List(dir Dir) ([]Entry, error) {
 	fd, err := m.dirfd(dir)
 	if err != nil {
@@ -60,24 +62,32 @@ func (m *Mirror) List(dir Dir) ([]Entry, error) {
 		return nil, fmt.Errorf("list: %w", &fs.PathError{Op: "open", Path: path, Err: err})
 	}
 	f := os.NewFile(uintptr(rfd), path)
-	names, err := f.Readdirnames(-1)
+	des, err := f.ReadDir(-1)
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	slices.Sort(names)
-	entries := make([]Entry, 0, len(names))
-	for _, name := range names {
-		var st unix.Stat_t
-		switch err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
-		case nil:
-			entries = append(entries, Entry{Name: name, Kind: kindOf(st.Mode)})
-		case unix.ENOENT:
-		default:
-			return nil, fmt.Errorf("list: %w", &fs.PathError{Op: "lstat", Path: m.Path(dir, name), Err: err})
-		}
+	entries := make([]Entry, 0, len(des))
+	for _, de := range des {
+		entries = append(entries, Entry{Name: de.Name(), Kind: kindOfType(de.Type())})
 	}
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 	return entries, nil
+}
+
+// kindOfType maps a directory entry's type bits to a Kind.
+func kindOfType(t fs.FileMode) Kind {
+	switch {
+	case t&fs.ModeSymlink != 0:
+		return Symlink
+	case t.IsDir():
+		return Directory
+	case t&fs.ModeNamedPipe != 0:
+		return FIFO
+	case t.IsRegular():
+		return Regular
+	}
+	return Other
 }
 
 // Rejected is an inbox entry that cannot be adopted, and why.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -38,7 +39,20 @@ func reaped(pid int) bool {
 
 // reapOrphans reaps a dead orphan without a scan of /proc, and leaves
 // CMD (whose own Wait reaps it) and spare children alone.
+//
+// It runs in a process of its own: reapOrphans reaps any dead child it is
+// not told to spare, so in the test binary it would reap the children of
+// tests running beside it, and theirs this one's.
 func TestRun_ReapOrphansReapsOnlyOrphans(t *testing.T) {
+	if os.Getenv("FENCE_TEST_REAP_ALONE") != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRun_ReapOrphansReapsOnlyOrphans$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "FENCE_TEST_REAP_ALONE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestRun_ReapOrphansReapsOnlyOrphans") {
+			t.Fatalf("the test in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
 	orphan := exitedChild(t)
 	reapOrphans(map[int]bool{}, 0)
 	if !reaped(orphan) {
