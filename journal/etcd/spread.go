@@ -22,7 +22,8 @@ import (
 // random one round, as Ready's first candidates, and reports whether fn
 // stopped. visited gets the ids it handed out.
 func (t *Tx) readySpread(fn func(id string) bool, visited map[string]bool) (stopped bool) {
-	r, err := t.page(t.firstReadyPageKey().from, t.firstReadyPageKey().hi, firstReadyPage)
+	first := t.firstReadyPageKey()
+	r, err := t.page(first.from, first.hi, first.limit)
 	if err != nil || len(r.Kvs) < 2 {
 		return false
 	}
