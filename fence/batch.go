@@ -218,8 +218,8 @@ func (t *Tree) claimable(tx journal.Tx, ids []string, inClaimed map[string]fsmir
 		default:
 			dir, derr := fileDir(rec, inClaimed)
 			if derr == nil {
-				t.finishMove(id, dir)
-				derr = t.checkFile(id, dir, true)
+				t.finishMove(tx, id, dir)
+				derr = t.confirmed(tx, t.checkFile(id, dir, true))
 			}
 			why = derr
 		}

@@ -392,8 +392,8 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 	if req.ID != "" {
 		dir, err := fileDir(rec, inClaimed)
 		if err == nil {
-			t.finishMove(rec.ID, dir)
-			err = t.checkFile(rec.ID, dir, true)
+			t.finishMove(tx, rec.ID, dir)
+			err = t.confirmed(tx, t.checkFile(rec.ID, dir, true))
 		}
 		if err != nil {
 			return record.Event{}, rec, err
@@ -475,7 +475,7 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]fsmirror.
 			dir = g.dir
 		}
 		ok, err := t.mirror.Exists(dir, cand)
-		if !ok && err == nil && t.finishMove(cand, dir) {
+		if !ok && err == nil && t.finishMove(tx, cand, dir) {
 			ok = true
 		}
 		switch {
@@ -550,7 +550,13 @@ func (t *Tree) beingPlaced(tx journal.Tx, id string) bool {
 // or requeue goes on. It reports whether it moved the file. On bbolt the
 // next writer finishes the last commit, so a file elsewhere was moved by
 // hand: left alone.
-func (t *Tree) finishMove(id string, dir fsmirror.Dir) bool {
+//
+// The file is located first and the snapshot confirmed second: a commit
+// moves its file only after it commits, so a file that a commit newer
+// than the snapshot put in from (another host's claim, say) shows as a
+// changed record, and the file is left where it is (the run is spoiled
+// and made again on a fresh snapshot).
+func (t *Tree) finishMove(tx journal.Tx, id string, dir fsmirror.Dir) bool {
 	if !t.batch.shared.Load() {
 		return false
 	}
@@ -561,6 +567,9 @@ func (t *Tree) finishMove(id string, dir fsmirror.Dir) bool {
 	if err != nil || from == dir {
 		return false
 	}
+	if tx.Confirm() != nil {
+		return false
+	}
 	if err := t.mirror.Move(id, from, dir); err != nil {
 		return false
 	}
@@ -569,6 +578,21 @@ func (t *Tree) finishMove(id string, dir fsmirror.Dir) bool {
 	t.batch.finishedMu.Unlock()
 	t.notify(NoticeSettled, id, "finished the move to "+string(dir)+"/ that an interrupted command left undone")
 	return true
+}
+
+// confirmed is a refusal err that rests on a task file, confirmed on a
+// journal whose writers race (etcd): if what the transaction read has
+// changed since, the file was compared with an old snapshot (another
+// host's claim moved it after the snapshot was read), and the run is made
+// again instead of refusing.
+func (t *Tree) confirmed(tx journal.Tx, err error) error {
+	if err == nil || !t.batch.shared.Load() {
+		return err
+	}
+	if cerr := tx.Confirm(); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // checkFile refuses to act on a task whose entry in its state directory
@@ -951,7 +975,7 @@ func (t *Tree) Revoke(ctx context.Context, id, agent, reason string) (Result, er
 // still waits for a dependency (a blocked task that was cancelled) goes
 // to waiting/ instead.
 func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, error) {
-	return t.operator(ctx, record.EvRequeue, id, func(rec record.Task, now time.Time) (record.Event, error) {
+	return t.operatorTx(ctx, record.EvRequeue, id, func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error) {
 		if rec.State != record.Done && rec.State != record.Failed {
 			return record.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "requeue"}
 		}
@@ -961,9 +985,9 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 		if err != nil {
 			return record.Event{}, err
 		}
-		t.finishMove(id, dir) // a complete or fail that died after its commit (etcd)
+		t.finishMove(tx, id, dir) // a complete or fail that died after its commit (etcd)
 		if ok, err := t.mirror.Exists(dir, id); err == nil && !ok {
-			return record.Event{}, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, dir, t.Path(id, rec.State))}
+			return record.Event{}, t.confirmed(tx, &TaskFileError{Err: fmt.Errorf("task %s has no file in %s/: put its content at %s, then requeue it; nothing changed", id, dir, t.Path(id, rec.State))})
 		}
 		to, _ := restState(rec.After, time.Time{}, now) // still blocked by a dependency: back to waiting/
 		return record.Event{Time: now, Type: record.EvRequeue, Task: id, From: rec.State, To: to, Agent: agent, Reason: reason}, nil
@@ -978,7 +1002,7 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 // changes nothing; a done task, or one failed for another reason, is
 // refused with NotAvailableError (see CancelEvent).
 func (t *Tree) Cancel(ctx context.Context, id, agent, reason string) (Result, error) {
-	return t.operator(ctx, record.EvCancel, id, func(rec record.Task, now time.Time) (record.Event, error) {
+	return t.operatorTx(ctx, record.EvCancel, id, func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error) {
 		ev, retry, err := CancelEvent(rec, agent, reason, now)
 		if err != nil {
 			return ev, err
@@ -987,7 +1011,7 @@ func (t *Tree) Cancel(ctx context.Context, id, agent, reason string) (Result, er
 		// release, a revoke, this very cancel: its repeat finishes it)
 		// left its move undone.
 		if dir, err := DirOf(rec.State); err == nil {
-			t.finishMove(id, dir)
+			t.finishMove(tx, id, dir)
 		}
 		if retry {
 			return ev, errNoChange

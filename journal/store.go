@@ -143,6 +143,14 @@ type Tx interface {
 	// operation that fails with Writes unchanged left the transaction as
 	// it found it (fence's group commit keeps the others' changes then).
 	Writes() int
+	// Confirm returns nil if nothing this transaction has read of tasks,
+	// claims and indexes has changed since; otherwise it spoils the run
+	// (Update runs the function again on a fresh snapshot) and says so.
+	// A decision that rests on the file system as well as the journal (a
+	// task file out of place) confirms first: where writers race (etcd)
+	// the snapshot can be older than the directory it is compared with.
+	// Where writers take turns (bbolt) nothing can have changed: nil.
+	Confirm() error
 
 	// Task returns the record of id; ok is false if the journal does not
 	// know it.

@@ -61,6 +61,10 @@ func (t *Tx) wrote() { t.writes++ }
 // transaction as it found it; one that changed it must not commit.
 func (t *Tx) Writes() int { return t.writes }
 
+// Confirm returns nil: a bbolt transaction holds the writer's lock, so
+// nothing it read can change under it.
+func (t *Tx) Confirm() error { return nil }
+
 // Task returns the record of id; ok is false if the journal does not know it.
 func (t *Tx) Task(id string) (task record.Task, ok bool, err error) {
 	v := t.tx.Bucket(bucketTasks).Get([]byte(id))
