@@ -33,3 +33,6 @@ func (db *DB) Bolt() *bbolt.DB { return db.b }
 
 // BaseVersion is the schema version a new journal starts at.
 const BaseVersion = baseVersion
+
+// FoldedVersion is the version a journal with folded records has.
+const FoldedVersion = foldedVersion

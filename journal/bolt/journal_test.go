@@ -680,3 +680,45 @@ func TestJournal_UpgradesOnFirstV2Record(t *testing.T) {
 		t.Fatalf("after a V2 write: version %q, upgrades %v; want %q, [%s]", v, upgrades, boltstore.SchemaVersion, want)
 	}
 }
+
+// The first Fold marks the journal FoldedVersion in the same commit, so
+// a fencectl that does not know folded records refuses it rather than
+// rebuild the folded tasks from a log that no longer holds their events;
+// a later V2 write keeps the mark, and this fencectl opens it.
+func TestJournal_FoldMarksTheJournal(t *testing.T) {
+	dir := newJournalClosed(t)
+	version := func() string {
+		t.Helper()
+		b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		var v string
+		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
+		return v
+	}
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, db, "a")
+	done := available("a", 0, 1)
+	done.State = record.Done
+	update(t, db, func(tx journal.Tx) error { return tx.Fold(done, 1) })
+	db.Close()
+	if v := version(); v != boltstore.FoldedVersion {
+		t.Fatalf("after a fold: version %q, want %q", v, boltstore.FoldedVersion)
+	}
+	db, err = boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("reopen a folded journal: %v", err)
+	}
+	rec := available("blocked", 0, 9)
+	rec.After = []string{"a"}
+	update(t, db, func(tx journal.Tx) error { return tx.PutTask(nil, rec) })
+	db.Close()
+	if v := version(); v != boltstore.FoldedVersion {
+		t.Fatalf("after a V2 write on a folded journal: version %q, want %q", v, boltstore.FoldedVersion)
+	}
+}

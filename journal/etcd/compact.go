@@ -18,6 +18,14 @@ import (
 // (journal.EncodeTask).
 const famFolded = "/f/"
 
+// foldedVersion marks a journal that holds folded records: a fencectl
+// that does not know them would rebuild the tasks from the log alone, in
+// which they have no events, and lose them (replay), or read a folded
+// task as unknown (show); it refuses the journal instead. The first Fold
+// sets it, in the same commit. It is SchemaVersion with one family more,
+// so it reads (and keeps) V2 records.
+const foldedVersion = "etcd-3-compacted"
+
 // Fold keeps rec as the folded record of task rec.ID, covering its events
 // up to seq upTo.
 func (t *Tx) Fold(rec record.Task, upTo uint64) error {
@@ -27,6 +35,7 @@ func (t *Tx) Fold(rec record.Task, upTo uint64) error {
 	}
 	enc := journal.EncodeTask(rec)
 	t.v2 = t.v2 || journal.IsV2(enc)
+	t.folded = true
 	t.put(t.key(famFolded, rec.ID), u64(upTo)+string(enc))
 	t.headMod = true // every write moves the head (see PutDefaults)
 	return nil

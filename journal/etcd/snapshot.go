@@ -68,7 +68,7 @@ func (b *Backend) checkMeta(meta map[string]string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("%w at %s", journal.ErrNoJournal, b.cfg.URL())
-	case v != SchemaVersion && !slices.Contains(readVersions, v):
+	case v != SchemaVersion && v != foldedVersion && !slices.Contains(readVersions, v):
 		return &journal.VersionError{Path: b.cfg.URL(), Found: v, Supported: SchemaVersion}
 	}
 	return nil

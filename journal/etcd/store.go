@@ -217,13 +217,21 @@ func (t *Tx) commit() error {
 	if t.headMod {
 		t.buf[t.key(famMeta, metaHead)] = &op{val: t.head.encode()}
 	}
-	upgrade := t.v2 && t.meta[metaVersion] != SchemaVersion
+	from := t.meta[metaVersion]
+	to := from
+	if t.v2 && from != SchemaVersion && from != foldedVersion {
+		to = SchemaVersion
+	}
+	if t.folded {
+		to = foldedVersion // compact.go
+	}
+	upgrade := to != from
 	if upgrade {
-		// The first V2 record: the journal is SchemaVersion from this
-		// commit on, which holds only if the version is still what begin
-		// read.
+		// The first V2 record (or folded one): the journal is to from
+		// this commit on, which holds only if the version is still what
+		// begin read.
 		vk := t.key(famMeta, metaVersion)
-		t.buf[vk] = &op{val: SchemaVersion}
+		t.buf[vk] = &op{val: to}
 		t.reads[vk] = t.verRev
 	}
 	if len(t.buf) == 0 {
@@ -259,8 +267,8 @@ func (t *Tx) commit() error {
 	}
 	if err == nil && resp.Succeeded {
 		t.s.cacheCommitted(t, resp.Header.Revision)
-		if upgrade && t.s.onUpgrade != nil {
-			t.s.onUpgrade(t.meta[metaVersion], SchemaVersion)
+		if upgrade && to == SchemaVersion && t.s.onUpgrade != nil {
+			t.s.onUpgrade(from, to)
 		}
 	}
 	switch {

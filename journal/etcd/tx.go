@@ -60,6 +60,7 @@ type Tx struct {
 
 	verRev   int64  // the version key's mod revision at the snapshot
 	v2       bool   // this run wrote a V2 record (journal.IsV2): commit raises the version
+	folded   bool   // this run folded a task (compact.go): commit marks the journal foldedVersion
 	first    uint64 // first event this run appended
 	requests int    // reads sent to etcd, begin's included (for tests)
 	// got holds every key get handed out (a rebased run finds them
