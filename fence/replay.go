@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -64,10 +65,15 @@ type replayState struct {
 	lastSeq  uint64      // the log's last event when it was read
 	// folded are the tasks compact folded: the seq up to which the
 	// folded record covers their events (replay skips those still
-	// there), and whether no later event changed them (untouched: the
-	// stored record must be the folded one, compared byte for byte).
-	folded    map[string]uint64
-	untouched map[string]bool
+	// there), and whether a later event changed them (if not, the stored
+	// record must be the folded one, compared byte for byte).
+	folded map[string]foldMark
+}
+
+// foldMark is what replay keeps of a folded task (replayState.folded).
+type foldMark struct {
+	upTo    uint64
+	touched bool
 }
 
 // extraCopy is a task file in a directory besides the one that keeps the
@@ -128,7 +134,11 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	err = db.View(func(tx journal.Tx) error {
 		// A store may run this more than once: each run starts afresh.
 		rep = ReplayReport{}
-		st = &replayState{tasks: map[string]record.Task{}, claims: map[uint64]record.Claim{}, staged: map[string]string{}, ownClock: !db.Exclusive()}
+		n := 0
+		for _, c := range tx.Counts() {
+			n += c // the records' count: the log's tasks are about as many
+		}
+		st = &replayState{tasks: make(map[string]record.Task, n), claims: map[uint64]record.Claim{}, staged: map[string]string{}, ownClock: !db.Exclusive()}
 		if err := st.compareJournal(tx, &rep); err != nil {
 			return err
 		}
@@ -223,8 +233,8 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		if ev.Task == "" || ev.Type == record.EvDefaults {
 			return true, nil // the tree's settings, a compaction: no task to fold it into
 		}
-		if upTo, ok := st.folded[ev.Task]; ok {
-			if ev.Seq <= upTo {
+		if mark, ok := st.folded[ev.Task]; ok {
+			if ev.Seq <= mark.upTo {
 				// Folded into the task's base, not dropped yet (on etcd
 				// compact drops a few at a time, each bunch with the
 				// claims its tokens name, oldest first): its claim
@@ -232,7 +242,9 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 				st.foldClaim(ev)
 				return true, nil
 			}
-			delete(st.untouched, ev.Task)
+			if !mark.touched {
+				st.folded[ev.Task] = foldMark{upTo: mark.upTo, touched: true}
+			}
 		}
 		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
@@ -256,11 +268,16 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	if err != nil {
 		return err
 	}
-	seen := map[string]bool{}
+	// Records are counted, not remembered: a million ids in a map cost
+	// more than the compare itself. Only when some of the log's tasks have
+	// no record does a second pass find which.
+	known := 0
 	err = tx.ForEachTask(func(rec record.Task) error {
-		seen[rec.ID] = true
 		want, ok := st.tasks[rec.ID]
-		if ok && st.untouched[rec.ID] && bytes.Equal(journal.EncodeTask(rec), journal.EncodeTask(want)) {
+		if ok {
+			known++
+		}
+		if mark, folded := st.folded[rec.ID]; ok && folded && !mark.touched && bytes.Equal(journal.EncodeTask(rec), journal.EncodeTask(want)) {
 			return nil // the folded record, as compact left it
 		}
 		switch {
@@ -274,9 +291,16 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	if err != nil {
 		return err
 	}
-	for id, rec := range st.tasks {
-		if !seen[id] {
-			add(Finding{Kind: FindingRecordMissing, Task: id, Detail: fmt.Sprintf("the event log has this task (%s) but no record; replay restores it", rec.State)})
+	if known < len(st.tasks) {
+		seen := make(map[string]bool, known)
+		err := tx.ForEachTask(func(rec record.Task) error { seen[rec.ID] = true; return nil })
+		if err != nil {
+			return err
+		}
+		for id, rec := range st.tasks {
+			if !seen[id] {
+				add(Finding{Kind: FindingRecordMissing, Task: id, Detail: fmt.Sprintf("the event log has this task (%s) but no record; replay restores it", rec.State)})
+			}
 		}
 	}
 	nclaims := 0
@@ -397,11 +421,10 @@ func (st *replayState) foldClaim(ev record.Event) {
 
 // seedFolded starts every folded task from its folded record.
 func (st *replayState) seedFolded(tx journal.Tx) error {
-	st.folded, st.untouched = map[string]uint64{}, map[string]bool{}
+	st.folded = map[string]foldMark{}
 	return tx.Folded(func(rec record.Task, upTo uint64) (bool, error) {
 		st.tasks[rec.ID] = rec
-		st.folded[rec.ID] = upTo
-		st.untouched[rec.ID] = true
+		st.folded[rec.ID] = foldMark{upTo: upTo}
 		return true, nil
 	})
 }
@@ -492,13 +515,11 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			t.planExtra(st, rep, extraCopy{id, d, keep}, dirs[0], "")
 		}
 	}
-	ids := make([]string, 0, len(st.tasks))
-	for id := range st.tasks {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		want, err := DirOf(st.tasks[id].State)
+	// The log's tasks in map order (sorting a million ids costs more than
+	// the compare); what is planned for the few out of place is sorted
+	// after, and the findings are sorted by the caller.
+	for id, rec := range st.tasks {
+		want, err := DirOf(rec.State)
 		if err != nil { // the log put it in no state fencectl knows
 			add(Finding{Kind: FindingLogError, Task: id, Detail: err.Error() + "; replay leaves its file where it is"})
 			continue
@@ -512,9 +533,9 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			} else if s := st.staged[id]; s != "" && staging[s] {
 				add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Staging, staged: s, to: want})
-			} else if !settledMissing(st.tasks[id]) {
+			} else if !settledMissing(rec) {
 				what := "replay fails it (reason \"" + ReasonFileMissing + "\"); to run it again, put its content at " + string(record.Failed) + "/" + id + " and requeue it"
-				if st.tasks[id].State == record.Done {
+				if rec.State == record.Done {
 					what = "replay records that its file is gone; the task stays done"
 				}
 				add(Finding{Kind: FindingMissingFile, Task: id, Dir: string(want), Detail: "the journal has this task in " + string(want) + "/ but its file is in no directory; " + what})
@@ -536,6 +557,9 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			}
 		}
 	}
+	slices.SortStableFunc(st.moves, func(a, b move) int { return strings.Compare(a.id, b.id) })
+	slices.SortStableFunc(st.extra, func(a, b extraCopy) int { return strings.Compare(a.id, b.id) })
+	slices.Sort(st.missing)
 	return nil
 }
 

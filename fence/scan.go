@@ -1,6 +1,10 @@
 package fence
 
-import "github.com/fencectl/fencectl/fsmirror"
+import (
+	"slices"
+
+	"github.com/fencectl/fencectl/fsmirror"
+)
 
 // dirScan is what the state directories hold, listed once: replay compares
 // it with the journal, recover rebuilds the journal from it.
@@ -17,13 +21,24 @@ type dirScan struct {
 // scanStateDirs lists the state directories of m. then ends the detail of
 // each invalid entry: what the command does about it.
 func scanStateDirs(m *fsmirror.Mirror, then string) (dirScan, error) {
-	sc := dirScan{where: map[string][]fsmirror.Dir{}}
-	for _, dir := range fsmirror.StateDirs {
+	lists := make([][]fsmirror.Entry, len(fsmirror.StateDirs))
+	n := 0
+	for i, dir := range fsmirror.StateDirs {
 		entries, err := m.List(dir)
 		if err != nil {
-			return sc, err
+			return dirScan{}, err
 		}
-		for _, e := range entries {
+		lists[i], n = entries, n+len(entries)
+	}
+	// A tree of a million tasks has a million entries: the map is made
+	// once at its size, and a file in one directory (nearly all) shares
+	// its one-element list with every other file there (capacity 1, so a
+	// second directory's append copies it) instead of allocating one.
+	sc := dirScan{where: make(map[string][]fsmirror.Dir, n), order: make([]string, 0, n)}
+	dirs := slices.Clone(fsmirror.StateDirs) // this scan's own: never the package's
+	for i, dir := range dirs {
+		only := dirs[i : i+1 : i+1]
+		for _, e := range lists[i] {
 			if err := fsmirror.ValidateID(e.Name); err != nil {
 				sc.invalid = append(sc.invalid, Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: err.Error() + "; " + then})
 				continue
@@ -32,10 +47,12 @@ func scanStateDirs(m *fsmirror.Mirror, then string) (dirScan, error) {
 				sc.invalid = append(sc.invalid, Finding{Kind: FindingInvalidEntry, Task: e.Name, Dir: string(dir), Detail: string(e.Kind) + ": not a regular file, never followed; " + then})
 				continue
 			}
-			if len(sc.where[e.Name]) == 0 {
-				sc.order = append(sc.order, e.Name)
+			if prev, seen := sc.where[e.Name]; seen {
+				sc.where[e.Name] = append(prev, dir)
+				continue
 			}
-			sc.where[e.Name] = append(sc.where[e.Name], dir)
+			sc.order = append(sc.order, e.Name)
+			sc.where[e.Name] = only
 		}
 	}
 	return sc, nil
