@@ -2,6 +2,7 @@ package fence
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/fencectl/fencectl/fsmirror"
 )
@@ -10,7 +11,9 @@ import (
 // it with the journal, recover rebuilds the journal from it.
 type dirScan struct {
 	// where lists, for each task file, the state directories it is in, in
-	// fsmirror.StateDirs order; order has the ids as first seen.
+	// fsmirror.StateDirs order; order has the ids as first seen, in the
+	// directories' own order (no sort of a million names: a caller that
+	// acts on a few sorts those).
 	where map[string][]fsmirror.Dir
 	order []string
 	// invalid reports the entries that are not task files (a bad name, a
@@ -24,7 +27,7 @@ func scanStateDirs(m *fsmirror.Mirror, then string) (dirScan, error) {
 	lists := make([][]fsmirror.Entry, len(fsmirror.StateDirs))
 	n := 0
 	for i, dir := range fsmirror.StateDirs {
-		entries, err := m.List(dir)
+		entries, err := m.Entries(dir) // in no order: sorted below where it matters
 		if err != nil {
 			return dirScan{}, err
 		}
@@ -55,5 +58,13 @@ func scanStateDirs(m *fsmirror.Mirror, then string) (dirScan, error) {
 			sc.where[e.Name] = only
 		}
 	}
+	// Each directory's invalid entries by name, as a person reads them.
+	rank := func(d string) int { return slices.Index(dirs, fsmirror.Dir(d)) }
+	slices.SortStableFunc(sc.invalid, func(a, b Finding) int {
+		if c := rank(a.Dir) - rank(b.Dir); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Task, b.Task)
+	})
 	return sc, nil
 }

@@ -51,6 +51,15 @@ type Entry struct {
 // an lstat per entry), never opened or followed. A stat per entry made
 // half of a replay's time at 1M tasks.
 func (m *Mirror) List(dir Dir) ([]Entry, error) {
+	entries, err := m.Entries(dir)
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	return entries, err
+}
+
+// Entries is List in the directory's own order: for a caller that looks
+// every entry up by name and needs no order (sorting a million names made
+// a tenth of a replay's time at 1M tasks).
+func (m *Mirror) Entries(dir Dir) ([]Entry, error) {
 	fd, err := m.dirfd(dir)
 	if err != nil {
 		return nil, err
@@ -71,7 +80,6 @@ func (m *Mirror) List(dir Dir) ([]Entry, error) {
 	for _, de := range des {
 		entries = append(entries, Entry{Name: de.Name(), Kind: kindOfType(de.Type())})
 	}
-	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 	return entries, nil
 }
 
