@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -105,12 +106,14 @@ type LeaseKeeper struct {
 	lastErr   error
 	lostErr   error
 
-	untie    func() // drops the liveness file (TieToProcess)
-	lost     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
-	started  bool
-	stopOnce sync.Once
+	untie func() // drops the liveness file (TieToProcess)
+	// watchChecks counts the checks a journal write woke (for tests).
+	watchChecks atomic.Int64
+	lost        chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
+	started     bool
+	stopOnce    sync.Once
 }
 
 // NewKeeper checks cfg, fills in the defaults and returns a keeper that is
@@ -244,6 +247,16 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 	}
 	tick := time.NewTicker(k.cfg.Tick)
 	defer tick.Stop()
+	// A write after a quiet spell is checked at once; under a storm of
+	// writes (eight run --loop processes on one tree commit about a
+	// thousand times a second, and each woke every other runner's
+	// keeper for a read of the journal) checks come at most every
+	// watchSpacing, the last write of a burst included.
+	spaced := time.NewTimer(time.Hour)
+	spaced.Stop()
+	defer spaced.Stop()
+	var lastCheck time.Time
+	waiting := false
 	for {
 		wrote := false
 		select {
@@ -252,14 +265,32 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 		case <-ctx.Done():
 			return
 		case <-changed:
+			if since := time.Since(lastCheck); since < watchSpacing {
+				if !waiting {
+					waiting = true
+					spaced.Reset(watchSpacing - since)
+				}
+				continue
+			}
 			wrote = true
+		case <-spaced.C:
+			waiting, wrote = false, true
 		case <-tick.C:
+		}
+		if wrote {
+			lastCheck = time.Now()
+			k.watchChecks.Add(1)
 		}
 		if step, _ := k.runOnce(ctx, k.tree.now(), wrote); step == stepLost {
 			return
 		}
 	}
 }
+
+// watchSpacing is the least time between two checks a journal write
+// wakes (LeaseKeeper.loop): it bounds how late a revoke is seen under a
+// storm of writes, and how many reads the storm costs each keeper.
+const watchSpacing = 5 * time.Millisecond
 
 // runOnce does what is due at now: a read-only check when the journal
 // changed or a check is due, a heartbeat when one is due, and then gives

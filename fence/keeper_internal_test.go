@@ -421,3 +421,38 @@ func TestKeeper_SharedWatchFollowsAReplacedJournal(t *testing.T) {
 	// that still holds, and sees the next change through the new watch.
 	seesRevoke(t, tree, before)
 }
+
+// A storm of journal writes does not make a keeper read the journal once
+// per write: checks the watch wakes come at most every watchSpacing, and
+// the last write of the storm is still checked (a revoke at its end is
+// seen).
+func TestKeeper_WriteStormIsCheckedSpaced(t *testing.T) {
+	tree, k, _ := keeperTree(t, KeeperConfig{CheckInterval: time.Hour, Tick: time.Hour})
+	ctx := context.Background()
+	if err := k.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	other := startKeeper(t, tree, "t2")
+	other.Stop()
+	c, err := tree.Claim(ctx, ClaimRequest{ID: "t2", Token: other.cfg.Token, Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	const writes = 300
+	for range writes {
+		if _, err := tree.Heartbeat(ctx, FencedRequest{ID: "t2", Token: c.Token, Agent: "a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	// The storm's own span allows took/watchSpacing checks, plus the one
+	// at its start and the one after its end.
+	time.Sleep(3 * watchSpacing)
+	limit := int64(took/watchSpacing) + 2
+	if n := k.watchChecks.Load(); n > limit || n == 0 {
+		t.Fatalf("%d writes in %v woke %d checks; want 1 to %d", writes, took, n, limit)
+	}
+	seesRevoke(t, tree, k)
+}
