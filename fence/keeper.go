@@ -107,8 +107,10 @@ type LeaseKeeper struct {
 	lostErr   error
 
 	untie func() // drops the liveness file (TieToProcess)
-	// watchChecks counts the checks a journal write woke (for tests).
+	// watchChecks counts the checks a journal write woke, and
+	// watchMinGap is the shortest time between two of them (for tests).
 	watchChecks atomic.Int64
+	watchMinGap atomic.Int64
 	lost        chan struct{}
 	stop        chan struct{}
 	done        chan struct{}
@@ -272,14 +274,21 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 				}
 				continue
 			}
+			if waiting { // this check covers the write the timer waits for
+				spaced.Stop()
+				waiting = false
+			}
 			wrote = true
 		case <-spaced.C:
 			waiting, wrote = false, true
 		case <-tick.C:
 		}
 		if wrote {
-			lastCheck = time.Now()
-			k.watchChecks.Add(1)
+			now := time.Now()
+			if gap := int64(now.Sub(lastCheck)); k.watchChecks.Add(1) > 1 && (k.watchMinGap.Load() == 0 || gap < k.watchMinGap.Load()) {
+				k.watchMinGap.Store(gap)
+			}
+			lastCheck = now
 		}
 		if step, _ := k.runOnce(ctx, k.tree.now(), wrote); step == stepLost {
 			return

@@ -439,20 +439,18 @@ func TestKeeper_WriteStormIsCheckedSpaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	const writes = 300
 	for range writes {
 		if _, err := tree.Heartbeat(ctx, FencedRequest{ID: "t2", Token: c.Token, Agent: "a"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	took := time.Since(start)
-	// The storm's own span allows took/watchSpacing checks, plus the one
-	// at its start and the one after its end.
-	time.Sleep(3 * watchSpacing)
-	limit := int64(took/watchSpacing) + 2
-	if n := k.watchChecks.Load(); n > limit || n == 0 {
-		t.Fatalf("%d writes in %v woke %d checks; want 1 to %d", writes, took, n, limit)
+	// Timing-free: however slow the machine, no two checks the watch
+	// woke are closer than watchSpacing (each write used to wake one as
+	// soon as the last was done).
+	n, gap := k.watchChecks.Load(), time.Duration(k.watchMinGap.Load())
+	if n == 0 || n > 1 && gap < watchSpacing {
+		t.Fatalf("%d writes woke %d checks, the closest %v apart; want at least one, none closer than %v", writes, n, gap, watchSpacing)
 	}
 	seesRevoke(t, tree, k)
 }
