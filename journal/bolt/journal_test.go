@@ -585,17 +585,7 @@ func TestCodec_UpgradesVersion1Journal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	version := func() string {
-		t.Helper()
-		b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		var v string
-		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
-		return v
-	}
+	version := func() string { t.Helper(); return storedVersion(t, dir) }
 
 	ro, err := boltstore.Open(dir, journal.OpenOptions{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
@@ -641,17 +631,7 @@ func TestCodec_UpgradesVersion1Journal(t *testing.T) {
 // with dependencies) marks it version 4 in the same commit and says so.
 func TestJournal_UpgradesOnFirstV2Record(t *testing.T) {
 	dir := newJournalClosed(t)
-	version := func() string {
-		t.Helper()
-		b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		var v string
-		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
-		return v
-	}
+	version := func() string { t.Helper(); return storedVersion(t, dir) }
 	if v := version(); v != boltstore.BaseVersion {
 		t.Fatalf("new journal: version %q, want %q", v, boltstore.BaseVersion)
 	}
@@ -687,17 +667,7 @@ func TestJournal_UpgradesOnFirstV2Record(t *testing.T) {
 // a later V2 write keeps the mark, and this fencectl opens it.
 func TestJournal_FoldMarksTheJournal(t *testing.T) {
 	dir := newJournalClosed(t)
-	version := func() string {
-		t.Helper()
-		b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		var v string
-		b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
-		return v
-	}
+	version := func() string { t.Helper(); return storedVersion(t, dir) }
 	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -721,4 +691,18 @@ func TestJournal_FoldMarksTheJournal(t *testing.T) {
 	if v := version(); v != boltstore.FoldedVersion {
 		t.Fatalf("after a V2 write on a folded journal: version %q, want %q", v, boltstore.FoldedVersion)
 	}
+}
+
+// storedVersion reads the schema version stored in the journal in dir,
+// straight from the file.
+func storedVersion(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := bolt.Open(boltstore.Path(dir), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var v string
+	b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
+	return v
 }
