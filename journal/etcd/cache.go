@@ -28,7 +28,7 @@ func (s *Store) cacheValid(headRev int64) bool {
 	if s.cacheRev != 0 && s.cacheRev == headRev {
 		return true
 	}
-	s.cacheRev, s.cacheKV = headRev, nil
+	s.cacheRev, s.cacheKV, s.warm = headRev, nil, false
 	return headRev != 0
 }
 
@@ -41,10 +41,17 @@ func (s *Store) cacheGet(k string) (*mvccpb.KeyValue, bool) {
 	return kv, ok
 }
 
-// cachePut records kv (nil: absent) as k's state.
-func (s *Store) cachePut(k string, kv *mvccpb.KeyValue) {
+// cachePut records kv (nil: absent), read at a snapshot whose head had
+// mod revision headRev, as k's state, if the cache still holds the state
+// at that head: a transaction of this handle may have committed since
+// the read (another goroutine's group, say), and then kv may be older
+// than what the cache holds.
+func (s *Store) cachePut(headRev int64, k string, kv *mvccpb.KeyValue) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
+	if headRev == 0 || s.cacheRev != headRev {
+		return
+	}
 	if s.cacheKV == nil || len(s.cacheKV) >= cacheLimit {
 		s.cacheKV = map[string]*mvccpb.KeyValue{}
 	}
@@ -58,9 +65,10 @@ func (s *Store) cacheCommitted(t *Tx, rev int64) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	if !t.cached || !t.headMod {
-		s.cacheRev, s.cacheKV = 0, nil
+		s.cacheRev, s.cacheKV, s.warm = 0, nil, false
 		return
 	}
+	s.warm = true
 	if s.cacheKV == nil || len(s.cacheKV)+len(t.buf) >= cacheLimit {
 		s.cacheKV = map[string]*mvccpb.KeyValue{}
 	}
@@ -78,9 +86,26 @@ func (s *Store) cacheCommitted(t *Tx, rev int64) {
 	s.cacheRev = rev
 }
 
+// readyWindow is how many ready keys a transaction's begin reads: the
+// first ready page. A writer whose cache is warm (it committed the head
+// last: one long-lived process that commits group after group) reads 64,
+// and its claims read ahead the records of all of them, into the cache:
+// the groups after find their candidates there and need no request of
+// their own to read them, until the window is used up. A cold handle
+// (a CLI process, or one that other hosts keep writing past) reads 16:
+// records read ahead for a later group would be stale by then.
+func (s *Store) readyWindow(write bool) int64 {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if write && s.warm {
+		return warmReadyPage
+	}
+	return firstReadyPage
+}
+
 // dropCache forgets everything cached.
 func (s *Store) dropCache() {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
-	s.cacheRev, s.cacheKV = 0, nil
+	s.cacheRev, s.cacheKV, s.warm = 0, nil, false
 }

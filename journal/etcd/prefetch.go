@@ -56,15 +56,29 @@ func (t *Tx) beginReading(ids []string, claims bool) error {
 	t.keepAhead(points[:n], deps[:m], answers)
 	t.scanLiveIfRead()
 	rest := points[n:]
-	if claims {
-		if r := t.pages[t.firstReadyPageKey()]; r != nil {
-			for _, kv := range r.Kvs {
-				rest = append(rest, t.key(famTask, string(kv.Value)), t.key(famLive, string(kv.Value)))
-			}
+	if r := t.pages[t.firstReadyPageKey()]; claims && r != nil && t.candidatesUnknown(r.Kvs) {
+		for _, kv := range r.Kvs {
+			rest = append(rest, t.key(famTask, string(kv.Value)), t.key(famLive, string(kv.Value)))
 		}
 	}
 	t.readAhead(rest, deps[m:])
 	return nil
+}
+
+// candidatesUnknown reports whether get would need a request for the
+// keys of a claim's first candidates (the first firstReadyPage tasks of
+// the ready page kvs). Only then is the whole page read ahead: a warm
+// handle's page is wider (Store.readyWindow), and reading its far end
+// ahead in every group would cost each group a request for the few tasks
+// that came into the window since the last.
+func (t *Tx) candidatesUnknown(kvs []*mvccpb.KeyValue) bool {
+	for _, kv := range kvs[:min(len(kvs), firstReadyPage)] {
+		id := string(kv.Value)
+		if !t.known(t.key(famTask, id)) || !t.known(t.key(famLive, id)) {
+			return true
+		}
+	}
+	return false
 }
 
 // readOps are the reads of points and of the first page of each of deps,
@@ -100,6 +114,9 @@ func (t *Tx) keepAhead(points []string, deps []pageKey, answers []*etcdserverpb.
 		}
 		if _, mine := t.buf[k]; !mine {
 			t.fetched[k] = kv
+			if t.cached && !t.isLive(k) {
+				t.s.cachePut(t.headRev, k, kv)
+			}
 		}
 	}
 	for i, d := range deps {
@@ -167,7 +184,7 @@ func (t *Tx) isLive(k string) bool {
 // firstReadyPageKey names the ready index's first page as begin reads it.
 func (t *Tx) firstReadyPageKey() pageKey {
 	lo := t.key(famReady, "")
-	return pageKey{lo, rangeEnd(lo), firstReadyPage}
+	return pageKey{lo, rangeEnd(lo), t.firstPageSize()}
 }
 
 // scanLiveIfRead fills the transaction's view of every liveness key from

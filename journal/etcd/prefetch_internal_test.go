@@ -143,3 +143,85 @@ func TestPrefetch_OneRequestForTheGroup(t *testing.T) {
 		t.Errorf("deps of t00 = %v, %d ready read; want [t01], 10", ahead.deps[0], len(ahead.ready))
 	}
 }
+
+// TestPrefetch_WarmHandleReadsItsCandidatesOnce: a handle that commits
+// group after group with nobody else writing reads a wider first ready
+// page and keeps its candidates' records in its cache, so most claims
+// after the first cost the request that begins them and nothing more; a
+// cold handle reads its candidates each time.
+func TestPrefetch_WarmHandleReadsItsCandidatesOnce(t *testing.T) {
+	cfg, dir := newJournal(t)
+	_, s := open(t, cfg, dir)
+	now := time.Now()
+	const n = 60
+	err := s.Update(func(tx journal.Tx) error {
+		for i := range n {
+			rec := record.Task{ID: fmt.Sprintf("t%02d", i), State: record.Available, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now}
+			if err := tx.PutTask(nil, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// claim takes the first ready task in one transaction (as fence's
+	// claim-next does) and returns the requests that transaction made.
+	claim := func(s journal.Store) (id string, requests int) {
+		t.Helper()
+		err := s.(journal.Prefetcher).UpdateReading(nil, true, func(jt journal.Tx) error {
+			tx := jt.(*Tx)
+			var rec record.Task
+			tx.Ready(func(cand string) bool {
+				r, ok, err := tx.Task(cand)
+				if err != nil || !ok {
+					t.Fatalf("Task(%s) = %v, %v", cand, ok, err)
+				}
+				rec = r
+				return false
+			})
+			if rec.ID == "" {
+				t.Fatal("nothing ready")
+			}
+			old := rec
+			rec.State = record.Claimed
+			rec.Lease = &record.Lease{Token: rec.Seq, Agent: "a", ClaimedAt: now, Deadline: now.Add(time.Hour), TTL: time.Hour}
+			id, requests = rec.ID, tx.requests
+			return tx.PutTask(&old, rec)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, requests
+	}
+	// A handle of its own: the one that added the tasks has their
+	// records cached already.
+	_, s = open(t, cfg, dir)
+	var warm []int
+	for i := range 40 {
+		id, req := claim(s)
+		if want := fmt.Sprintf("t%02d", i); id != want {
+			t.Fatalf("claim %d took %s; want %s (claim order)", i, id, want)
+		}
+		warm = append(warm, req)
+	}
+	beginOnly := 0
+	for _, r := range warm[1:] {
+		if r == 1 {
+			beginOnly++
+		}
+	}
+	if beginOnly < 30 {
+		t.Errorf("requests per claim of a warm handle: %v; want most (≥ 30 of 39) to be the begin alone", warm)
+	}
+	// A handle that another writer keeps passing stays cold: each of its
+	// claims reads its candidates after begin.
+	_, other := open(t, cfg, dir)
+	for i := range 3 {
+		claim(other)
+		if _, req := claim(s); req < 2 {
+			t.Errorf("claim %d of a handle another writer passed made %d requests; want ≥ 2 (begin, then its candidates)", i, req)
+		}
+	}
+}

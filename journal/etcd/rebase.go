@@ -66,7 +66,7 @@ func headMovedFrom(resp *clientv3.TxnResponse, metaKey string) *headMoved {
 func (t *Tx) rebased(m *headMoved) (*Tx, error) {
 	n := t.s.newTx(t.ctx, true)
 	n.locked = t.locked
-	n.rev = t.rev
+	n.rev, n.firstPage = t.rev, t.firstPage
 	n.pages = maps.Clone(t.pages)
 	n.fetched = make(map[string]*mvccpb.KeyValue, len(t.fetched)+len(t.got))
 	maps.Copy(n.fetched, t.fetched)

@@ -26,15 +26,16 @@ type snapshot struct {
 // every claim does first, the ready page for claim-next.
 //
 // extra are more reads to make at the same revision, in the same request;
-// their answers are in the snapshot's extra.
-func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op) (*snapshot, error) {
+// their answers are in the snapshot's extra. readyPage is the size of the
+// ready index's first page.
+func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPage int64) (*snapshot, error) {
 	metaKey := b.cfg.Prefix + famMeta
 	ops := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
 	var pre []pageKey
 	for _, f := range []struct {
 		fam   string
 		limit int64
-	}{{famExpiry, pageSize}, {famLive, pageSize}, {famReady, firstReadyPage}, {famDue, pageSize}} {
+	}{{famExpiry, pageSize}, {famLive, pageSize}, {famReady, readyPage}, {famDue, pageSize}} {
 		lo := b.cfg.Prefix + f.fam
 		pre = append(pre, pageKey{lo, rangeEnd(lo), f.limit})
 		ops = append(ops, clientv3.OpGet(lo, clientv3.WithRange(rangeEnd(lo)), clientv3.WithLimit(f.limit)))

@@ -41,6 +41,9 @@ type Store struct {
 	cacheMu  sync.Mutex
 	cacheRev int64
 	cacheKV  map[string]*mvccpb.KeyValue
+	// warm: this handle's last commit moved the head, and no other
+	// writer has been seen since (see readyWindow).
+	warm bool
 }
 
 var _ journal.Store = (*Store)(nil)

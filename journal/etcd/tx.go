@@ -50,6 +50,10 @@ type Tx struct {
 	expired   []string        // Expired's snapshot answer, once read
 	issued    map[uint64]bool // tokens this run issued: no claim yet
 	readyPage int64           // the next page size of the ready scan
+	// firstPage is the size of the ready index's first page as begin
+	// read it (Store.readyWindow); headRev is the head's mod revision at
+	// the snapshot.
+	firstPage, headRev int64
 	// fetched holds keys read ahead (prefetch), not yet checked: get
 	// takes them from here and only then counts them as read.
 	fetched  map[string]*mvccpb.KeyValue
@@ -119,11 +123,12 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 		return nil, nil
 	}
 	t.requests++
-	snap, err := t.s.b.readSnapshot(t.ctx, extra)
+	t.firstPage = t.s.readyWindow(t.write)
+	snap, err := t.s.b.readSnapshot(t.ctx, extra, t.firstPage)
 	if err != nil {
 		return nil, t.fail(err)
 	}
-	t.rev = snap.rev
+	t.rev, t.headRev = snap.rev, snap.headRev
 	if t.pages == nil {
 		t.pages = map[pageKey]*clientv3.GetResponse{}
 	}
@@ -149,6 +154,18 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 // firstReadyPage is the size of the ready index's first page (most
 // claims need one entry of it).
 const firstReadyPage = 16
+
+// warmReadyPage is the first page of a handle whose cache is warm (see
+// Store.readyWindow).
+const warmReadyPage = 64
+
+// firstPageSize is the ready index's first page size of this transaction.
+func (t *Tx) firstPageSize() int64 {
+	if t.firstPage == 0 {
+		return firstReadyPage
+	}
+	return t.firstPage
+}
 
 // pageKey names one page request of a scan.
 type pageKey struct {
@@ -317,7 +334,7 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 		out[k] = kvs[i]
 		t.track(k, kvs[i])
 		if t.cached && !strings.HasPrefix(k, livePrefix) {
-			t.s.cachePut(k, kvs[i])
+			t.s.cachePut(t.headRev, k, kvs[i])
 		}
 	}
 	return out, nil
@@ -648,10 +665,15 @@ func (t *Tx) Counts() map[record.State]int {
 //
 // Each page's first candidates have their records and liveness keys read
 // ahead in the same round trip's wake (prefetch), so the claim's Task of
-// the candidate it takes costs no round trip of its own.
+// the candidate it takes costs no round trip of its own; on a page whose
+// first candidates are known already (a warm handle's cache), nothing is
+// read ahead (see candidatesUnknown).
 func (t *Tx) Ready(fn func(id string) (more bool)) {
-	t.readyPage = firstReadyPage
+	t.readyPage = t.firstPageSize()
 	t.pageHook = func(kvs []*mvccpb.KeyValue) {
+		if !t.candidatesUnknown(kvs) {
+			return
+		}
 		ids := make([]string, 0, len(kvs))
 		for _, kv := range kvs {
 			ids = append(ids, string(kv.Value))
