@@ -25,8 +25,9 @@ import (
 // same request, the records and liveness keys of ids and the first page
 // of each id's dependents; with claims, then the records and liveness
 // keys of the first ready page's tasks (the candidates a claim looks at
-// first), in one more request, since their ids come with the snapshot. A
-// failed read ahead is forgotten; a failed begin is begin's error.
+// first), in one more request, since their ids come with the snapshot,
+// unless the cache knows them already (candidatesUnknown). A failed read
+// ahead is forgotten; a failed begin is begin's error.
 func (t *Tx) beginReading(ids []string, claims bool) error {
 	var points []string
 	var deps []pageKey

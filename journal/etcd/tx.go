@@ -660,8 +660,9 @@ func (t *Tx) Counts() map[record.State]int {
 // Ready calls fn with the ids of available tasks in claim order (highest
 // priority, then oldest), reading the index a page at a time.
 //
-// A claim takes the first ready task it can: the scan starts with a page
-// of 8 keys (most claims need one), then reads bigger pages.
+// A claim takes the first ready task it can: the scan starts with the
+// page begin read (16 keys, most claims need one; 64 for a warm handle,
+// see Store.readyWindow) and reads on in pages of that size.
 //
 // Each page's first candidates have their records and liveness keys read
 // ahead in the same round trip's wake (prefetch), so the claim's Task of
