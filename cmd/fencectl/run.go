@@ -170,7 +170,18 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	if cont.mode == containPgroup && os.Getenv(containEnv) == "" {
 		out.notice(fence.Notice{Kind: fence.NoticeContainment, Name: containPgroup, Detail: "a setsid child of CMD outlives run if run is killed with SIGKILL (" + strings.Join(cont.fallback, "; ") + ")"})
 	}
-	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs, out: out, claimCtx: claimCtx}
+	// Set up once for every task, not per task: signal.Stop waits for
+	// the signal handler to go idle, a cost run --loop paid per task.
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	defer signal.Stop(sigchld)
+	// CMD is looked up in PATH once, not for every task (exec.Command
+	// does it on each call: a stat per PATH entry). If it is not found
+	// now, each task looks again and reports it as before.
+	if p, err := exec.LookPath(cfg.argv[0]); err == nil {
+		cfg.path = p
+	}
+	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs, sigchld: sigchld, out: out, claimCtx: claimCtx}
 	if loop {
 		// With --loop the next task is claimed alongside this one's
 		// completion, in one group commit (see settleAndClaim). It
@@ -269,6 +280,7 @@ type runConfig struct {
 	agent                       string
 	ttl, heartbeat, grace, wait time.Duration
 	argv                        []string
+	path                        string // argv[0] looked up in PATH once, if found
 }
 
 // taskRun is how one supervised task ended.
@@ -287,6 +299,7 @@ type supervisor struct {
 	cfg         runConfig
 	cont        *containment
 	sigs        <-chan os.Signal
+	sigchld     chan os.Signal // CMD's tree changed: orphans to reap
 	out         *output
 	warnedWatch bool
 	// ahead, with --loop, claims the next task with claimCtx (see
@@ -376,6 +389,9 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	defer keeper.Stop()
 
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
+	if cfg.path != "" {
+		cmd = &exec.Cmd{Path: cfg.path, Args: cfg.argv}
+	}
 	cmd.Env = append(os.Environ(),
 		"FENCE_DIR="+t.Root(),
 		"FENCE_AGENT="+cfg.agent,
@@ -385,9 +401,10 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 		"FENCE_DEADLINE="+fmtTime(claim.Deadline),
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
-	sigchld := make(chan os.Signal, 1)
-	signal.Notify(sigchld, syscall.SIGCHLD)
-	defer signal.Stop(sigchld)
+	select { // the last task's, if its orphans were reaped already
+	case <-s.sigchld:
+	default:
+	}
 	start := time.Now()
 	err = s.cont.begin()
 	if err == nil {
@@ -471,7 +488,7 @@ wait:
 			} else { // asked twice: stop now
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			}
-		case <-sigchld:
+		case <-s.sigchld:
 			reapOrphans(spare, pgid)
 		case <-tickC:
 			if !killAt.IsZero() && !now().Before(killAt) {

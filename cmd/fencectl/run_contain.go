@@ -320,9 +320,12 @@ func (c *containment) prepare(cmd *exec.Cmd) {
 	cmd.SysProcAttr = attr
 }
 
-// started tells the guard CMD's process group.
+// started tells the guard CMD's process group. In cgroup mode the guard
+// kills the whole cgroup, CMD's process group with it, so it is told
+// nothing per task: a message wakes the guard, twice a task under run
+// --loop.
 func (c *containment) started(pgid int) {
-	if c.guardW != nil {
+	if c.guardW != nil && c.mode != containCgroup {
 		fmt.Fprintf(c.guardW, "pgroup %d\n", pgid)
 	}
 }
@@ -363,7 +366,7 @@ func (c *containment) killAll(pgid int) (int, error) {
 	if err == nil && len(ds) > 0 {
 		err = killDescendants(self, spare, 10*time.Second)
 	}
-	if c.guardW != nil {
+	if c.guardW != nil && c.mode != containCgroup {
 		fmt.Fprintln(c.guardW, "idle")
 	}
 	return left, err

@@ -78,7 +78,8 @@ func guardSpawn(mode, files string) int {
 
 // guardMain reads run's messages on fd 3 until EOF: "pgroup N" when CMD
 // starts in process group N, "idle" when run has killed and reaped
-// everything of that task itself.
+// everything of that task itself. In cgroup mode run sends neither: the
+// cgroup holds CMD's process group too.
 func guardMain(cgroup string) {
 	pgid := 0
 	sc := bufio.NewScanner(os.NewFile(3, "run"))
