@@ -388,9 +388,9 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	}
 	defer keeper.Stop()
 
-	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
-	if cfg.path != "" {
-		cmd = &exec.Cmd{Path: cfg.path, Args: cfg.argv}
+	cmd := &exec.Cmd{Path: cfg.path, Args: cfg.argv}
+	if cfg.path == "" {
+		cmd = exec.Command(cfg.argv[0], cfg.argv[1:]...)
 	}
 	cmd.Env = append(os.Environ(),
 		"FENCE_DIR="+t.Root(),
