@@ -27,7 +27,7 @@ const (
 // one tree. claims/s is tasks run and completed per second; cpu-ms is
 // the CPU of the run processes (their commands included) per task;
 // floor-ms is the fdatasync floor measured around the run: a task pays
-// two fdatasyncs and three directory fsyncs.
+// two fdatasyncs (its moves are not fsynced: see fence/bootreconcile.go).
 func BenchmarkRun_Loop(b *testing.B) {
 	b.Run("runners=1", func(b *testing.B) {
 		shellDir := newTree(b, loopShellCycles*b.N)
