@@ -52,6 +52,11 @@ type KeeperConfig struct {
 	// the TTL. For holders whose death means the work stopped (`fencectl
 	// run`), not for an agent that outlives its process. bbolt trees only.
 	TieToProcess bool
+	// WatchLater starts the keeper without its journal watch, for a claim
+	// not worked on yet (run --loop's task in hand): it heartbeats and
+	// holds the tie, and is not woken by every commit of the tree. Watch
+	// sets the watch up when the work starts.
+	WatchLater bool
 }
 
 // TieError means a keeper could not tie its claim to its process: the
@@ -114,6 +119,7 @@ type LeaseKeeper struct {
 	lost        chan struct{}
 	stop        chan struct{}
 	done        chan struct{}
+	attach      chan attachWatch // Watch's hand-over to the loop
 	started     bool
 	stopOnce    sync.Once
 }
@@ -148,6 +154,7 @@ func (t *Tree) NewKeeper(cfg KeeperConfig) (*LeaseKeeper, error) {
 		tree: t, cfg: cfg, deadline: cfg.Deadline,
 		nextBeat: now.Add(cfg.Interval), nextCheck: now.Add(cfg.CheckInterval),
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		attach: make(chan attachWatch),
 	}, nil
 }
 
@@ -184,16 +191,13 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 	if again {
 		return ErrKeeperStarted
 	}
-	var changed <-chan struct{}
-	w, err := k.tree.watchJournal()
-	if err == nil && noWatch() {
-		w.Close()
-		w, err = nil, unix.EMFILE
-	}
-	if err == nil {
-		changed = w.C()
-	} else {
-		err = &WatchError{Err: err}
+	var (
+		changed <-chan struct{}
+		w       journal.Watcher
+		err     error
+	)
+	if !k.cfg.WatchLater {
+		w, changed, err = k.tree.keeperWatch()
 	}
 	if k.cfg.TieToProcess && k.tree.store.Name() == "bbolt" {
 		untie, terr := k.tree.holdLiveness(k.cfg.Token)
@@ -203,6 +207,50 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 		k.untie = untie
 	}
 	go k.loop(ctx, w, changed)
+	return err
+}
+
+// keeperWatch sets up a keeper's journal watch.
+func (t *Tree) keeperWatch() (journal.Watcher, <-chan struct{}, error) {
+	w, err := t.watchJournal()
+	if err == nil && noWatch() {
+		w.Close()
+		w, err = nil, unix.EMFILE
+	}
+	if err != nil {
+		return nil, nil, &WatchError{Err: err}
+	}
+	return w, w.C(), nil
+}
+
+// attachWatch hands a watch set up by Watch to the keeper's loop, which
+// closes done once it has checked the lease with the watch in place.
+type attachWatch struct {
+	w       journal.Watcher
+	changed <-chan struct{}
+	done    chan struct{}
+}
+
+// Watch sets up the journal watch of a keeper started with WatchLater and
+// checks the lease at once: when it returns, a revoke that landed while
+// the keeper had no watch has been seen (Lost is closed), and one that
+// lands later will be. A non-nil error is a *WatchError: the keeper goes
+// on polling. It does nothing on a keeper that has ended.
+func (k *LeaseKeeper) Watch() error {
+	w, changed, err := k.tree.keeperWatch()
+	a := attachWatch{w: w, changed: changed, done: make(chan struct{})}
+	select {
+	case k.attach <- a:
+	case <-k.done:
+		if w != nil {
+			w.Close()
+		}
+		return err
+	}
+	select {
+	case <-a.done:
+	case <-k.done:
+	}
 	return err
 }
 
@@ -244,9 +292,17 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 	if k.untie != nil {
 		defer k.untie()
 	}
-	if w != nil {
-		defer w.Close()
-	}
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+	}()
+	var attached chan struct{} // Watch waits for the check after it
+	defer func() {
+		if attached != nil {
+			close(attached)
+		}
+	}()
 	tick := time.NewTicker(k.cfg.Tick)
 	defer tick.Stop()
 	// A write after a quiet spell is checked at once; under a storm of
@@ -281,6 +337,9 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 			wrote = true
 		case <-spaced.C:
 			waiting, wrote = false, true
+		case a := <-k.attach:
+			w, changed, attached = a.w, a.changed, a.done
+			wrote = true // check at once: a revoke may have landed unwatched
 		case <-tick.C:
 		}
 		if wrote {
@@ -292,6 +351,10 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 		}
 		if step, _ := k.runOnce(ctx, k.tree.now(), wrote); step == stepLost {
 			return
+		}
+		if attached != nil {
+			close(attached)
+			attached = nil
 		}
 	}
 }

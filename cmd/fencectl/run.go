@@ -181,21 +181,25 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	if p, err := exec.LookPath(cfg.argv[0]); err == nil {
 		cfg.path = p
 	}
-	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs, sigchld: sigchld, out: out, claimCtx: claimCtx}
-	if loop {
-		// With --loop the next task is claimed alongside this one's
-		// completion, in one group commit (see settleAndClaim). It
-		// never waits: with --wait, a claim that finds nothing is made
-		// again, waiting, at the top of the loop.
-		sup.ahead = func(ctx context.Context) claimed {
-			claim, err := t.Claim(ctx, fence.ClaimRequest{Agent: cfg.agent, TTL: cfg.ttl})
-			return claimed{Claim: claim, Err: err}
-		}
-	}
+	// With --loop the next task is claimed alongside this one's
+	// completion, in one group commit (see settleAndClaim). It never
+	// waits: with --wait, a claim that finds nothing is made again,
+	// waiting, at the top of the loop.
+	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs, sigchld: sigchld, out: out, claimCtx: claimCtx, loop: loop, gauge: newCPUGauge()}
 	// A claim made ahead that no command will run under (run is ending:
-	// interrupted, or an error) is handed back.
+	// interrupted, or an error) is handed back, once the last task's
+	// settle, if it still runs, has ended.
 	defer func() {
-		if next, ok := sup.takeAhead(); ok && next.Err == nil {
+		sup.finishBehind()
+		for {
+			next, ok := sup.takeAhead()
+			if !ok {
+				break
+			}
+			if next.Err != nil {
+				continue
+			}
+			next.keeper.Stop()
 			reason := "run ended before the command started"
 			if s := caught(); s != 0 {
 				reason = "interrupted by " + s.String() + " before the command started"
@@ -207,9 +211,10 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 		var (
 			claim fence.ClaimResult
 			err   error
+			cur   claimed
 		)
 		if next, ok := sup.takeAhead(); ok && !(cfg.wait > 0 && errors.Is(next.Err, fence.ErrNothingToClaim)) {
-			claim, err = next.Claim, next.Err
+			claim, err, cur = next.Claim, next.Err, next
 		} else {
 			if s := caught(); s != 0 {
 				return exitStatus{code: 128 + int(s)}
@@ -224,6 +229,9 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 			// through anyway, and start nothing.
 			out.flushNotices()
 			if err == nil {
+				if cur.keeper != nil {
+					cur.keeper.Stop()
+				}
 				if _, err := t.Release(ctx, fence.FencedRequest{ID: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Reason: "interrupted by " + s.String() + " before the command started"}); err != nil {
 					return err
 				}
@@ -239,7 +247,11 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 		if !out.json { // with --json they go into the task's summary
 			out.flushNotices()
 		}
-		r := sup.task(ctx, claim)
+		cur.Claim = claim
+		r := sup.task(ctx, cur)
+		if r.behind {
+			continue // its summary comes once it has settled
+		}
 		out.summary(claim, r)
 		if r.err != nil {
 			var start *startError
@@ -291,6 +303,7 @@ type taskRun struct {
 	interrupted bool          // run got a signal: stop looping
 	took        time.Duration // CMD's run time
 	containment string        // cgroup, pidns or pgroup
+	behind      bool          // settling beside the next task: reported later
 }
 
 // supervisor runs commands under their tasks' leases.
@@ -302,80 +315,198 @@ type supervisor struct {
 	sigchld     chan os.Signal // CMD's tree changed: orphans to reap
 	out         *output
 	warnedWatch bool
-	// ahead, with --loop, claims the next task with claimCtx (see
-	// settleAndClaim); aheadV holds that claim until takeAhead.
-	ahead    func(ctx context.Context) claimed
+	// With --loop, held are the claims made ahead (see settleAndClaim),
+	// oldest first, until takeAhead; prev is the last task while its
+	// settle runs beside the next task's command (see settleBehind).
+	loop     bool
+	gauge    *cpuGauge
 	claimCtx context.Context
-	aheadV   *claimed
+	held     []claimed
+	prev     *behind
 }
 
-// claimed is the outcome of a claim.
+// claimed is the outcome of a claim. A claim made ahead has its keeper
+// started at once (keeperErr: why its watch could not be set up), so that
+// its lease is kept and tied to this process while it waits for its turn.
 type claimed struct {
-	Claim fence.ClaimResult
-	Err   error
+	Claim     fence.ClaimResult
+	Err       error
+	keeper    *fence.LeaseKeeper
+	keeperErr error
 }
 
-// settleAndClaim runs settle (this task's complete) and, with --loop,
-// the next task's claim alongside it, in one group commit (see
+// pipelineBelow is how short a command must have been for run --loop to
+// keep a second task in hand: the commit that completes a task (and
+// claims the one after next) then runs while the next task's command
+// does, on a machine's other core, instead of between the two commands.
+// The task in hand waits at most for one more command, as short as this
+// one was likely to be; its lease is kept meanwhile. Longer commands
+// keep nothing in hand: a task is not held from other agents for long.
+const pipelineBelow = 50 * time.Millisecond
+
+// behind is a task whose command has ended and whose settle (complete,
+// and the claim of the task after next) runs beside the next command.
+type behind struct {
+	claim  fence.ClaimResult
+	done   chan struct{}
+	ahead  []claimed      // the settle's claims, once done
+	finish func() taskRun // the task's outcome, once done
+}
+
+// settleAndClaim runs settle (this task's complete) and, with --loop, n
+// claims of the next tasks alongside it, in one group commit (see
 // fence.Tree.Together): one lock, one journal commit, one fsync per
-// directory for both, instead of two of each. The claim comes second, so
-// a task that this completion unblocks is claimable to it. takeAhead
-// returns it.
-func (s *supervisor) settleAndClaim(ctx context.Context, settle func(context.Context)) {
-	if s.ahead == nil {
+// directory for all, instead of one each. The claims come after settle,
+// so a task that this completion unblocks is claimable to them. It
+// returns the claims: the first whatever its outcome, the others only if
+// they went through. Claims from inHand on are kept in hand, their
+// keepers started at once; the one before (if any) is run next, and
+// supervise starts its keeper as for any claim. It touches nothing of s
+// but what stays put while a task runs: settleBehind runs it beside the
+// next command.
+func (s *supervisor) settleAndClaim(ctx context.Context, settle func(context.Context), n, inHand int) []claimed {
+	if !s.loop || n <= 0 {
 		settle(ctx)
+		return nil
+	}
+	got := make([]claimed, n)
+	calls := []fence.GroupCall{{Ctx: ctx, Fn: settle}}
+	for i := range got {
+		calls = append(calls, fence.GroupCall{Ctx: s.claimCtx, Fn: func(cctx context.Context) {
+			c, err := s.t.Claim(cctx, fence.ClaimRequest{Agent: s.cfg.agent, TTL: s.cfg.ttl})
+			got[i] = claimed{Claim: c, Err: err}
+		}})
+	}
+	s.t.Together(calls...)
+	var ahead []claimed
+	for i, c := range got {
+		if c.Err != nil {
+			if i == 0 {
+				ahead = append(ahead, c)
+			}
+			continue
+		}
+		if i < inHand {
+			ahead = append(ahead, c)
+			continue
+		}
+		c.keeper, c.keeperErr, c.Err = s.startKeeper(ctx, c.Claim, true)
+		if c.Err != nil {
+			c.keeper = nil
+		}
+		ahead = append(ahead, c)
+	}
+	return ahead
+}
+
+// settleBehind runs settle, and the claim of one more task, beside the
+// next task's command; finishBehind reports it.
+func (s *supervisor) settleBehind(ctx context.Context, claim fence.ClaimResult, settle func(context.Context), finish func() taskRun) {
+	b := &behind{claim: claim, done: make(chan struct{}), finish: finish}
+	go func() {
+		defer close(b.done)
+		b.ahead = s.settleAndClaim(ctx, settle, 1, 0)
+	}()
+	s.prev = b
+}
+
+// finishBehind waits for the last task's settle, if one runs, keeps its
+// claims and prints the task's summary (or its refusal).
+func (s *supervisor) finishBehind() {
+	b := s.prev
+	if b == nil {
 		return
 	}
-	s.t.Together(
-		fence.GroupCall{Ctx: ctx, Fn: settle},
-		fence.GroupCall{Ctx: s.claimCtx, Fn: func(ctx context.Context) {
-			v := s.ahead(ctx)
-			s.aheadV = &v
-		}},
-	)
+	<-b.done
+	s.prev = nil
+	s.held = append(s.held, b.ahead...)
+	r := b.finish()
+	r.containment = s.cont.mode
+	s.out.summary(b.claim, r)
+	if r.err != nil {
+		s.out.fail(r.err) // a refused complete ends that task only
+	}
 }
 
-// takeAhead returns the claim made by settleAndClaim, if any, once.
+// behindDone is closed once the last task's settle has ended (nil: none
+// runs).
+func (s *supervisor) behindDone() <-chan struct{} {
+	if s.prev == nil {
+		return nil
+	}
+	return s.prev.done
+}
+
+// takeAhead returns the oldest claim made ahead, if any, once.
 func (s *supervisor) takeAhead() (claimed, bool) {
-	if s.aheadV == nil {
+	if len(s.held) == 0 {
 		return claimed{}, false
 	}
-	v := *s.aheadV
-	s.aheadV = nil
+	v := s.held[0]
+	s.held = s.held[1:]
 	return v, true
 }
 
+// hasNext reports whether a claimed task is in hand for the next command.
+func (s *supervisor) hasNext() bool { return len(s.held) > 0 && s.held[0].Err == nil }
+
 // task runs CMD under claim's lease and settles the task from its
 // outcome, after killing everything CMD started.
-func (s *supervisor) task(ctx context.Context, claim fence.ClaimResult) taskRun {
+func (s *supervisor) task(ctx context.Context, claim claimed) taskRun {
 	r := s.supervise(ctx, claim)
 	r.containment = s.cont.mode
 	return r
 }
 
-func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) taskRun {
-	t, cfg, out := s.t, s.cfg, s.out
-	length := claim.Task.Lease.TTL
+// leaseTimes are how long before the deadline CMD is stopped (margin),
+// and how long it may take to stop (grace), for claim's lease.
+func (s *supervisor) leaseTimes(claim fence.ClaimResult) (length, margin, grace time.Duration) {
+	length = claim.Task.Lease.TTL
 	if length <= 0 {
 		length = claim.Deadline.Sub(now())
 	}
 	// Stop CMD a margin before the deadline, never after; and give it no
 	// more grace than a third of the lease.
-	margin := min(time.Second, length/10)
-	grace := min(cfg.grace, length/3)
+	return length, min(time.Second, length/10), min(s.cfg.grace, length/3)
+}
+
+// startKeeper starts the keeper of claim's lease. err means there is none
+// (a bad value); watchErr that it runs without its journal watch. ahead:
+// the claim waits for its turn; its keeper watches the journal only from
+// then on (see supervise), so that a task in hand is not checked on every
+// commit of the tree.
+func (s *supervisor) startKeeper(ctx context.Context, claim fence.ClaimResult, ahead bool) (keeper *fence.LeaseKeeper, watchErr, err error) {
+	length, margin, grace := s.leaseTimes(claim)
 	// Heartbeats always ask for the claim's length, so that a heartbeat
 	// with a shorter --ttl by CMD is undone, not followed.
-	keeper, err := t.NewKeeper(fence.KeeperConfig{
-		Task: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Deadline: claim.Deadline,
-		TTL: cmp.Or(cfg.ttl, length), Interval: cfg.heartbeat, StopBefore: grace + margin,
+	keeper, err = s.t.NewKeeper(fence.KeeperConfig{
+		Task: claim.Task.ID, Token: claim.Token, Agent: s.cfg.agent, Deadline: claim.Deadline,
+		TTL: cmp.Or(s.cfg.ttl, length), Interval: s.cfg.heartbeat, StopBefore: grace + margin,
 		TieToProcess: true, // CMD dies with run: a dead run frees its task at once
+		WatchLater:   ahead,
 	})
 	if err != nil {
-		return taskRun{code: exitUsage, outcome: "not started", err: err}
+		return nil, nil, err
+	}
+	return keeper, keeper.Start(ctx), nil
+}
+
+func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
+	t, cfg, out := s.t, s.cfg, s.out
+	claim := cur.Claim
+	_, margin, grace := s.leaseTimes(claim)
+	keeper, watchErr := cur.keeper, cur.keeperErr
+	if keeper == nil {
+		var err error
+		// The watch is up before CMD starts: a revoke cannot slip in between.
+		keeper, watchErr, err = s.startKeeper(ctx, claim, false)
+		if err != nil {
+			s.finishBehind()
+			return taskRun{code: exitUsage, outcome: "not started", err: err}
+		}
 	}
 	req := fence.FencedRequest{ID: claim.Task.ID, Token: claim.Token, Agent: cfg.agent}
-	// The watch is up before CMD starts: a revoke cannot slip in between.
-	if err := keeper.Start(ctx); err != nil && !s.warnedWatch {
+	if err := watchErr; err != nil && !s.warnedWatch {
 		s.warnedWatch = true
 		kind := fence.NoticeNoWatch
 		if _, watch := errors.AsType[*fence.WatchError](err); !watch {
@@ -387,6 +518,23 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 		}
 	}
 	defer keeper.Stop()
+	if cur.keeper != nil {
+		// Claimed ahead: the watch is up now, before CMD starts, and the
+		// lease has been checked: it may have been lost while it waited.
+		if err := keeper.Watch(); err != nil && !s.warnedWatch {
+			s.warnedWatch = true
+			out.notice(fence.Notice{Kind: fence.NoticeNoWatch, Name: claim.Task.ID, Detail: err.Error()})
+			if !out.json {
+				out.flushNotices()
+			}
+		}
+		select {
+		case <-keeper.Lost():
+			s.finishBehind()
+			return taskRun{code: exitFenced, outcome: "lease lost before the command started", err: keeper.Err()}
+		default:
+		}
+	}
 
 	cmd := &exec.Cmd{Path: cfg.path, Args: cfg.argv}
 	if cfg.path == "" {
@@ -406,7 +554,7 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	default:
 	}
 	start := time.Now()
-	err = s.cont.begin()
+	err := s.cont.begin()
 	if err == nil {
 		// Own process group, so a stop reaches CMD's children too; killed
 		// with us (parent-death signal); inside the run's containment.
@@ -418,6 +566,7 @@ func (s *supervisor) supervise(ctx context.Context, claim fence.ClaimResult) tas
 	}
 	if err != nil {
 		keeper.Stop()
+		s.finishBehind()
 		_, rerr := t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "command did not start"})
 		return taskRun{code: exitNoCommand, outcome: "released (command did not start)", err: &startError{cmd: cfg.argv[0], err: errors.Join(err, rerr)}}
 	}
@@ -490,6 +639,8 @@ wait:
 			}
 		case <-s.sigchld:
 			reapOrphans(spare, pgid)
+		case <-s.behindDone():
+			s.finishBehind() // the last task has settled: report it now
 		case <-tickC:
 			if !killAt.IsZero() && !now().Before(killAt) {
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -499,6 +650,7 @@ wait:
 	}
 	keeper.Stop()
 	took := time.Since(start)
+	s.finishBehind()
 	code := exitCodeOf(cmd.ProcessState, waitErr)
 	// Nothing CMD started outlives the task: kill it all before settling.
 	if left, err := s.cont.killAll(pgid); err != nil || left > 0 {
@@ -540,7 +692,23 @@ wait:
 		reason = "killed by " + st.Signal().String()
 	}
 	if code == 0 {
-		s.settleAndClaim(ctx, func(ctx context.Context) { _, err2 = t.Complete(ctx, req) })
+		complete := func(ctx context.Context) { _, err2 = t.Complete(ctx, req) }
+		// Pipelined only when the command was short and a core is spare:
+		// otherwise the task kept in hand is extra work that overlaps
+		// nothing (see cpuGauge).
+		pipeline := s.loop && took < pipelineBelow && s.gauge.Spare()
+		if pipeline && s.hasNext() {
+			// The next task is in hand: run it now, and this commit
+			// beside it.
+			s.settleBehind(ctx, claim, complete, func() taskRun { return done(completed(err2)) })
+			return taskRun{behind: true}
+		}
+		want := 1
+		if pipeline {
+			want = 2 // one to run next, one to keep in hand
+		}
+		// With nothing in hand, the first claim is run next.
+		s.held = append(s.held, s.settleAndClaim(ctx, complete, want-len(s.held), min(1, 1-len(s.held)))...)
 	} else {
 		// Not alongside the next claim: a task failed back to available
 		// has its file moved only after the commit, and a claim in the
@@ -549,14 +717,21 @@ wait:
 		res, err2 = t.Fail(ctx, req)
 	}
 	switch {
-	case code == 0 && err2 != nil:
-		return done(taskRun{code: exitFenced, outcome: "complete refused", err: err2})
 	case code == 0:
-		return done(taskRun{code: 0, outcome: "complete"})
+		return done(completed(err2))
 	case err2 != nil:
 		return done(taskRun{code: exitFenced, outcome: "fail refused", err: err2})
 	}
 	return done(taskRun{code: code, outcome: fmt.Sprintf("fail (%s; attempt %d of %d, now %s)", reason, res.Task.Attempts, res.Task.MaxAttempts, res.Task.State)})
+}
+
+// completed is the outcome of a task whose command exited 0, from its
+// complete's error.
+func completed(err error) taskRun {
+	if err != nil {
+		return taskRun{code: exitFenced, outcome: "complete refused", err: err}
+	}
+	return taskRun{code: 0, outcome: "complete"}
 }
 
 // settledRun is the outcome of a task CMD settled itself with its own
