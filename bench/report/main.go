@@ -559,7 +559,7 @@ func meaning(r *results, name string) string {
 		return s
 	case "BenchmarkRun_Loop":
 		if k["runners"] == "1" {
-			return fmt.Sprintf("`fencectl run --loop -- true` working through a tree alone: one process, no start-up per task; each task's completion and the next claim are one commit (2 fdatasyncs a task, no directory fsync: a rename lost to a power cut is redone from the journal). Right before it, on a tree of the same kind, one agent looping over `claim` + `complete` processes as a shell loop does: %s cycles/s, so run --loop is %s× that. %s ms of CPU a task (run, its commands and guard).",
+			return fmt.Sprintf("`fencectl run --loop -- true` working through a tree alone: one process, no start-up per task; each task's completion and the next claim are one commit (2 fdatasyncs a task, no directory fsync: a rename lost to a power cut is redone from the journal), which runs beside the next task's command while a core is spare (one task kept in hand). Right before it, on a tree of the same kind, one agent looping over `claim` + `complete` processes as a shell loop does: %s cycles/s, so run --loop is %s× that. %s ms of CPU a task (run, its commands and guard).",
 				num(r, name, "shell-cycles/s"), num(r, name, "x-shell"), num(r, name, "cpu-ms"))
 		}
 		return fmt.Sprintf("%s `fencectl run --loop -- true` processes on one tree: tasks completed per second, all together; %s ms of CPU a task. Each process commits its own groups, one at a time under the tree's lock: every task still pays its commit's syncs in turn.",
