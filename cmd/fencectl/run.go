@@ -199,7 +199,9 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 			if next.Err != nil {
 				continue
 			}
-			next.keeper.Stop()
+			if next.keeper != nil { // the claim to run next has none yet
+				next.keeper.Stop()
+			}
 			reason := "run ended before the command started"
 			if s := caught(); s != 0 {
 				reason = "interrupted by " + s.String() + " before the command started"
