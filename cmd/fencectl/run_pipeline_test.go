@@ -34,6 +34,17 @@ func mostHeld(t *testing.T, rt *clitest.RunTree, agent string) int {
 	return most
 }
 
+// pipelinedTree is a tree of t1, t2 and t3 whose run --loop always finds
+// a core spare: after the short t1, t2 runs with t3 in hand.
+func pipelinedTree(t *testing.T) *clitest.RunTree {
+	rt := newRunTree(t)
+	rt.Env = append(rt.Env, "FENCE_TEST_SPARE_CPU=yes")
+	for _, id := range []string{"t1", "t2", "t3"} {
+		rt.OK("add", "--id", id)
+	}
+	return rt
+}
+
 // With a core to spare, run --loop keeps a second task in hand after a
 // short command, and settles each task beside the next one's command;
 // without, it holds one task at a time. Either way every task is done
@@ -76,11 +87,7 @@ func TestRun_LoopPipelinesOnlyWithASpareCore(t *testing.T) {
 // command, says so, and goes on; the task, handed back, is run again
 // under a new token.
 func TestRun_LoopTaskInHandRevokedIsNotRun(t *testing.T) {
-	rt := newRunTree(t)
-	rt.Env = append(rt.Env, "FENCE_TEST_SPARE_CPU=yes")
-	for _, id := range []string{"t1", "t2", "t3"} {
-		rt.OK("add", "--id", id)
-	}
+	rt := pipelinedTree(t)
 	marks := t.TempDir()
 	// t1 is short, so t2 and t3 are claimed together; t2 revokes t3,
 	// the task in hand.
@@ -116,11 +123,7 @@ func TestRun_LoopTaskInHandRevokedIsNotRun(t *testing.T) {
 // A signal while a task is in hand hands that task back too: nothing
 // stays claimed by a run that has ended.
 func TestRun_LoopSignalHandsBackTheTaskInHand(t *testing.T) {
-	rt := newRunTree(t)
-	rt.Env = append(rt.Env, "FENCE_TEST_SPARE_CPU=yes")
-	for _, id := range []string{"t1", "t2", "t3"} {
-		rt.OK("add", "--id", id)
-	}
+	rt := pipelinedTree(t)
 	marks := t.TempDir()
 	script := `if [ "$FENCE_TASK" = t2 ]; then echo x > ` + marks + `/started; sleep 60; fi`
 	run, out := rt.StartRun("--loop", "--agent", "looper", "--", "sh", "-c", script)

@@ -9,6 +9,26 @@ import (
 	"github.com/fencectl/fencectl/journal/bolt"
 )
 
+// watchedJournal makes an empty journal file in dir's .fence (which must
+// exist), watches it, and opens it for writing.
+func watchedJournal(t *testing.T, dir string) (*bolt.Watcher, *os.File) {
+	t.Helper()
+	path := bolt.Path(dir)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := bolt.Watch(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	return w, f
+}
+
 // TestWatch_JournalWrites: a write to the journal file signals C; a
 // symbolic link in the journal's place is refused, not followed; Close is
 // safe twice.
@@ -32,17 +52,7 @@ func TestWatch_JournalWrites(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	w, err := bolt.Watch(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, f := watchedJournal(t, dir)
 	if _, err := f.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -69,18 +79,8 @@ func TestWatch_CoalescesAStorm(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	w, err := bolt.Watch(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, f := watchedJournal(t, dir)
 	defer w.Close()
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer f.Close()
 
 	stop := make(chan struct{})
