@@ -683,6 +683,14 @@ func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []record.Event, error)
 	return reaped, evs, nil
 }
 
+// sweepAll makes tx's Expired look at every lease, on a store that
+// otherwise sweeps now and then (journal.FullSweeper): reap is asked for.
+func sweepAll(tx journal.Tx) {
+	if s, ok := tx.(journal.FullSweeper); ok {
+		s.SweepAll()
+	}
+}
+
 // reapOne ends rec's lease with a reap event for reason (the lease
 // expired, its holder died, the host rebooted), counting an attempt.
 func reapOne(tx journal.Tx, rec record.Task, reason string, now time.Time) (Reaped, record.Event, error) {
@@ -722,6 +730,7 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	if dryRun {
 		var out []Reaped
 		err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+			sweepAll(tx)
 			died, err := t.diedOf(tx, now)
 			if err != nil {
 				return err
@@ -746,6 +755,7 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	}
 	var out []Reaped
 	_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+		sweepAll(tx)
 		reaped, evs, err := t.reapAll(tx, now, 0)
 		out = reaped
 		if err != nil {

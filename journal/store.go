@@ -178,7 +178,8 @@ type Tx interface {
 	// one task; a first run always starts from the first.
 	Ready(fn func(id string) (more bool))
 	// Expired returns the ids of claimed tasks whose deadline is at or
-	// before now, oldest deadline first.
+	// before now, oldest deadline first (see FullSweeper for a store that
+	// sweeps now and then).
 	Expired(now time.Time) []string
 	// Scheduled calls fn with the id and NotBefore of every waiting task
 	// that waits for a time only (record.Task.Scheduled: the due index
@@ -313,6 +314,16 @@ type ReclaimResult struct {
 // operations read for themselves).
 type Prefetcher interface {
 	UpdateReading(ids []string, claims bool, fn func(Tx) error) error
+}
+
+// FullSweeper is a Tx whose Expired may answer from a recent sweep: on
+// etcd, finding expired leases reads every claim (and what etcd keeps of
+// finished ones until it compacts), so a tree sweeps at most every couple
+// of seconds, and a transaction in between finds nothing expired. SweepAll
+// makes this transaction's Expired look at every lease: for a command
+// that reaps on purpose.
+type FullSweeper interface {
+	SweepAll()
 }
 
 // Watcher is signalled (coalesced) after the journal changed; the receiver

@@ -43,7 +43,7 @@ func cmdEtcdWipe(ts *testscript.TestScript, neg bool, args []string) {
 
 // cmdEtcdExpire: etcdexpire [ID...] ends the etcd leases of the tasks'
 // claims now, as etcd does when a TTL runs out (it deletes the liveness
-// key): the etcd twin of moving the test clock past a deadline, which on
+// key, and the mark of a recent sweep: journal/etcd/sweep.go): the etcd twin of moving the test clock past a deadline, which on
 // an etcd tree decides nothing. Without ids: every claim whose recorded
 // deadline is at or before $FENCE_TEST_NOW.
 func cmdEtcdExpire(ts *testscript.TestScript, neg bool, args []string) {
@@ -56,6 +56,10 @@ func cmdEtcdExpire(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	cli, prefix, ctx, done := treeEtcd(ts, "etcdexpire")
 	defer done()
+	// Time passes for etcd: the mark of a recent sweep (its lease is a
+	// second or two) runs out too, so the next claim sweeps.
+	_, err := cli.Delete(ctx, prefix+"/m/sweep")
+	ts.Check(err)
 	for _, id := range args {
 		resp, err := cli.Delete(ctx, prefix+"/l/"+id)
 		ts.Check(err)

@@ -10,6 +10,8 @@
 //
 //	P/m/version, P/m/tree_id, P/m/defaults   written once, by Create
 //	P/m/head     sequence, token counter, ceiling, counts, last commit
+//	P/m/floor    the ready index's floor, written with the head (floor.go)
+//	P/m/sweep    while it lives, expired leases were looked for lately (sweep.go)
 //	P/t/ID       the task's record
 //	P/r/KEY      ready index: priority (descending), then age → ID
 //	P/x/ID       expiry index: the claimed tasks → deadline, token

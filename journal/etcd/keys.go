@@ -31,6 +31,8 @@ const (
 	metaHead     = "head"
 	metaBlocked  = "blocked" // how many available tasks wait for others (absent: 0)
 	metaWaiting  = "waiting" // how many tasks are waiting (absent: 0); the head counts the four older states
+	metaFloor    = "floor"   // the ready index's floor, written with the head (floor.go)
+	metaSweep    = "sweep"   // present while a sweep of the expiry index is recent (sweep.go)
 )
 
 // SchemaVersion is the etcd journal's newest layout version: etcd-2 adds

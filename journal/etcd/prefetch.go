@@ -74,9 +74,8 @@ func (t *Tx) beginReading(ids []string, claims bool) error {
 // that came into the window since the last.
 func (t *Tx) candidatesUnknown(kvs []*mvccpb.KeyValue) bool {
 	for _, kv := range kvs[:min(len(kvs), firstReadyPage)] {
-		id := string(kv.Value)
-		if !t.known(t.key(famTask, id)) || !t.known(t.key(famLive, id)) {
-			return true
+		if !t.known(t.key(famTask, string(kv.Value))) {
+			return true // (a ready task is not claimed: its liveness key is not read, see Task)
 		}
 	}
 	return false
@@ -184,8 +183,8 @@ func (t *Tx) isLive(k string) bool {
 
 // firstReadyPageKey names the ready index's first page as begin reads it.
 func (t *Tx) firstReadyPageKey() pageKey {
-	lo := t.key(famReady, "")
-	return pageKey{lo, rangeEnd(lo), t.firstPageSize()}
+	p := t.key(famReady, "")
+	return pageKey{p + t.floor, readyPageEnd(p, p+t.floor, rangeEnd(p)), t.firstPageSize()}
 }
 
 // scanLiveIfRead fills the transaction's view of every liveness key from

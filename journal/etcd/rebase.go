@@ -32,6 +32,7 @@ type headMoved struct {
 	meta    map[string]string
 	headRev int64
 	verRev  int64
+	floor   string // the trusted floor (floor.go)
 }
 
 func (*headMoved) Error() string { return "etcd: another writer moved the head; run again on it" }
@@ -43,6 +44,7 @@ func headMovedFrom(resp *clientv3.TxnResponse, metaKey string) *headMoved {
 		return nil
 	}
 	m := &headMoved{meta: map[string]string{}}
+	var floorRev int64
 	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		name := string(kv.Key[len(metaKey):])
 		m.meta[name] = string(kv.Value)
@@ -51,11 +53,14 @@ func headMovedFrom(resp *clientv3.TxnResponse, metaKey string) *headMoved {
 			m.headRev = kv.ModRevision
 		case metaVersion:
 			m.verRev = kv.ModRevision
+		case metaFloor:
+			floorRev = kv.ModRevision
 		}
 	}
 	if m.headRev == 0 {
 		return nil
 	}
+	m.floor = trustedFloor(m.meta, floorRev, m.headRev)
 	return m
 }
 
@@ -75,6 +80,8 @@ func (t *Tx) rebased(m *headMoved) (*Tx, error) {
 	n.meta, n.verRev = m.meta, m.verRev
 	n.reads[t.key(famMeta, metaHead)] = m.headRev
 	n.spread = t.spread
+	n.floor, n.rebasedOn = t.floor, &m.floor
+	n.swept, n.sweepAll = t.swept, t.sweepAll
 	if n.err = t.s.b.checkMeta(m.meta); n.err != nil {
 		return nil, n.err
 	}

@@ -18,38 +18,68 @@ type snapshot struct {
 	meta    map[string]string
 	headRev int64
 	verRev  int64 // the version key's mod revision
-	pages   map[pageKey]*clientv3.GetResponse
-	extra   []*etcdserverpb.ResponseOp // the answers to readSnapshot's extra reads
+	// floor is the ready index's floor (floor.go): "" when the journal
+	// has none or an older fencectl's commit left it stale.
+	floor string
+	// swept: a sweep of the expiry index ran lately (sweep.go), and the
+	// expiry and liveness pages were not read.
+	swept bool
+	pages map[pageKey]*clientv3.GetResponse
+	extra []*etcdserverpb.ResponseOp // the answers to readSnapshot's extra reads
 }
 
 // readSnapshot reads a snapshot: expiry and liveness pages for the reap
-// every claim does first, the ready page for claim-next.
+// every claim does first (unless a sweep ran lately: sweep.go), the ready
+// page for claim-next.
 //
 // extra are more reads to make at the same revision, in the same request;
-// their answers are in the snapshot's extra. readyPage is the size of the
-// ready index's first page.
-func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPage int64) (*snapshot, error) {
-	metaKey := b.cfg.Prefix + famMeta
-	ops := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
-	var pre []pageKey
-	for _, f := range []struct {
-		fam   string
+// their answers are in the snapshot's extra. The ready index's first page
+// (readyPage keys) is read from readyFrom, a ready key (relative to the
+// family) at or below the floor as this handle last saw it, unless
+// readyKnown is false: a handle that has not seen the floor yet reads the
+// page when it scans, from the floor (floor.go).
+func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPage int64, readyFrom string, readyKnown bool) (*snapshot, error) {
+	p := b.cfg.Prefix
+	metaKey := p + famMeta
+	type family struct {
+		lo    string
 		limit int64
-	}{{famExpiry, pageSize}, {famLive, pageSize}, {famReady, readyPage}, {famDue, pageSize}} {
-		lo := b.cfg.Prefix + f.fam
-		pre = append(pre, pageKey{lo, rangeEnd(lo), f.limit})
-		ops = append(ops, clientv3.OpGet(lo, clientv3.WithRange(rangeEnd(lo)), clientv3.WithLimit(f.limit)))
 	}
-	first := len(ops)
-	ops = append(ops, extra...)
-	resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+	pagesOf := func(fams []family) ([]pageKey, []clientv3.Op) {
+		keys := []pageKey{}
+		ops := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
+		for _, f := range fams {
+			hi := rangeEnd(f.lo)
+			if f.lo == p+famReady+readyFrom {
+				hi = readyPageEnd(p+famReady, f.lo, rangeEnd(p+famReady))
+			}
+			keys = append(keys, pageKey{f.lo, hi, f.limit})
+			ops = append(ops, clientv3.OpGet(f.lo, clientv3.WithRange(hi), clientv3.WithLimit(f.limit)))
+		}
+		return keys, append(ops, extra...)
+	}
+	common := []family{{p + famDue, pageSize}}
+	if readyKnown {
+		common = append(common, family{p + famReady + readyFrom, readyPage})
+	}
+	sweptKeys, sweptOps := pagesOf(common)
+	fullKeys, fullOps := pagesOf(append([]family{{p + famExpiry, pageSize}, {p + famLive, pageSize}}, common...))
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(metaKey+metaSweep), ">", 0)).
+		Then(sweptOps...).Else(fullOps...).Commit()
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{rev: resp.Header.Revision, meta: map[string]string{}, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:]}
+	pre := fullKeys
+	if resp.Succeeded {
+		pre = sweptKeys
+	}
+	first := len(pre) + 1
+	s := &snapshot{rev: resp.Header.Revision, meta: map[string]string{}, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:], swept: resp.Succeeded}
 	for i, k := range pre {
 		s.pages[k] = (*clientv3.GetResponse)(resp.Responses[i+1].GetResponseRange())
 	}
+	var floorRev int64
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		name := string(kv.Key[len(metaKey):])
 		s.meta[name] = string(kv.Value)
@@ -58,8 +88,11 @@ func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPa
 			s.headRev = kv.ModRevision
 		case metaVersion:
 			s.verRev = kv.ModRevision
+		case metaFloor:
+			floorRev = kv.ModRevision
 		}
 	}
+	s.floor = trustedFloor(s.meta, floorRev, s.headRev)
 	return s, nil
 }
 

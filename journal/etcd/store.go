@@ -44,6 +44,9 @@ type Store struct {
 	// warm: this handle's last commit moved the head, and no other
 	// writer has been seen since (see readyWindow).
 	warm bool
+	// floorSeen is the ready index's floor as this handle last saw it
+	// (floor.go); nil before its first snapshot.
+	floorSeen atomic.Pointer[string]
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -217,8 +220,12 @@ func (s *Store) contended(ctx context.Context, conflicts int, err error) error {
 
 // commit applies the buffered writes if nothing read has changed.
 func (t *Tx) commit() error {
+	if t.floorMoved() {
+		return errConflict // floor.go
+	}
 	if t.headMod {
 		t.buf[t.key(famMeta, metaHead)] = &op{val: t.head.encode()}
+		t.buf[t.key(famMeta, metaFloor)] = &op{val: t.nextFloor()}
 	}
 	from := t.meta[metaVersion]
 	to := from
@@ -240,6 +247,7 @@ func (t *Tx) commit() error {
 	if len(t.buf) == 0 {
 		return nil
 	}
+	t.markSweep()
 	cmps := make([]clientv3.Cmp, 0, len(t.reads)+len(t.ranges)+1)
 	if !t.locked {
 		// Nobody is at the head of the writers' queue (see Update).
@@ -398,11 +406,13 @@ func isCompacted(err error) bool {
 
 // ExpireLease ends task id's claim's lease now, as if etcd had expired
 // it: its liveness key goes, as etcd deletes it when the lease runs out
-// (the lease itself may be shared with other claims, so it stays). For
-// tests of expiry, which cannot wind etcd's clock forward.
+// (the lease itself may be shared with other claims, so it stays), and
+// so does the marker of a recent sweep (sweep.go), as if its own lease
+// had run out too: the next claim reaps the task. For tests of expiry,
+// which cannot wind etcd's clock forward.
 func (s *Store) ExpireLease(id string) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	_, err := s.b.cli.Delete(ctx, s.prefix+famLive+id)
+	_, err := s.b.cli.Txn(ctx).Then(clientv3.OpDelete(s.prefix+famLive+id), clientv3.OpDelete(s.prefix+famMeta+metaSweep)).Commit()
 	return s.b.unreachable(err)
 }

@@ -74,6 +74,19 @@ type Tx struct {
 	// head: Ready then starts from a random one of its first candidates
 	// (spread.go).
 	spread int
+
+	// The ready index's floor (floor.go): where ready scans start, the
+	// keys they read from there, whether Ready ran, and the floor of the
+	// head a rebased run runs on.
+	floor        string
+	windowed     bool // scan reads the ready index a window at a time (window.go)
+	readySeen    []string
+	readyScanned bool
+	rebasedOn    *string
+	// swept: begin found a recent sweep and read no expiry pages;
+	// sweepAll: Expired sweeps anyway; sweeping: this run swept, and its
+	// commit marks it (sweep.go).
+	swept, sweepAll, sweeping bool
 }
 
 // op is one buffered write.
@@ -124,17 +137,20 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 	}
 	t.requests++
 	t.firstPage = t.s.readyWindow(t.write)
-	snap, err := t.s.b.readSnapshot(t.ctx, extra, t.firstPage)
+	hint, known := t.s.readyHint()
+	snap, err := t.s.b.readSnapshot(t.ctx, extra, t.firstPage, hint, known)
 	if err != nil {
 		return nil, t.fail(err)
 	}
-	t.rev, t.headRev = snap.rev, snap.headRev
+	t.rev, t.headRev, t.floor, t.swept = snap.rev, snap.headRev, snap.floor, snap.swept
 	if t.pages == nil {
 		t.pages = map[pageKey]*clientv3.GetResponse{}
 	}
 	for k, p := range snap.pages {
 		t.pages[k] = p
 	}
+	t.keepFirstPage(snap, hint)
+	t.s.noteFloor(t.floor)
 	t.meta, t.verRev = snap.meta, snap.verRev
 	if t.write {
 		t.reads[t.key(famMeta, metaHead)] = snap.headRev
@@ -377,8 +393,13 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) (e
 	if t.readyPage > 0 {
 		page = t.readyPage
 	}
+	jump := false // the last window was empty: read on to hi (window.go)
 	for {
-		resp, err := t.page(from, hi, page)
+		end := hi
+		if t.windowed && !jump {
+			end = readyPageEnd(t.key(famReady, ""), from, hi)
+		}
+		resp, err := t.page(from, end, page)
 		if err != nil {
 			return t.fail(err)
 		}
@@ -404,11 +425,18 @@ func (t *Tx) scan(lo, hi string, fn func(k, v string) (more bool, err error)) (e
 				return err
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
+		page = pageSize
+		switch {
+		case resp.More && len(resp.Kvs) > 0:
+			from, jump = string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00", false
+		case end < hi:
+			from, jump = end, len(resp.Kvs) == 0
+		default:
+			from = hi
+		}
+		if from >= hi {
 			break
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-		page = pageSize
 	}
 	for _, k := range mine {
 		if more, err := emit(k); err != nil || !more {
@@ -439,9 +467,19 @@ func (t *Tx) wrote()      { t.writes++ }
 func (t *Tx) Writes() int { return t.writes }
 
 // Task returns the record of id, its lease judged by etcd's clock.
+//
+// Only a claimed task's liveness key matters. It is read with the record
+// when the record needs a request anyway (one round trip for both), and
+// on its own only for a claimed task whose record was known without one:
+// a claim of a task the handle's cache holds, the common case, reads
+// nothing (liveness keys are never cached: cache.go).
 func (t *Tx) Task(id string) (record.Task, bool, error) {
 	tk, lk := t.key(famTask, id), t.key(famLive, id)
-	kvs, err := t.get(tk, lk)
+	keys := []string{tk}
+	if !t.known(tk) {
+		keys = append(keys, lk)
+	}
+	kvs, err := t.get(keys...)
 	if err != nil {
 		return record.Task{}, false, err
 	}
@@ -452,6 +490,14 @@ func (t *Tx) Task(id string) (record.Task, bool, error) {
 	rec, err := journal.DecodeTask(kv.Value)
 	if err != nil {
 		return record.Task{}, false, fmt.Errorf("decode task %q: %w", id, err)
+	}
+	if rec.State != record.Claimed {
+		return rec, true, nil
+	}
+	if _, read := kvs[lk]; !read {
+		if kvs, err = t.get(lk); err != nil {
+			return record.Task{}, false, err
+		}
 	}
 	return t.judge(rec, kvs[lk]), true, nil
 }
@@ -670,6 +716,7 @@ func (t *Tx) Counts() map[record.State]int {
 // first candidates are known already (a warm handle's cache), nothing is
 // read ahead (see candidatesUnknown).
 func (t *Tx) Ready(fn func(id string) (more bool)) {
+	t.readyScanned = true
 	t.readyPage = t.firstPageSize()
 	t.pageHook = func(kvs []*mvccpb.KeyValue) {
 		if !t.candidatesUnknown(kvs) {
@@ -689,7 +736,14 @@ func (t *Tx) Ready(fn func(id string) (more bool)) {
 			return
 		}
 	}
-	_ = t.scanPrefix(famReady, func(_, id string) (bool, error) { return visited[id] || fn(id), nil })
+	p := t.key(famReady, "")
+	lo := t.readyFrom()
+	t.windowed = true
+	defer func() { t.windowed = false }()
+	_ = t.scan(lo, rangeEnd(p), func(k, id string) (bool, error) {
+		t.noteReady(k[len(p):])
+		return visited[id] || fn(id), nil
+	})
 }
 
 // lease is one entry of the expiry index.
@@ -730,7 +784,11 @@ func (t *Tx) leases() ([]lease, error) {
 // once per claim in it) and then filtered by this transaction's own
 // writes: a lease it ended or set since is not expired.
 func (t *Tx) Expired(now time.Time) []string {
+	if t.expired == nil && t.swept && !t.sweepAll {
+		return nil // swept lately (sweep.go)
+	}
 	if t.expired == nil {
+		t.sweeping = t.write
 		t.untracked = true
 		ls, err := t.leases()
 		var live map[string]*mvccpb.KeyValue
