@@ -235,11 +235,31 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 		clock = func() time.Time { return time.Now().UTC() }
 	}
 	s := &Store{b: b, dir: dir, prefix: b.cfg.Prefix, readOnly: o.ReadOnly, timeout: timeoutOf(o.Timeout), clock: clock, onUpgrade: o.OnUpgrade}
-	// An absent or foreign journal is reported at open, as bbolt does.
-	err := s.View(func(journal.Tx) error { return nil })
+	// An absent or foreign journal is reported at open, as bbolt does: by
+	// the meta keys alone, which also say where the ready index's floor
+	// is (floor.go), for the first transaction's first page.
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := b.cli.Get(ctx, b.cfg.Prefix+famMeta, clientv3.WithPrefix())
 	if err != nil {
+		return nil, b.unreachable(err)
+	}
+	meta := map[string]string{}
+	var headRev, floorRev int64
+	for _, kv := range resp.Kvs {
+		name := string(kv.Key[len(b.cfg.Prefix+famMeta):])
+		meta[name] = string(kv.Value)
+		switch name {
+		case metaHead:
+			headRev = kv.ModRevision
+		case metaFloor:
+			floorRev = kv.ModRevision
+		}
+	}
+	if err := b.checkMeta(meta); err != nil {
 		return nil, err
 	}
+	s.noteFloor(trustedFloor(meta, floorRev, headRev))
 	return s, nil
 }
 
