@@ -53,6 +53,17 @@ func claimFirst(t *testing.T, s journal.Store) string {
 	return got
 }
 
+// wantClaims claims the first ready task once per id in want, and fails
+// unless each claim took the task want names ("": none left).
+func wantClaims(t *testing.T, s journal.Store, want ...string) {
+	t.Helper()
+	for i, id := range want {
+		if got := claimFirst(t, s); got != id {
+			t.Fatalf("claim %d of %v took %q, want %q", i+1, want, got, id)
+		}
+	}
+}
+
 // claimIn claims id in tx, with an hour's lease.
 func claimIn(tx journal.Tx, id string) error {
 	old, ok, err := tx.Task(id)
@@ -136,12 +147,7 @@ func TestFloor_HigherPriorityTaskBelowTheFloorIsClaimedFirst(t *testing.T) {
 	claimFirst(t, s)
 	_, other := open(t, cfg, dir)
 	addReady(t, other, 5, 100, "urgent")
-	if got := claimFirst(t, s); got != "urgent" {
-		t.Fatalf("claim after a priority-5 add took %q, want urgent", got)
-	}
-	if got := claimFirst(t, s); got != "a2" {
-		t.Fatalf("next claim took %q, want a2", got)
-	}
+	wantClaims(t, s, "urgent", "a2")
 }
 
 // TestFloor_AddDuringARebaseIsNotHidden: a claim that loses the race on
@@ -173,9 +179,7 @@ func TestFloor_AddDuringARebaseIsNotHidden(t *testing.T) {
 	if got != "urgent" {
 		t.Fatalf("the claim that raced an add of a priority-5 task took %q after %d runs; want urgent", got, runs)
 	}
-	if next := claimFirst(t, s); next != "a2" {
-		t.Fatalf("next claim took %q, want a2", next)
-	}
+	wantClaims(t, s, "a2")
 }
 
 // TestFloor_OlderWriterIsNotTrusted: a commit by an older fencectl
@@ -215,12 +219,7 @@ func TestFloor_OlderWriterIsNotTrusted(t *testing.T) {
 	if f := floorOf(t, s); f != "" {
 		t.Fatalf("floor after an older writer's commit = %x, want none trusted", f)
 	}
-	if got := claimFirst(t, s); got != "old" {
-		t.Fatalf("claim took %q, want the older writer's priority-5 task", got)
-	}
-	if got := claimFirst(t, s); got != "a2" {
-		t.Fatalf("next claim took %q, want a2", got)
-	}
+	wantClaims(t, s, "old", "a2") // old: the older writer's priority-5 task
 }
 
 // TestWindow_ScanCrossesGapsAndPriorities: the ready index is read a
@@ -255,9 +254,5 @@ func TestWindow_ScanCrossesGapsAndPriorities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"s1", "s2", "s1000", "s5000", "s5001", "low", ""} {
-		if got := claimFirst(t, s); got != want {
-			t.Fatalf("claim took %q, want %q", got, want)
-		}
-	}
+	wantClaims(t, s, "s1", "s2", "s1000", "s5000", "s5001", "low", "")
 }
