@@ -244,22 +244,11 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 	if err != nil {
 		return nil, b.unreachable(err)
 	}
-	meta := map[string]string{}
-	var headRev, floorRev int64
-	for _, kv := range resp.Kvs {
-		name := string(kv.Key[len(b.cfg.Prefix+famMeta):])
-		meta[name] = string(kv.Value)
-		switch name {
-		case metaHead:
-			headRev = kv.ModRevision
-		case metaFloor:
-			floorRev = kv.ModRevision
-		}
-	}
-	if err := b.checkMeta(meta); err != nil {
+	m := parseMeta(resp.Kvs, b.cfg.Prefix+famMeta)
+	if err := b.checkMeta(m.values); err != nil {
 		return nil, err
 	}
-	s.noteFloor(trustedFloor(meta, floorRev, headRev))
+	s.noteFloor(m.floor)
 	return s, nil
 }
 

@@ -39,13 +39,13 @@ func trustedFloor(meta map[string]string, floorRev, headRev int64) string {
 	return meta[metaFloor]
 }
 
-// readyHint returns the floor this handle last saw, for begin to read the
-// first ready page from; known is false before the first snapshot.
-func (s *Store) readyHint() (floor string, known bool) {
+// readyHint returns the floor this handle last saw (Open reads it first),
+// for begin to read the first ready page from.
+func (s *Store) readyHint() string {
 	if f := s.floorSeen.Load(); f != nil {
-		return *f, true
+		return *f
 	}
-	return "", false
+	return ""
 }
 
 // noteFloor remembers floor as the latest this handle saw.

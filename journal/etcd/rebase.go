@@ -43,25 +43,11 @@ func headMovedFrom(resp *clientv3.TxnResponse, metaKey string) *headMoved {
 	if len(resp.Responses) != 1 {
 		return nil
 	}
-	m := &headMoved{meta: map[string]string{}}
-	var floorRev int64
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		name := string(kv.Key[len(metaKey):])
-		m.meta[name] = string(kv.Value)
-		switch name {
-		case metaHead:
-			m.headRev = kv.ModRevision
-		case metaVersion:
-			m.verRev = kv.ModRevision
-		case metaFloor:
-			floorRev = kv.ModRevision
-		}
-	}
+	m := parseMeta(resp.Responses[0].GetResponseRange().GetKvs(), metaKey)
 	if m.headRev == 0 {
 		return nil
 	}
-	m.floor = trustedFloor(m.meta, floorRev, m.headRev)
-	return m
+	return &headMoved{meta: m.values, headRev: m.headRev, verRev: m.verRev, floor: m.floor}
 }
 
 // rebased is a fresh run of the transaction on the snapshot t read, but

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencectl/fencectl/journal"
@@ -35,35 +36,34 @@ type snapshot struct {
 // extra are more reads to make at the same revision, in the same request;
 // their answers are in the snapshot's extra. The ready index's first page
 // (readyPage keys) is read from readyFrom, a ready key (relative to the
-// family) at or below the floor as this handle last saw it, unless
-// readyKnown is false: a handle that has not seen the floor yet reads the
-// page when it scans, from the floor (floor.go).
-func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPage int64, readyFrom string, readyKnown bool) (*snapshot, error) {
+// family): the floor as this handle last saw it (floor.go).
+func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPage int64, readyFrom string) (*snapshot, error) {
 	p := b.cfg.Prefix
 	metaKey := p + famMeta
 	type family struct {
-		lo    string
-		limit int64
+		lo, hi string
+		limit  int64
 	}
 	pagesOf := func(fams []family) ([]pageKey, []clientv3.Op) {
 		keys := []pageKey{}
 		ops := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
 		for _, f := range fams {
-			hi := rangeEnd(f.lo)
-			if f.lo == p+famReady+readyFrom {
-				hi = readyPageEnd(p+famReady, f.lo, rangeEnd(p+famReady))
-			}
-			keys = append(keys, pageKey{f.lo, hi, f.limit})
-			ops = append(ops, clientv3.OpGet(f.lo, clientv3.WithRange(hi), clientv3.WithLimit(f.limit)))
+			keys = append(keys, pageKey{f.lo, f.hi, f.limit})
+			ops = append(ops, clientv3.OpGet(f.lo, clientv3.WithRange(f.hi), clientv3.WithLimit(f.limit)))
 		}
 		return keys, append(ops, extra...)
 	}
-	common := []family{{p + famDue, pageSize}}
-	if readyKnown {
-		common = append(common, family{p + famReady + readyFrom, readyPage})
+	ready := p + famReady + readyFrom
+	common := []family{
+		{p + famDue, rangeEnd(p + famDue), pageSize},
+		{ready, readyPageEnd(p+famReady, ready, rangeEnd(p+famReady)), readyPage},
 	}
 	sweptKeys, sweptOps := pagesOf(common)
-	fullKeys, fullOps := pagesOf(append([]family{{p + famExpiry, pageSize}, {p + famLive, pageSize}}, common...))
+	expiry := []family{{p + famExpiry, rangeEnd(p + famExpiry), pageSize}, {p + famLive, rangeEnd(p + famLive), pageSize}}
+	fullKeys, fullOps := pagesOf(append(expiry, common...))
+	// Both branches carry every read: a nested transaction would send
+	// them once, but etcd runs a request holding one through consensus
+	// as a write.
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(metaKey+metaSweep), ">", 0)).
 		Then(sweptOps...).Else(fullOps...).Commit()
@@ -75,25 +75,40 @@ func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPa
 		pre = sweptKeys
 	}
 	first := len(pre) + 1
-	s := &snapshot{rev: resp.Header.Revision, meta: map[string]string{}, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:], swept: resp.Succeeded}
+	s := &snapshot{rev: resp.Header.Revision, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:], swept: resp.Succeeded}
 	for i, k := range pre {
 		s.pages[k] = (*clientv3.GetResponse)(resp.Responses[i+1].GetResponseRange())
 	}
+	m := parseMeta(resp.Responses[0].GetResponseRange().Kvs, metaKey)
+	s.meta, s.headRev, s.verRev, s.floor = m.values, m.headRev, m.verRev, m.floor
+	return s, nil
+}
+
+// metaKeys are the meta keys as one read found them.
+type metaKeys struct {
+	values          map[string]string
+	headRev, verRev int64  // the head's and the version key's mod revisions
+	floor           string // the trusted floor (floor.go)
+}
+
+// parseMeta reads the meta keys kvs (under metaKey).
+func parseMeta(kvs []*mvccpb.KeyValue, metaKey string) metaKeys {
+	m := metaKeys{values: map[string]string{}}
 	var floorRev int64
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+	for _, kv := range kvs {
 		name := string(kv.Key[len(metaKey):])
-		s.meta[name] = string(kv.Value)
+		m.values[name] = string(kv.Value)
 		switch name {
 		case metaHead:
-			s.headRev = kv.ModRevision
+			m.headRev = kv.ModRevision
 		case metaVersion:
-			s.verRev = kv.ModRevision
+			m.verRev = kv.ModRevision
 		case metaFloor:
 			floorRev = kv.ModRevision
 		}
 	}
-	s.floor = trustedFloor(s.meta, floorRev, s.headRev)
-	return s, nil
+	m.floor = trustedFloor(m.values, floorRev, m.headRev)
+	return m
 }
 
 // checkMeta reports a journal that is absent or of another schema.

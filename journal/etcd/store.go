@@ -45,7 +45,7 @@ type Store struct {
 	// writer has been seen since (see readyWindow).
 	warm bool
 	// floorSeen is the ready index's floor as this handle last saw it
-	// (floor.go); nil before its first snapshot.
+	// (floor.go): Open reads it first, every snapshot after.
 	floorSeen atomic.Pointer[string]
 }
 

@@ -137,8 +137,8 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 	}
 	t.requests++
 	t.firstPage = t.s.readyWindow(t.write)
-	hint, known := t.s.readyHint()
-	snap, err := t.s.b.readSnapshot(t.ctx, extra, t.firstPage, hint, known)
+	hint := t.s.readyHint()
+	snap, err := t.s.b.readSnapshot(t.ctx, extra, t.firstPage, hint)
 	if err != nil {
 		return nil, t.fail(err)
 	}
