@@ -72,12 +72,45 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	db, err := t.open(true)
+	db, err := t.openReader()
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	return db.View(func(tx journal.Tx) error { return fn(tx, tx.Now()) })
+	err = db.View(func(tx journal.Tx) error { return fn(tx, tx.Now()) })
+	t.parkReader(db, err == nil)
+	return err
+}
+
+// openReader returns the journal under the shared lock: the parked handle
+// of the last read if the store can take it back, else a fresh one. A
+// lease keeper reads whenever the journal changes, at most every
+// watchSpacing; with eight run --loop processes on one tree that was a
+// few hundred opens a second per process, each mapping the file anew.
+func (t *Tree) openReader() (journal.Store, error) {
+	if p := t.batch.readIdle.Swap(nil); p != nil {
+		err := p.db.Resume(t.opts.Timeout)
+		if err == nil {
+			return p.db, nil
+		}
+		p.db.Close()
+		if !errors.Is(err, journal.ErrStale) {
+			return nil, err
+		}
+	}
+	return t.open(true)
+}
+
+// parkReader ends a read's use of db: parked for the next read if the read
+// went through, closed otherwise (nothing about the handle is trusted
+// after a failure) or when the store cannot park it.
+func (t *Tree) parkReader(db journal.Store, healthy bool) {
+	if healthy && db.Park() == nil {
+		if old := t.batch.readIdle.Swap(&parked{db}); old != nil {
+			old.db.Close()
+		}
+		return
+	}
+	db.Close()
 }
 
 // open opens the tree's journal: for reading (under the shared lock), or
@@ -222,8 +255,9 @@ type batcher struct {
 }
 
 // writerSlot is what every view of a Tree (withTimeout) shares, so that a
-// view made per heartbeat parks no handle of its own: one journal mapping
-// and descriptor per Tree, however long it runs.
+// view made per heartbeat parks no handle of its own: one parked writer
+// and one parked reader (a mapping and a descriptor each) per Tree,
+// however long it runs.
 type writerSlot struct {
 	// finishedMu guards finished: the tasks whose files finishMove moved
 	// inside a transaction's function, by that transaction's snapshot
@@ -236,6 +270,9 @@ type writerSlot struct {
 	// idle is the journal handle of the last group, parked (see
 	// journal.Store.Park) for the next group to resume; nil if none.
 	idle atomic.Pointer[parked]
+	// readIdle is the read-only handle of the last read, parked for the
+	// next read (see openReader); nil if none.
+	readIdle atomic.Pointer[parked]
 	// settled is the head (journal.Store.Head) of the last commit whose moves
 	// this Tree finished itself; while it is still the head, settling can
 	// be skipped.

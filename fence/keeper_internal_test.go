@@ -154,7 +154,7 @@ func openFiles(t *testing.T) (fds, journalMaps int) {
 }
 
 // A keeper heartbeats for days: descriptors and journal mappings must stay
-// flat. Each heartbeat used to go through a fresh batcher that parked its
+// flat, at one parked writer and one parked reader. Each heartbeat used to go through a fresh batcher that parked its
 // journal handle and never closed it (about 90 heartbeats, 92 mappings).
 func TestKeeper_HeartbeatsLeakNothing(t *testing.T) {
 	tree, k, _ := keeperTree(t, KeeperConfig{})
@@ -166,8 +166,11 @@ func TestKeeper_HeartbeatsLeakNothing(t *testing.T) {
 			t.Fatalf("runOnce = %v, %v; want a heartbeat", step, err)
 		}
 	}
-	for range 3 { // warm up: the tree's own parked handle, the runtime
+	for range 3 { // warm up: the tree's own parked handles, the runtime
 		beat()
+		if _, err := tree.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fds, maps := openFiles(t)
 	for range 200 {
@@ -178,8 +181,9 @@ func TestKeeper_HeartbeatsLeakNothing(t *testing.T) {
 		}
 	}
 	fds2, maps2 := openFiles(t)
-	if fds2 != fds || maps2 != maps || maps2 > 1 {
-		t.Errorf("after 200 heartbeats: %d descriptors (was %d), %d journal mappings (was %d, want at most 1)", fds2, fds, maps2, maps)
+	// One parked writer and one parked reader per Tree, at most.
+	if fds2 != fds || maps2 != maps || maps2 > 2 {
+		t.Errorf("after 200 heartbeats: %d descriptors (was %d), %d journal mappings (was %d, want at most 2)", fds2, fds, maps2, maps)
 	}
 }
 

@@ -150,6 +150,7 @@ func Open(root string, o Options) (*Tree, error) {
 // on: the mapping and a file descriptor would leak.
 func (t *Tree) CloseAtExit() error {
 	t.batch.idle.Store(nil)
+	t.batch.readIdle.Store(nil)
 	return t.mirror.Close()
 }
 
@@ -157,6 +158,9 @@ func (t *Tree) CloseAtExit() error {
 func (t *Tree) Close() error {
 	if db := t.batch.takeIdle(); db != nil {
 		db.Close()
+	}
+	if p := t.batch.readIdle.Swap(nil); p != nil {
+		p.db.Close()
 	}
 	if t.batch.writerSlot != nil {
 		t.batch.watch.close()

@@ -1629,3 +1629,37 @@ func TestTree_CloseAtExitLeavesNoLock(t *testing.T) {
 		t.Fatalf("write with no wait after CloseAtExit: %v", err)
 	}
 }
+
+// A Tree keeps its last read handle parked for the next read (a lease
+// keeper reads on every journal change). Every read must still see what
+// other handles (other processes) committed meanwhile, including a journal
+// that grew past what the parked handle had mapped.
+func TestTree_ReadsSeeOtherWritersThroughTheParkedReader(t *testing.T) {
+	tree := newTree(t)
+	add(t, tree, "mine", 0)
+	if v, err := tree.Show(bg, "mine"); err != nil || v.Task.State != record.Available {
+		t.Fatalf("show mine: %+v, %v", v.Task.State, err)
+	}
+	other, err := fence.Open(tree.Root(), fence.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	claim(t, other, "mine", "elsewhere")
+	if v, err := tree.Show(bg, "mine"); err != nil || v.Task.State != record.Claimed {
+		t.Fatalf("show mine after another handle claimed it: %v, %v", v.Task.State, err)
+	}
+	big := strings.Repeat("x", 100)
+	for i := range 400 {
+		if _, err := other.Add(bg, fence.AddRequest{ID: fmt.Sprintf("t%03d-%s", i, big)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := tree.Status(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Counts[record.Available]; n != 400 {
+		t.Errorf("status after another handle added 400 tasks: %d available", n)
+	}
+}

@@ -118,13 +118,14 @@ type Store interface {
 	// every other writer of the journal waits until Park or Close. Then
 	// only the last commit can have moves a crash left undone.
 	Exclusive() bool
-	// Park gives the writer's turn up but keeps the handle for Resume, so
-	// a process that writes again soon skips opening the store afresh.
-	// A parked handle is used only after Resume succeeds.
+	// Park gives the writer's turn (or a reader's shared lock) up but
+	// keeps the handle for Resume, so a process that comes back soon
+	// skips opening the store afresh. A parked handle is used only after
+	// Resume succeeds.
 	Park() error
-	// Resume takes the writer's turn back, waiting up to timeout. It
-	// returns ErrStale (with nothing held) if the handle cannot be reused:
-	// the caller closes it and opens the journal again.
+	// Resume takes the writer's turn (or the shared lock) back, waiting
+	// up to timeout. It returns ErrStale (with nothing held) if the handle
+	// cannot be reused: the caller closes it and opens the journal again.
 	Resume(timeout time.Duration) error
 	// Verify reads the whole journal and returns a *CorruptError for any
 	// damage found.

@@ -12,49 +12,60 @@ import (
 	"github.com/fencectl/fencectl/journal"
 )
 
-// Park drops the locks but keeps bbolt open: the file mapped, its meta and
-// freelist read. A process that writes again soon (the library, one group
-// commit after another) takes the locks back with Resume and, if nobody
-// else committed meanwhile, skips opening bbolt again (reading its meta
-// pages and mapping the file) for every group, work done under the lock.
+// Park drops the locks but keeps bbolt open: the file mapped, its meta
+// and (for a writer) its freelist read. A process that comes back soon
+// (the library, one group commit after another; a lease keeper's checks)
+// takes the locks back with Resume and skips opening bbolt again: the
+// open, the mapping and its page faults, and for a writer the freelist.
 //
 // A parked handle must not be used until Resume succeeds; Close it when
-// done. Only a writer handle opened with the blocking flock can be parked.
+// done. Only a handle that holds .fence/lock can be parked.
 func (db *DB) Park() error {
-	if db.lock == nil || db.readOnly || db.file == nil {
-		return errors.New("journal: only a writer holding .fence/lock can park")
+	if db.lock == nil || db.file == nil {
+		return errors.New("journal: only a handle holding .fence/lock can park")
 	}
-	head, err := db.Head()
-	if err != nil {
-		return err
+	var head string
+	if !db.readOnly {
+		var err error
+		if head, err = db.Head(); err != nil {
+			return err
+		}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(db.file.Fd()), &st); err != nil {
 		return err
 	}
-	db.parked = &parkedState{head: head, dev: st.Dev, ino: st.Ino}
+	db.parked = &parkedState{head: head, dev: st.Dev, ino: st.Ino, size: st.Size}
 	_ = unix.Flock(int(db.file.Fd()), unix.LOCK_UN)
-	err = db.lock.Release()
+	err := db.lock.Release()
 	db.lock = nil
 	return err
 }
 
 // parkedState is what Resume compares against: the last commit this handle
-// saw and the file it has open.
+// saw (a writer's), and the file it has open, with its size then.
 type parkedState struct {
 	head     string
 	dev, ino uint64
+	size     int64
 }
 
 // Resume takes the locks of a parked handle back, waiting up to timeout
-// like Open. It returns ErrStale, with no lock held, if the journal moved
-// on meanwhile; any other error also leaves no lock held.
+// like Open. It returns ErrStale, with no lock held, if the handle cannot
+// be reused; any other error also leaves no lock held.
+//
+// A writer is stale once anybody else committed: its freelist (in memory)
+// no longer says which pages are free. A reader reads the meta pages
+// afresh in every transaction (bbolt maps the file shared, so another
+// process's commits show through the mapping), so it is stale only when
+// the file is another one, or grew: pages past the size it had when
+// mapped may lie past the mapping.
 func (db *DB) Resume(timeout time.Duration) (err error) {
 	p := db.parked
 	if p == nil {
 		return errors.New("journal: Resume of a handle that is not parked")
 	}
-	lock, err := AcquireLock(filepath.Join(filepath.Dir(db.path), LockName), true, timeout)
+	lock, err := AcquireLock(filepath.Join(filepath.Dir(db.path), LockName), !db.readOnly, timeout)
 	if err != nil {
 		return err
 	}
@@ -66,7 +77,11 @@ func (db *DB) Resume(timeout time.Duration) (err error) {
 	}()
 	// bbolt's own lock: free unless a process outside fencectl holds it,
 	// and then a fresh Open is the one to wait for it.
-	if unix.Flock(int(db.file.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+	how := unix.LOCK_EX
+	if db.readOnly {
+		how = unix.LOCK_SH
+	}
+	if unix.Flock(int(db.file.Fd()), how|unix.LOCK_NB) != nil {
 		return journal.ErrStale
 	}
 	var st unix.Stat_t
@@ -76,11 +91,13 @@ func (db *DB) Resume(timeout time.Duration) (err error) {
 		}
 		return fmt.Errorf("stat journal %s: %w", db.path, err)
 	}
-	if st.Dev != p.dev || st.Ino != p.ino {
-		return journal.ErrStale // recover (or a hand) put another file there
+	if st.Dev != p.dev || st.Ino != p.ino || st.Size != p.size {
+		return journal.ErrStale // recover (or a hand) put another file there, or it grew
 	}
-	if head, err := db.Head(); err != nil || head != p.head {
-		return journal.ErrStale
+	if !db.readOnly {
+		if head, err := db.Head(); err != nil || head != p.head {
+			return journal.ErrStale
+		}
 	}
 	db.lock, db.parked = lock, nil
 	return nil

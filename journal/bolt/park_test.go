@@ -2,8 +2,10 @@ package bolt_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,16 +139,112 @@ func TestPark_ResumeBusy(t *testing.T) {
 	}
 }
 
-func TestPark_OnlyWriters(t *testing.T) {
+// A parked reader holds no lock, and once resumed it sees what others
+// committed meanwhile: bbolt reads the meta pages through the shared
+// mapping in every transaction.
+func TestPark_ReaderSeesOtherCommits(t *testing.T) {
+	dir := newJournalClosed(t)
+	ro := openParkedReader(t, dir)
+	other, err := boltstore.Open(dir, journal.OpenOptions{Timeout: 0})
+	if err != nil {
+		t.Fatalf("writer while a reader is parked: %v", err)
+	}
+	addTask(t, other, "theirs")
+	other.Close()
+	if err := ro.Resume(time.Second); err != nil {
+		t.Fatalf("Resume of a reader after another commit: %v", err)
+	}
+	if _, err := boltstore.AcquireLock(filepath.Join(dir, boltstore.LockName), true, 0); !errors.Is(err, journal.ErrBusy) {
+		t.Fatalf("writer's lock while a reader is resumed: err = %v; want ErrBusy", err)
+	}
+	view(t, ro, func(tx journal.Tx) error {
+		if _, ok, err := tx.Task("theirs"); err != nil || !ok {
+			t.Errorf("resumed reader: task theirs ok=%v err=%v", ok, err)
+		}
+		return nil
+	})
+}
+
+// A journal that grew since the reader mapped it may have pages past the
+// mapping: the reader is stale, and a fresh one reads every task.
+func TestPark_ReaderStaleAfterGrowth(t *testing.T) {
+	dir := newJournalClosed(t)
+	ro := openParkedReader(t, dir)
+	fi, err := os.Stat(boltstore.Path(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ; ; n++ {
+		now, err := os.Stat(boltstore.Path(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.Size() > 4*fi.Size() {
+			break
+		}
+		addTask(t, w, fmt.Sprintf("t%05d-%s", n, strings.Repeat("x", 200)))
+	}
+	w.Close()
+	if err := ro.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
+		t.Fatalf("Resume of a reader after the file grew from %d bytes: err = %v; want ErrStale", fi.Size(), err)
+	}
+	fresh, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	view(t, fresh, func(tx journal.Tx) error {
+		if _, ok, err := tx.Task(fmt.Sprintf("t%05d-%s", n-1, strings.Repeat("x", 200))); err != nil || !ok {
+			t.Errorf("last task after growth: ok=%v err=%v", ok, err)
+		}
+		return nil
+	})
+}
+
+// A journal replaced under the same path is another file for a reader too.
+func TestPark_ReaderStaleAfterFileReplaced(t *testing.T) {
+	dir := newJournalClosed(t)
+	ro := openParkedReader(t, dir)
+	fresh := t.TempDir()
+	if err := boltstore.Create(fresh, defaults, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(boltstore.Path(fresh), boltstore.Path(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
+		t.Fatalf("Resume of a reader after the file was replaced: err = %v; want ErrStale", err)
+	}
+}
+
+// openParkedReader opens the journal in dir read-only, reads it once and
+// parks the handle; Close runs at cleanup.
+func openParkedReader(t *testing.T, dir string) *boltstore.DB {
+	t.Helper()
+	ro, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ro.Close() })
+	view(t, ro, func(tx journal.Tx) error { return nil })
+	if err := ro.Park(); err != nil {
+		t.Fatalf("Park of a reader: %v", err)
+	}
+	return ro
+}
+
+func TestPark_ResumeUnparked(t *testing.T) {
 	dir := newJournalClosed(t)
 	ro, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if err := ro.Park(); err == nil {
-		t.Error("Park of a read-only handle succeeded")
-	}
 	if err := ro.Resume(time.Second); err == nil {
 		t.Error("Resume of a handle that was never parked succeeded")
 	}
