@@ -86,8 +86,22 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 // lease keeper reads whenever the journal changes, at most every
 // watchSpacing; with eight run --loop processes on one tree that was a
 // few hundred opens a second per process, each mapping the file anew.
-func (t *Tree) openReader() (journal.Store, error) {
-	if p := t.batch.readIdle.Swap(nil); p != nil {
+func (t *Tree) openReader() (journal.Store, error) { return t.resumeOrOpen(&t.batch.readIdle, true) }
+
+// parkReader ends a read's use of db (see park).
+func (t *Tree) parkReader(db journal.Store, healthy bool) { park(&t.batch.readIdle, db, healthy) }
+
+// openWriter returns the journal, locked for writing: the parked handle of
+// the previous group if no other process committed since, else a fresh one.
+func (t *Tree) openWriter() (journal.Store, error) { return t.resumeOrOpen(&t.batch.idle, false) }
+
+// parkWriter ends a group's use of db (see park).
+func (t *Tree) parkWriter(db journal.Store, healthy bool) { park(&t.batch.idle, db, healthy) }
+
+// resumeOrOpen takes the handle parked in slot back if the store can
+// reuse it, else opens the journal afresh.
+func (t *Tree) resumeOrOpen(slot *atomic.Pointer[parked], readOnly bool) (journal.Store, error) {
+	if p := slot.Swap(nil); p != nil {
 		err := p.db.Resume(t.opts.Timeout)
 		if err == nil {
 			return p.db, nil
@@ -97,15 +111,16 @@ func (t *Tree) openReader() (journal.Store, error) {
 			return nil, err
 		}
 	}
-	return t.open(true)
+	return t.open(readOnly)
 }
 
-// parkReader ends a read's use of db: parked for the next read if the read
-// went through, closed otherwise (nothing about the handle is trusted
-// after a failure) or when the store cannot park it.
-func (t *Tree) parkReader(db journal.Store, healthy bool) {
+// park ends a use of db: parked in slot for the next use if it went
+// through, closed otherwise (after a failure nothing about the handle is
+// trusted) or when the store cannot park it (bbolt's polling lock is the
+// only lock, or a reader on a read-only tree holds none).
+func park(slot *atomic.Pointer[parked], db journal.Store, healthy bool) {
 	if healthy && db.Park() == nil {
-		if old := t.batch.readIdle.Swap(&parked{db}); old != nil {
+		if old := slot.Swap(&parked{db}); old != nil {
 			old.db.Close()
 		}
 		return
@@ -335,36 +350,6 @@ func (s *writerSlot) takeIdle() journal.Store {
 func (t *Tree) mirrored(head string) {
 	t.batch.settled.Store(&head)
 	t.mirror.WriteMark(head)
-}
-
-// openWriter returns the journal, locked for writing: the parked handle of
-// the previous group if no other process committed since, else a fresh one.
-func (t *Tree) openWriter() (journal.Store, error) {
-	if db := t.batch.takeIdle(); db != nil {
-		err := db.Resume(t.opts.Timeout)
-		if err == nil {
-			return db, nil
-		}
-		db.Close()
-		if !errors.Is(err, journal.ErrStale) {
-			return nil, err
-		}
-	}
-	return t.open(false)
-}
-
-// parkWriter ends a group's use of db: parked for the next group if the
-// group went through, closed otherwise (after a failure nothing about the
-// handle is trusted) or when the store cannot park it (bbolt's polling
-// lock is the only lock).
-func (t *Tree) parkWriter(db journal.Store, healthy bool) {
-	if healthy && db.Park() == nil {
-		if old := t.batch.idle.Swap(&parked{db}); old != nil {
-			old.db.Close()
-		}
-		return
-	}
-	db.Close()
 }
 
 // isMirrored reports whether the moves of commit head are known to be done.
