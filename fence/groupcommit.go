@@ -76,8 +76,16 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 	if err != nil {
 		return err
 	}
-	err = db.View(func(tx journal.Tx) error { return fn(tx, tx.Now()) })
-	t.parkReader(db, err == nil)
+	// An error of fn's own (a stale token, no such task) says nothing
+	// about the handle; one from the store (a damaged page) does.
+	fnFailed := false
+	err = db.View(func(tx journal.Tx) error {
+		err := fn(tx, tx.Now())
+		fnFailed = err != nil
+		return err
+	})
+	_, corrupt := errors.AsType[*journal.CorruptError](err)
+	t.parkReader(db, err == nil || fnFailed && !corrupt)
 	return err
 }
 

@@ -362,6 +362,11 @@ func TestKeeper_KeepersShareOneWatch(t *testing.T) {
 	if first == nil {
 		t.Fatal("no shared watch after a keeper's Start and Stop")
 	}
+	// A read parks the tree's reader (one descriptor, kept for the next
+	// read): have it parked before counting.
+	if _, err := tree.Status(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	fds, _ := openFiles(t)
 	for i := range 20 {
 		k := startKeeper(t, tree, fmt.Sprintf("s%d", i))
