@@ -109,19 +109,27 @@ func TestPark_StaleAfterOtherCommit(t *testing.T) {
 }
 
 // A journal replaced under the same path (recover does this) is another
-// file: the parked handle must not write to the old one.
+// file: a parked writer must not write to the old one, and a parked reader
+// must not read it.
 func TestPark_StaleAfterFileReplaced(t *testing.T) {
-	dir := newJournalClosed(t)
-	db := openParked(t, dir)
-	fresh := t.TempDir()
-	if err := boltstore.Create(fresh, defaults, t0); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(boltstore.Path(fresh), boltstore.Path(dir)); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
-		t.Fatalf("Resume after the file was replaced: err = %v; want ErrStale", err)
+	for _, h := range []struct {
+		name string
+		park func(*testing.T, string) *boltstore.DB
+	}{{"writer", openParked}, {"reader", openParkedReader}} {
+		t.Run(h.name, func(t *testing.T) {
+			dir := newJournalClosed(t)
+			db := h.park(t, dir)
+			fresh := t.TempDir()
+			if err := boltstore.Create(fresh, defaults, t0); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(boltstore.Path(fresh), boltstore.Path(dir)); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
+				t.Fatalf("Resume after the file was replaced: err = %v; want ErrStale", err)
+			}
+		})
 	}
 }
 
@@ -206,22 +214,6 @@ func TestPark_ReaderStaleAfterGrowth(t *testing.T) {
 	})
 }
 
-// A journal replaced under the same path is another file for a reader too.
-func TestPark_ReaderStaleAfterFileReplaced(t *testing.T) {
-	dir := newJournalClosed(t)
-	ro := openParkedReader(t, dir)
-	fresh := t.TempDir()
-	if err := boltstore.Create(fresh, defaults, t0); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(boltstore.Path(fresh), boltstore.Path(dir)); err != nil {
-		t.Fatal(err)
-	}
-	if err := ro.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
-		t.Fatalf("Resume of a reader after the file was replaced: err = %v; want ErrStale", err)
-	}
-}
-
 // openParkedReader opens the journal in dir read-only, reads it once and
 // parks the handle; Close runs at cleanup.
 func openParkedReader(t *testing.T, dir string) *boltstore.DB {
@@ -238,6 +230,7 @@ func openParkedReader(t *testing.T, dir string) *boltstore.DB {
 	return ro
 }
 
+// Resume of a handle that was never parked is an error, not a lock taken.
 func TestPark_ResumeUnparked(t *testing.T) {
 	dir := newJournalClosed(t)
 	ro, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
