@@ -219,7 +219,7 @@ func BenchmarkBackend_Start(b *testing.B) {
 			cmd := exec.Command(bin, "status")
 			cmd.Env = append(os.Environ(), "FENCE_DIR="+dir)
 			t0 := time.Now()
-			out, err := cmd.Output()
+			out, err := outputOf(cmd)
 			d := time.Since(t0)
 			if err != nil {
 				b.Fatalf("%s status: %v\n%s", bin, helperErr(err), out)

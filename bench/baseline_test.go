@@ -90,11 +90,11 @@ func BenchmarkBaselineRename(b *testing.B) {
 		b.ResetTimer()
 		r := runWorkers(b, 8, n, func(int, int) (time.Duration, error) {
 			var out []byte
-			lat, err := timed(func() (err error) { out, err = helper("mv-claim", root).Output(); return err })
+			lat, err := timed(func() (err error) { out, err = outputOf(helper("mv-claim", root)); return err })
 			if err != nil {
 				return lat, helperErr(err)
 			}
-			return lat, helperErr(helper("mv-complete", root, strings.TrimSpace(string(out))).Run())
+			return lat, helperErr(runOf(helper("mv-complete", root, strings.TrimSpace(string(out)))))
 		})
 		b.StopTimer()
 		report(b, r)
@@ -254,11 +254,11 @@ func BenchmarkBaselineJSON(b *testing.B) {
 						return lat, jsonComplete(dir, id, agent)
 					}
 					var out []byte
-					lat, err := timed(func() (err error) { out, err = helper("json-claim", dir, agent).Output(); return err })
+					lat, err := timed(func() (err error) { out, err = outputOf(helper("json-claim", dir, agent)); return err })
 					if err != nil {
 						return lat, helperErr(err)
 					}
-					return lat, helperErr(helper("json-complete", dir, strings.TrimSpace(string(out)), agent).Run())
+					return lat, helperErr(runOf(helper("json-complete", dir, strings.TrimSpace(string(out)), agent)))
 				})
 				b.StopTimer()
 				report(b, r)

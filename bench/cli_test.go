@@ -37,7 +37,7 @@ func (a *agentCLI) cmd(args ...string) *exec.Cmd {
 // output runs a command to success, retrying while it exits busy.
 func (a *agentCLI) output(args ...string) ([]byte, error) {
 	for {
-		out, err := a.cmd(args...).Output()
+		out, err := outputOf(a.cmd(args...))
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() == 5 {
 			a.busy.Add(1)

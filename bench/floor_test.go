@@ -95,7 +95,7 @@ func BenchmarkCeiling_DurableClaim(b *testing.B) {
 			return runWorkers(b, 8, n, func(int, int) (time.Duration, error) {
 				var out []byte
 				lat, err := timed(func() (err error) {
-					out, err = exec.Command(bareClaimBin, dir).Output()
+					out, err = outputOf(exec.Command(bareClaimBin, dir))
 					return err
 				})
 				if err == nil && !strings.HasPrefix(string(out), "FENCE_TASK=t") {
