@@ -555,7 +555,10 @@ func (t *Tree) beingPlaced(tx journal.Tx, id string) bool {
 // moves its file only after it commits, so a file that a commit newer
 // than the snapshot put in from (another host's claim, say) shows as a
 // changed record, and the file is left where it is (the run is spoiled
-// and made again on a fresh snapshot).
+// and made again on a fresh snapshot). The record is read here, so that
+// the confirmation covers it even when the caller knew the task only
+// from an index (a claim of the next ready task): a deleted index entry
+// is not something Confirm can compare.
 func (t *Tree) finishMove(tx journal.Tx, id string, dir fsmirror.Dir) bool {
 	if !t.batch.shared.Load() {
 		return false
@@ -567,7 +570,7 @@ func (t *Tree) finishMove(tx journal.Tx, id string, dir fsmirror.Dir) bool {
 	if err != nil || from == dir {
 		return false
 	}
-	if tx.Confirm() != nil {
+	if _, known, err := tx.Task(id); err != nil || !known || tx.Confirm() != nil {
 		return false
 	}
 	if err := t.mirror.Move(id, from, dir); err != nil {
