@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -43,7 +44,8 @@ func outputOf(cmd *exec.Cmd) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ee, ok := runErr.(*exec.ExitError); ok && errOut != nil {
+	var ee *exec.ExitError
+	if errors.As(runErr, &ee) && errOut != nil {
 		ee.Stderr, _ = readAll(errOut)
 	}
 	return stdout, runErr
