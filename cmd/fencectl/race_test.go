@@ -52,9 +52,9 @@ func TestRace_ProcessesClaimAndComplete(t *testing.T) {
 // back): there was nothing to repair, so such a move was one process
 // acting on a stale view of another's work. On etcd, claims that lost a
 // race for a task used to move the winner's file back to available/.
-func noRepairs(what, stderr string) error {
-	if strings.Contains(stderr, "settled") {
-		return fmt.Errorf("%s repaired a tree nobody broke:\n%s", what, stderr)
+func noRepairs(what, output string) error {
+	if strings.Contains(output, "settled") {
+		return fmt.Errorf("%s repaired a tree nobody broke:\n%s", what, output)
 	}
 	return nil
 }
@@ -93,7 +93,8 @@ func testRaceProcesses(t *testing.T, tasks int, fencectlCmd func(dir string, arg
 				var stderr bytes.Buffer
 				claim.Stderr = &stderr
 				out, err := claim.Output()
-				if err := noRepairs(agent+" claim", stderr.String()); err != nil {
+				// --json puts a successful claim's notices in its output.
+				if err := noRepairs(agent+" claim", string(out)+stderr.String()); err != nil {
 					errs <- err
 					return
 				}
