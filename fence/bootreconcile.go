@@ -37,6 +37,9 @@ func (t *Tree) lazyMoves() bool { return t.leaseClock != nil }
 // which reports and repairs those.
 func (t *Tree) reconcileAfterBoot(db journal.Store) error {
 	crashAt("boot:before-reconcile")
+	// The first writer of the boot holds the lock: nothing moves while
+	// the directories are listed beside the journal's read.
+	scan := scanInBackground(t.mirror, "left for replay")
 	want := map[string]fsmirror.Dir{}
 	err := db.View(func(tx journal.Tx) error {
 		clear(want)
@@ -47,11 +50,11 @@ func (t *Tree) reconcileAfterBoot(db journal.Store) error {
 			return nil
 		})
 	})
+	sc, scanErr := scan()
 	if err != nil {
 		return err
 	}
-	sc, err := scanStateDirs(t.mirror, "left for replay")
-	if err != nil {
+	if err := scanErr; err != nil {
 		return err
 	}
 	b := t.mirror.NewBatch()

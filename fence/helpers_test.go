@@ -125,7 +125,9 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 	ids := map[string]bool{}
 	var last uint64
 	for i, ev := range evs {
-		ids[ev.Task] = true
+		if ev.Task != "" { // a compacted event names no task
+			ids[ev.Task] = true
+		}
 		if i > 0 && ev.Seq <= evs[i-1].Seq {
 			t.Errorf("invariant: log seqs not increasing at %d: %d after %d", i, ev.Seq, evs[i-1].Seq)
 		}
@@ -157,6 +159,11 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 			found[e.Name()] = append(found[e.Name()], s)
 		}
 	}
+	// Tasks compact folded have no events left: their files name them.
+	// A file the journal does not know fails its show below.
+	for name := range found {
+		ids[name] = true
+	}
 	counts := map[record.State]int{}
 	for id := range ids {
 		v, err := tree.Show(bg, id)
@@ -179,10 +186,6 @@ func checkInvariants(t *testing.T, tree *fence.Tree) {
 		if (v.Task.State == record.Claimed) != (v.Task.Lease != nil) {
 			t.Errorf("invariant: task %s is %s with lease %+v", id, v.Task.State, v.Task.Lease)
 		}
-		delete(found, id)
-	}
-	for name, dirs := range found {
-		t.Errorf("invariant: %v hold %s, which the journal does not know", dirs, name)
 	}
 	for _, s := range record.States {
 		if st.Counts[s] != counts[s] {

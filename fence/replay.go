@@ -52,9 +52,11 @@ type replayState struct {
 	staged  map[string]string // task → staging name of its add event
 	outputs []string          // staging names of fenced outputs (put, complete --result)
 	rebuild bool              // stored records, claims or indexes differ from the log
-	// ownClock: the store judges expiry by its own clock (etcd) and hands
-	// out records whose lease deadline says what that clock says, not
-	// what the claiming host wrote: the deadline is not compared.
+	// ownClock: the store judges expiry by its own clock (etcd, the one
+	// store that holds no writer off: WritersHeld) and hands out records
+	// whose lease deadline says what that clock says, not what the
+	// claiming host wrote: the deadline is not compared. On bbolt it is,
+	// by replay --check as by replay.
 	ownClock bool
 	moves    []move      // misplaced files to put back
 	extra    []extraCopy // second copies to quarantine, second names to remove
@@ -63,16 +65,17 @@ type replayState struct {
 	counter  uint64      // raise the token counter to this (0: it is fine)
 	ceiling  uint64      // raise the ceiling files to this (0: they are fine)
 	lastSeq  uint64      // the log's last event when it was read
-	// folded are the tasks compact folded: the seq up to which the
-	// folded record covers their events (replay skips those still
-	// there), and whether a later event changed them (if not, the stored
-	// record must be the folded one, compared byte for byte).
-	folded map[string]foldMark
 }
 
-// foldMark is what replay keeps of a folded task (replayState.folded).
+// foldMark is what replay keeps of a task compact folded, while it reads
+// the journal: the folded record (not decoded: see journal.FoldedRecord),
+// whose events up to seq upTo replay skips if they are still there, and
+// whether a later event changed the task. If none did, the stored record
+// must be the folded one, compared byte for byte, and the task is not
+// decoded twice: its record, read once, is checked against the folded
+// encoding. A touched task starts from the folded record, decoded.
 type foldMark struct {
-	upTo    uint64
+	rec     journal.FoldedRecord
 	touched bool
 }
 
@@ -129,6 +132,15 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 			t.adoptInbox(db)
 		}
 	}
+	// Under this host's lock (bbolt; shared for --check) no writer moves a
+	// file until replay is done, so the directories are listed while the log is read. On
+	// etcd writers on other hosts go on, and compareTree lists the staging
+	// directory before the state directories (see there): the listing
+	// waits for the log.
+	scan := func() (dirScan, error) { return scanStateDirs(t.mirror, replayLeaves) }
+	if db.WritersHeld() {
+		scan = scanInBackground(t.mirror, replayLeaves)
+	}
 	var rep ReplayReport
 	var st *replayState
 	err = db.View(func(tx journal.Tx) error {
@@ -138,7 +150,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		for _, c := range tx.Counts() {
 			n += c // the records' count: the log's tasks are about as many
 		}
-		st = &replayState{tasks: make(map[string]record.Task, n), claims: map[uint64]record.Claim{}, staged: map[string]string{}, ownClock: !db.Exclusive()}
+		st = &replayState{tasks: make(map[string]record.Task, n), claims: map[uint64]record.Claim{}, staged: map[string]string{}, ownClock: !db.WritersHeld()}
 		if err := st.compareJournal(tx, &rep); err != nil {
 			return err
 		}
@@ -147,10 +159,13 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		return err
 	})
 	if err != nil {
+		if db.WritersHeld() {
+			scan() // the listing is this call's: not left running after it
+		}
 		return rep, err
 	}
 	t.quarantineDead(st, dead)
-	if err := t.compareTree(st, &rep); err != nil {
+	if err := t.compareTree(st, &rep, scan); err != nil {
 		return rep, err
 	}
 	rep.Tasks = len(st.tasks)
@@ -225,34 +240,43 @@ func (st *replayState) unjudged(rec, want record.Task) record.Task {
 // stored.
 func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
-	if err := st.seedFolded(tx); err != nil {
+	folded, err := foldedMarks(tx)
+	if err != nil {
 		return err
 	}
-	err := tx.Events(1, func(ev record.Event) (bool, error) {
+	untouched := len(folded)
+	err = tx.Events(1, func(ev record.Event) (bool, error) {
 		rep.Events++
 		if ev.Task == "" || ev.Type == record.EvDefaults {
 			return true, nil // the tree's settings, a compaction: no task to fold it into
 		}
-		if mark, ok := st.folded[ev.Task]; ok {
-			if ev.Seq <= mark.upTo {
-				// Folded into the task's base, not dropped yet (on etcd
-				// compact drops a few at a time, each bunch with the
-				// claims its tokens name, oldest first): its claim
-				// record is still there while its claim event is.
-				st.foldClaim(ev)
-				return true, nil
-			}
-			if !mark.touched {
-				st.folded[ev.Task] = foldMark{upTo: mark.upTo, touched: true}
-			}
-		}
 		var prev *record.Task
 		if p, ok := st.tasks[ev.Task]; ok {
 			prev = &p
+		} else if mark := folded.find(ev.Task); mark != nil {
+			// The task's first event since its fold, or one of the
+			// folded ones, not dropped yet (on etcd compact drops a few
+			// at a time, each bunch with the claims its tokens name,
+			// oldest first): its claim record is still there while its
+			// claim event is.
+			if ev.Seq <= mark.rec.UpTo {
+				st.foldClaim(ev)
+				return true, nil
+			}
+			base, err := mark.rec.Task()
+			if err != nil {
+				return false, err
+			}
+			mark.touched = true
+			untouched--
+			prev = &base
 		}
 		rec, err := Apply(prev, ev)
 		if err != nil {
 			add(Finding{Kind: FindingLogError, Task: ev.Task, Detail: err.Error()})
+			if prev != nil {
+				st.tasks[ev.Task] = *prev
+			}
 			return true, nil
 		}
 		st.tasks[ev.Task] = rec
@@ -270,15 +294,40 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	}
 	// Records are counted, not remembered: a million ids in a map cost
 	// more than the compare itself. Only when some of the log's tasks have
-	// no record does a second pass find which.
-	known := 0
+	// no record does a second pass find which. The folded records come in
+	// id order, as the stored ones do: they are walked side by side.
+	known, foldedSeen, next := 0, 0, 0
 	err = tx.ForEachTask(func(rec record.Task) error {
-		want, ok := st.tasks[rec.ID]
+		for next < len(folded) && folded[next].rec.ID < rec.ID {
+			next++
+		}
+		var want record.Task
+		ok := false
+		if next < len(folded) && folded[next].rec.ID == rec.ID && !folded[next].touched {
+			// The log's record is the folded one, as compact left it.
+			mark := folded[next]
+			foldedSeen++
+			enc := journal.EncodeTask(rec)
+			if bytes.Equal(enc, mark.rec.Enc) {
+				st.tasks[rec.ID] = rec
+				known++
+				return nil
+			}
+			var err error
+			if want, err = mark.rec.Task(); err != nil {
+				return err
+			}
+			st.tasks[rec.ID] = want
+			if bytes.Equal(enc, journal.EncodeTask(want)) {
+				known++
+				return nil // the same record, encoded by another codec version
+			}
+			ok = true
+		} else {
+			want, ok = st.tasks[rec.ID]
+		}
 		if ok {
 			known++
-		}
-		if mark, folded := st.folded[rec.ID]; ok && folded && !mark.touched && bytes.Equal(journal.EncodeTask(rec), journal.EncodeTask(want)) {
-			return nil // the folded record, as compact left it
 		}
 		switch {
 		case !ok:
@@ -290,6 +339,20 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 	})
 	if err != nil {
 		return err
+	}
+	if foldedSeen < untouched {
+		// Folded tasks without a stored record: the log has them as
+		// folded, and the pass below reports them missing.
+		for _, mark := range folded {
+			if _, ok := st.tasks[mark.rec.ID]; ok || mark.touched {
+				continue
+			}
+			want, err := mark.rec.Task()
+			if err != nil {
+				return err
+			}
+			st.tasks[mark.rec.ID] = want
+		}
 	}
 	if known < len(st.tasks) {
 		seen := make(map[string]bool, known)
@@ -430,14 +493,36 @@ func (st *replayState) foldClaim(ev record.Event) {
 	}
 }
 
-// seedFolded starts every folded task from its folded record.
-func (st *replayState) seedFolded(tx journal.Tx) error {
-	st.folded = map[string]foldMark{}
-	return tx.Folded(func(rec record.Task, upTo uint64) (bool, error) {
-		st.tasks[rec.ID] = rec
-		st.folded[rec.ID] = foldMark{upTo: upTo}
+// foldedMarks reads the folded records, not decoded (see foldMark), in
+// id order: a list, not a map, as a million map entries cost more than
+// the compare. The marks hold the store's memory: they are used inside the
+// transaction only.
+func foldedMarks(tx journal.Tx) (foldMarks, error) {
+	var folded foldMarks
+	err := tx.Folded(func(f journal.FoldedRecord) (bool, error) {
+		folded = append(folded, foldMark{rec: f})
 		return true, nil
 	})
+	// Sorted already (the port hands them out in id order): a store that
+	// did not would make find miss, so it is checked, not assumed.
+	if !slices.IsSortedFunc(folded, compareMarks) {
+		slices.SortFunc(folded, compareMarks)
+	}
+	return folded, err
+}
+
+// foldMarks are the folded tasks in id order.
+type foldMarks []foldMark
+
+func compareMarks(a, b foldMark) int { return strings.Compare(a.rec.ID, b.rec.ID) }
+
+// find returns the mark of task id, or nil if compact did not fold it.
+func (m foldMarks) find(id string) *foldMark {
+	i, ok := slices.BinarySearchFunc(m, id, func(f foldMark, id string) int { return strings.Compare(f.rec.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &m[i]
 }
 
 // compareTokens checks the two marks that keep tokens from going back:
@@ -476,9 +561,12 @@ func sameJSON(a, b any) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
+// replayLeaves ends the finding of an entry that is not a task file.
+const replayLeaves = "left in place, move it out by hand"
+
 // compareTree lists the state directories and compares them with the
 // folded records.
-func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
+func (t *Tree) compareTree(st *replayState, rep *ReplayReport, scan func() (dirScan, error)) error {
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
 	// Staging first: a writer on another host that publishes a staged
 	// file meanwhile moves it into a state directory not yet listed, so
@@ -489,7 +577,7 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport) error {
 			staging[e.Name] = e.Kind == fsmirror.Regular
 		}
 	}
-	sc, err := scanStateDirs(t.mirror, "left in place, move it out by hand")
+	sc, err := scan()
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -1509,11 +1510,7 @@ func TestTree_ReplayRebuildsRecords(t *testing.T) {
 	add(t, tree, "t1", 0)
 	c := claim(t, tree, "t1", "a")
 	// Damage a derived record behind fencectl's back.
-	db, err := boltstore.Open(filepath.Join(tree.Root(), ".fence"), journal.OpenOptions{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx journal.Tx) error {
+	behindTheBack(t, tree, func(tx journal.Tx) error {
 		rec, _, err := tx.Task("t1")
 		if err != nil {
 			return err
@@ -1522,10 +1519,6 @@ func TestTree_ReplayRebuildsRecords(t *testing.T) {
 		bad.Attempts = 7
 		return tx.PutTask(&rec, bad)
 	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	check, err := tree.Replay(bg, true)
 	if err != nil {
 		t.Fatal(err)
@@ -1661,5 +1654,81 @@ func TestTree_ReadsSeeOtherWritersThroughTheParkedReader(t *testing.T) {
 	}
 	if n := st.Counts[record.Available]; n != 400 {
 		t.Errorf("status after another handle added 400 tasks: %d available", n)
+	}
+}
+
+// Replay compares a folded task's stored record with its folded one
+// without decoding both: a stored record that differs, a folded record
+// with no stored record and a folded task changed since (requeued) must
+// each still be told apart from the folded records that agree.
+func TestTree_ReplayComparesFoldedRecords(t *testing.T) {
+	tree := newTree(t)
+	for _, id := range []string{"t1", "t2", "t3", "t4"} {
+		add(t, tree, id, 0)
+		c := claim(t, tree, id, "a")
+		if _, err := tree.Complete(bg, fence.FencedRequest{ID: id, Token: c.Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep, err := tree.Compact(bg, fence.CompactRequest{Agent: "test"}); err != nil || rep.Tasks != 4 {
+		t.Fatalf("compact: %+v, %v", rep, err)
+	}
+	if _, err := tree.Requeue(bg, "t4", "test", ""); err != nil {
+		t.Fatal(err)
+	}
+	if check, err := tree.Replay(bg, true); err != nil || len(check.Findings) != 0 {
+		t.Fatalf("replay --check after compact: %+v, %v", check.Findings, err)
+	}
+	behindTheBack(t, tree, func(tx journal.Tx) error {
+		rec, _, err := tx.Task("t2")
+		if err != nil {
+			return err
+		}
+		bad := rec
+		bad.Attempts = 7
+		if err := tx.PutTask(&rec, bad); err != nil {
+			return err
+		}
+		ghost := rec
+		ghost.ID = "ghost"
+		return tx.Fold(ghost, rec.Seq)
+	})
+	check, err := tree.Replay(bg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]fence.FindingKind{}
+	for _, f := range check.Findings {
+		if f.Kind == fence.FindingRecordMismatch || f.Kind == fence.FindingRecordMissing {
+			got[f.Task] = f.Kind
+		}
+	}
+	want := map[string]fence.FindingKind{"t2": fence.FindingRecordMismatch, "ghost": fence.FindingRecordMissing}
+	if !maps.Equal(got, want) {
+		t.Fatalf("replay --check: record findings %v, want %v (all: %+v)", got, want, check.Findings)
+	}
+	if _, err := tree.Replay(bg, false); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := tree.Show(bg, "t2"); v.Task.Attempts != 0 || v.Task.State != record.Done {
+		t.Errorf("t2 after replay: %s with %d attempts, want the folded record: done with 0", v.Task.State, v.Task.Attempts)
+	}
+	if again, _ := tree.Replay(bg, true); len(again.Findings) != 0 {
+		t.Errorf("after replay: %+v", again.Findings)
+	}
+}
+
+// behindTheBack commits fn to tree's journal directly, as damage done
+// behind fencectl's back.
+func behindTheBack(t *testing.T, tree *fence.Tree, fn func(journal.Tx) error) {
+	t.Helper()
+	db, err := boltstore.Open(filepath.Join(tree.Root(), ".fence"), journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(fn)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fencectl/fencectl/journal/record"
@@ -118,6 +119,12 @@ type Store interface {
 	// every other writer of the journal waits until Park or Close. Then
 	// only the last commit can have moves a crash left undone.
 	Exclusive() bool
+	// WritersHeld reports whether no writer of the journal can commit
+	// while this handle is open and not parked: it holds the writer's turn
+	// alone, or a reader's shared lock on a store that serialises writers.
+	// Then nothing in the tree moves either, and a reader may list the
+	// directories in any order beside its read of the journal.
+	WritersHeld() bool
 	// Park gives the writer's turn (or a reader's shared lock) up but
 	// keeps the handle for Resume, so a process that comes back soon
 	// skips opening the store afresh. A parked handle is used only after
@@ -273,7 +280,7 @@ type Tx interface {
 	Fold(rec record.Task, upTo uint64) error
 	// Folded calls fn for every folded record, in id order, until fn
 	// returns false or an error.
-	Folded(fn func(rec record.Task, upTo uint64) (more bool, err error)) error
+	Folded(fn func(f FoldedRecord) (more bool, err error)) error
 	// FoldedTask returns the folded record of id, if it has one.
 	FoldedTask(id string) (rec record.Task, upTo uint64, ok bool, err error)
 	// DropEvents removes up to limit (0: no limit) of task id's events
@@ -338,3 +345,23 @@ type Watcher interface {
 // committed, or the journal was replaced, since Park. The caller closes it
 // and opens the journal afresh.
 var ErrStale = errors.New("journal changed since the handle was parked")
+
+// FoldedRecord is a folded record as Tx.Folded hands it over, not decoded:
+// replay compares a million of them with the stored records, and one that
+// is byte for byte the stored record's encoding needs no decoding.
+type FoldedRecord struct {
+	ID   string
+	UpTo uint64 // the seq of the last event the fold covers
+	// Enc is the record, as EncodeTask wrote it. It is valid until the
+	// transaction ends (a bbolt store hands out its own memory).
+	Enc []byte
+}
+
+// Task decodes the folded record.
+func (f FoldedRecord) Task() (record.Task, error) {
+	rec, err := DecodeTask(f.Enc)
+	if err != nil {
+		return rec, fmt.Errorf("decode folded task %q: %w", f.ID, err)
+	}
+	return rec, nil
+}

@@ -50,18 +50,18 @@ func (t *Tx) Fold(rec record.Task, upTo uint64) error {
 }
 
 // Folded calls fn for every folded record, in id order.
-func (t *Tx) Folded(fn func(rec record.Task, upTo uint64) (more bool, err error)) error {
+func (t *Tx) Folded(fn func(f journal.FoldedRecord) (more bool, err error)) error {
 	b := t.tx.Bucket(bucketFolded)
 	if b == nil {
 		return nil
 	}
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		rec, upTo, err := decodeFolded(k, v)
-		if err != nil {
-			return err
+		if len(v) < 8 {
+			return fmt.Errorf("decode folded task %q: %d bytes", k, len(v))
 		}
-		if more, err := fn(rec, upTo); err != nil || !more {
+		f := journal.FoldedRecord{ID: string(k), UpTo: getU64(v[:8]), Enc: v[8:]}
+		if more, err := fn(f); err != nil || !more {
 			return err
 		}
 	}

@@ -479,6 +479,11 @@ func (db *DB) view(fn func(*Tx) error) (err error) {
 // lock) keeps every other writer out until Park or Close.
 func (db *DB) Exclusive() bool { return !db.readOnly && db.parked == nil }
 
+// WritersHeld is true unless parked: a writer holds .fence/lock alone, a
+// reader holds it shared (or, on a read-only tree without a lock file,
+// bbolt's own shared lock), and either keeps every writer out.
+func (db *DB) WritersHeld() bool { return db.parked == nil }
+
 // guard turns a panic or a memory fault raised while reading a damaged file
 // into a *CorruptError. Use as `defer guard(path, &err)()`: the call arms
 // SetPanicOnFault before any page is touched, the deferred closure recovers.

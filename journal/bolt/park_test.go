@@ -242,3 +242,40 @@ func TestPark_ResumeUnparked(t *testing.T) {
 		t.Error("Resume of a handle that was never parked succeeded")
 	}
 }
+
+// WritersHeld follows the lock: a writer and a reader each keep writers
+// out (replay lists the tree beside its read only then); parked, neither
+// does, and Exclusive is the writer's alone.
+func TestPark_WritersHeldFollowsTheLock(t *testing.T) {
+	dir := newJournalClosed(t)
+	db := openParked(t, dir)
+	if db.WritersHeld() || db.Exclusive() {
+		t.Errorf("parked writer: WritersHeld %v, Exclusive %v; want false, false", db.WritersHeld(), db.Exclusive())
+	}
+	if err := db.Resume(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !db.WritersHeld() || !db.Exclusive() {
+		t.Errorf("writer: WritersHeld %v, Exclusive %v; want true, true", db.WritersHeld(), db.Exclusive())
+	}
+	if err := db.Park(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if !ro.WritersHeld() || ro.Exclusive() {
+		t.Errorf("reader: WritersHeld %v, Exclusive %v; want true, false", ro.WritersHeld(), ro.Exclusive())
+	}
+	if _, err := boltstore.AcquireLock(filepath.Join(dir, boltstore.LockName), true, 0); !errors.Is(err, journal.ErrBusy) {
+		t.Errorf("a writer's lock while a reader holds WritersHeld: err = %v; want ErrBusy", err)
+	}
+	if err := ro.Park(); err != nil {
+		t.Fatal(err)
+	}
+	if ro.WritersHeld() {
+		t.Error("parked reader: WritersHeld true")
+	}
+}

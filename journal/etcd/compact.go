@@ -42,13 +42,12 @@ func (t *Tx) Fold(rec record.Task, upTo uint64) error {
 }
 
 // Folded calls fn for every folded record, in id order.
-func (t *Tx) Folded(fn func(rec record.Task, upTo uint64) (more bool, err error)) error {
+func (t *Tx) Folded(fn func(f journal.FoldedRecord) (more bool, err error)) error {
 	return t.scanPrefix(famFolded, func(k, v string) (bool, error) {
-		rec, upTo, err := decodeFolded(k, v)
-		if err != nil {
-			return false, err
+		if len(v) < 8 {
+			return false, fmt.Errorf("decode folded task %q: %d bytes", k, len(v))
 		}
-		return fn(rec, upTo)
+		return fn(journal.FoldedRecord{ID: k, UpTo: getU64(v[:8]), Enc: []byte(v[8:])})
 	})
 }
 

@@ -352,6 +352,9 @@ func (s *Store) CommitHead() string {
 // Exclusive is false: writers on every host commit side by side.
 func (s *Store) Exclusive() bool { return false }
 
+// WritersHeld is false: nothing holds writers on other hosts back.
+func (s *Store) WritersHeld() bool { return false }
+
 // Park keeps the handle: there is no writer's turn to give up.
 func (s *Store) Park() error { return nil }
 

@@ -40,10 +40,11 @@ func testFold(t *testing.T, s journal.Store) {
 			t.Errorf("FoldedTask(b) = %v, %v; want none", ok, err)
 		}
 		n := 0
-		err = tx.Folded(func(rec record.Task, upTo uint64) (bool, error) {
+		err = tx.Folded(func(f journal.FoldedRecord) (bool, error) {
 			n++
-			if rec.ID != "a" || upTo != seqs[3] {
-				t.Errorf("Folded gave %s up to %d", rec.ID, upTo)
+			rec, err := f.Task()
+			if f.ID != "a" || rec.ID != "a" || f.UpTo != seqs[3] || err != nil || rec.State != record.Done {
+				t.Errorf("Folded gave %s (%s, %s, %v) up to %d", f.ID, rec.ID, rec.State, err, f.UpTo)
 			}
 			return true, nil
 		})
