@@ -1,8 +1,8 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -75,18 +75,26 @@ func runLoops(b *testing.B, dir string, n, tasks int) (run, time.Duration) {
 	for i := range n {
 		cmd := exec.Command(fencectlBin, "run", "--loop", "--agent", fmt.Sprintf("runner-%d", i), "--", "true")
 		cmd.Env = append(os.Environ(), "FENCE_DIR="+dir)
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		// A line per task goes to stderr: into a memory file, not a pipe
+		// this process would wake up for (see outputOf).
+		out, err := memFile("run")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer out.Close()
 			err := cmd.Wait()
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
-				first = fmt.Errorf("run --loop: %w", err)
+				said, _ := readAll(out)
+				first = fmt.Errorf("run --loop: %w; it said: %s", err, lastLines(said, 5))
 			}
 			if ps := cmd.ProcessState; ps != nil {
 				cpu += ps.UserTime() + ps.SystemTime()
@@ -104,4 +112,10 @@ func runLoops(b *testing.B, dir string, n, tasks int) (run, time.Duration) {
 		b.Fatalf("after run --loop: %d tasks in done/ (%v), want %d", len(done)-1, err, tasks)
 	}
 	return r, cpu
+}
+
+// lastLines is the last n lines of out.
+func lastLines(out []byte, n int) []byte {
+	lines := bytes.SplitAfter(bytes.TrimRight(out, "\n"), []byte("\n"))
+	return bytes.Join(lines[max(0, len(lines)-n):], nil)
 }

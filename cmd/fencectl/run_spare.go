@@ -16,6 +16,7 @@ import (
 // pressure (/proc/pressure/cpu, "some": the share of time some task
 // waited for a CPU), at most every gaugeEvery; without it (kernels before
 // 4.20, or PSI off) it assumes a second core is spare if there is one.
+// Its first sample is the pressure since the runner started.
 type cpuGauge struct {
 	path     string
 	at       time.Time // when the last sample was taken
@@ -40,7 +41,21 @@ const sparePressure = 0.4
 var testSpareCPU func() (spare, ok bool)
 
 func newCPUGauge() *cpuGauge {
-	return &cpuGauge{path: "/proc/pressure/cpu", readable: true}
+	return startGauge("/proc/pressure/cpu")
+}
+
+// startGauge reads path once, as the base of the first sample: the
+// kernel's 10 s average says what the machine did before the runner
+// started (a burst of other processes, say), and the first sample judges
+// by the pressure since then instead.
+func startGauge(path string) *cpuGauge {
+	g := &cpuGauge{path: path, readable: true}
+	if b, err := os.ReadFile(path); err == nil {
+		if _, total, ok := parsePressure(b); ok {
+			g.at, g.waited = time.Now(), total
+		}
+	}
+	return g
 }
 
 // Spare reports whether a core is likely idle now.
@@ -65,7 +80,7 @@ func (g *cpuGauge) Spare() bool {
 		g.spare = runtime.GOMAXPROCS(0) > 1
 		return g.spare
 	}
-	pressure := avg10 / 100 // first sample: the kernel's 10 s average
+	pressure := avg10 / 100 // no base to judge from: the kernel's 10 s average
 	if !g.at.IsZero() && total >= g.waited {
 		if span := now.Sub(g.at); span > 0 {
 			pressure = float64(total-g.waited) / float64(span.Microseconds())

@@ -66,6 +66,18 @@ func TestCPUGauge(t *testing.T) {
 	if g.Spare() {
 		t.Error("90% pressure since the last sample: spare, want busy")
 	}
+	// Started after a busy spell: the first sample judges by the pressure
+	// since the start (10 ms of 100 waited), not by the 10 s average.
+	write("95.00", 5_000_000)
+	started := startGauge(psi)
+	if started.at.IsZero() || started.waited != 5_000_000 {
+		t.Fatalf("startGauge: base %v, %d; want now, 5000000", started.at, started.waited)
+	}
+	started.at = time.Now().Add(-100 * time.Millisecond)
+	write("95.00", 5_010_000)
+	if !started.Spare() {
+		t.Error("first sample, 10% pressure since the start (avg10 95%): busy, want spare")
+	}
 	none := &cpuGauge{path: filepath.Join(t.TempDir(), "absent"), readable: true}
 	if !none.Spare() {
 		t.Error("no PSI on a machine with several cores: busy, want spare")
