@@ -133,10 +133,10 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 		}
 	}
 	// Under this host's lock (bbolt; shared for --check) no writer moves a
-	// file until replay is done, so the directories are listed while the log is read. On
-	// etcd writers on other hosts go on, and compareTree lists the staging
-	// directory before the state directories (see there): the listing
-	// waits for the log.
+	// file until replay is done, so the directories are listed while the
+	// log is read. On etcd writers on other hosts go on, and compareTree
+	// lists the staging directory before the state directories (see
+	// there): the listing waits for the log.
 	scan := func() (dirScan, error) { return scanStateDirs(t.mirror, replayLeaves) }
 	if db.WritersHeld() {
 		scan = scanInBackground(t.mirror, replayLeaves)
