@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -355,6 +356,16 @@ type FoldedRecord struct {
 	// Enc is the record, as EncodeTask wrote it. It is valid until the
 	// transaction ends (a bbolt store hands out its own memory).
 	Enc []byte
+}
+
+// ParseFolded reads a folded record as both stores keep it: the seq its
+// fold covers (8 bytes, big-endian), then the record (EncodeTask). Enc
+// shares v's memory.
+func ParseFolded(id string, v []byte) (FoldedRecord, error) {
+	if len(v) < 8 {
+		return FoldedRecord{}, fmt.Errorf("decode folded task %q: %d bytes", id, len(v))
+	}
+	return FoldedRecord{ID: id, UpTo: binary.BigEndian.Uint64(v[:8]), Enc: v[8:]}, nil
 }
 
 // Task decodes the folded record.

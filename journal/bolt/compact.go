@@ -57,10 +57,10 @@ func (t *Tx) Folded(fn func(f journal.FoldedRecord) (more bool, err error)) erro
 	}
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if len(v) < 8 {
-			return fmt.Errorf("decode folded task %q: %d bytes", k, len(v))
+		f, err := journal.ParseFolded(string(k), v)
+		if err != nil {
+			return err
 		}
-		f := journal.FoldedRecord{ID: string(k), UpTo: getU64(v[:8]), Enc: v[8:]}
 		if more, err := fn(f); err != nil || !more {
 			return err
 		}
@@ -78,19 +78,12 @@ func (t *Tx) FoldedTask(id string) (record.Task, uint64, bool, error) {
 	if v == nil {
 		return record.Task{}, 0, false, nil
 	}
-	rec, upTo, err := decodeFolded([]byte(id), v)
-	return rec, upTo, err == nil, err
-}
-
-func decodeFolded(k, v []byte) (record.Task, uint64, error) {
-	if len(v) < 8 {
-		return record.Task{}, 0, fmt.Errorf("decode folded task %q: %d bytes", k, len(v))
-	}
-	rec, err := journal.DecodeTask(v[8:])
+	f, err := journal.ParseFolded(id, v)
 	if err != nil {
-		return rec, 0, fmt.Errorf("decode folded task %q: %w", k, err)
+		return record.Task{}, 0, false, err
 	}
-	return rec, getU64(v[:8]), nil
+	rec, err := f.Task()
+	return rec, f.UpTo, err == nil, err
 }
 
 // DropEvents removes up to limit (0: all) of task id's events with seq at

@@ -1,8 +1,6 @@
 package etcd
 
 import (
-	"fmt"
-
 	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/record"
 )
@@ -44,10 +42,11 @@ func (t *Tx) Fold(rec record.Task, upTo uint64) error {
 // Folded calls fn for every folded record, in id order.
 func (t *Tx) Folded(fn func(f journal.FoldedRecord) (more bool, err error)) error {
 	return t.scanPrefix(famFolded, func(k, v string) (bool, error) {
-		if len(v) < 8 {
-			return false, fmt.Errorf("decode folded task %q: %d bytes", k, len(v))
+		f, err := journal.ParseFolded(k, []byte(v))
+		if err != nil {
+			return false, err
 		}
-		return fn(journal.FoldedRecord{ID: k, UpTo: getU64(v[:8]), Enc: []byte(v[8:])})
+		return fn(f)
 	})
 }
 
@@ -58,19 +57,12 @@ func (t *Tx) FoldedTask(id string) (record.Task, uint64, bool, error) {
 	if err != nil || kvs[k] == nil {
 		return record.Task{}, 0, false, err
 	}
-	rec, upTo, err := decodeFolded(id, string(kvs[k].Value))
-	return rec, upTo, err == nil, err
-}
-
-func decodeFolded(id, v string) (record.Task, uint64, error) {
-	if len(v) < 8 {
-		return record.Task{}, 0, fmt.Errorf("decode folded task %q: %d bytes", id, len(v))
-	}
-	rec, err := journal.DecodeTask([]byte(v[8:]))
+	f, err := journal.ParseFolded(id, kvs[k].Value)
 	if err != nil {
-		return rec, 0, fmt.Errorf("decode folded task %q: %w", id, err)
+		return record.Task{}, 0, false, err
 	}
-	return rec, getU64(v[:8]), nil
+	rec, err := f.Task()
+	return rec, f.UpTo, err == nil, err
 }
 
 // DropEvents removes up to limit (0: all) of task id's events with seq at
