@@ -200,7 +200,8 @@ func BenchmarkCLI_Claim(b *testing.B) {
 // ways) between two runs of hello-world 8 ways, and reports it with
 // x-hello: its claims/s over the hello-world rate measured right before
 // and right after, so that load from elsewhere hits both sides of the
-// ratio alike.
+// ratio alike, and hello-cpu-ms: the CPU of one hello-world run, to set
+// beside the claims' cpu-ms/claim.
 func againstHello(b *testing.B, claims func() run) {
 	hello := func() run {
 		return runWorkers(b, 8, ceilingRuns/2, func(int, int) (time.Duration, error) {
@@ -215,5 +216,8 @@ func againstHello(b *testing.B, claims func() run) {
 	report(b, r)
 	helloRate := float64(before.ops+after.ops) / (before.elapsed + after.elapsed).Seconds()
 	b.ReportMetric(helloRate, "hello-runs/s")
+	if before.cpu > 0 && after.cpu > 0 {
+		b.ReportMetric(ms(before.cpu+after.cpu)/float64(before.ops+after.ops), "hello-cpu-ms")
+	}
 	b.ReportMetric(float64(r.ops)/r.elapsed.Seconds()/helloRate, "x-hello")
 }

@@ -61,6 +61,7 @@ func reportRuns(b *testing.B, r run) {
 	b.ReportMetric(ms(percentile(r.lats, 0.5)), "p50-ms")
 	b.ReportMetric(ms(percentile(r.lats, 0.99)), "p99-ms")
 	reportOther(b, r)
+	reportCPU(b, r)
 }
 
 // BenchmarkCeiling_DurableClaim is the ceiling for a durable

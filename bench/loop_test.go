@@ -102,7 +102,8 @@ func runLoops(b *testing.B, dir string, n, tasks int) (run, time.Duration) {
 		}()
 	}
 	wg.Wait()
-	r := run{ops: tasks, elapsed: time.Since(start), other: otherCPU(mark, markCPU())}
+	end := markCPU()
+	r := run{ops: tasks, elapsed: time.Since(start), other: otherCPU(mark, end), cpu: ownCPU(mark, end)}
 	r.floor = (floorBefore + quickFloor(b)) / 2
 	if first != nil {
 		b.Fatal(first)

@@ -33,6 +33,12 @@ import (
 //	          benchmark and the commands it started, in % of the machine:
 //	          above a few %, something else was running and the figures are
 //	          noisy
+//	cpu-ms/op CPU the benchmark's own processes used per cycle (this
+//	          one, the commands it started, the etcd member it serves from;
+//	          user + system): the cost that bounds a row whose CPU is busy
+//	cpu-busy-pct   that CPU over the run's wall time, in % of the machine:
+//	          near 100, the row is bound by the CPU, not by waiting (for a
+//	          sync, a lock, a round trip)
 //
 // Each benchmark does a fixed batch of work per b.N (sized so that one batch
 // takes a second or a few); `make bench` runs -benchtime=1x, one batch.
@@ -44,6 +50,7 @@ type run struct {
 	lats    []time.Duration // one per claim
 	other   float64         // other-cpu-pct; <0 if not measured
 	floor   time.Duration   // fdatasync floor measured around the run; 0 if not
+	cpu     time.Duration   // the benchmark's own CPU during the run (ownCPU); 0 if not measured
 }
 
 // runWorkers runs total operations on procs workers; each pulls the next
@@ -91,7 +98,8 @@ func runWorkers(b *testing.B, procs, total int, op func(worker, i int) (time.Dur
 		}(w)
 	}
 	wg.Wait()
-	r := run{ops: total, elapsed: time.Since(start), lats: lats, other: otherCPU(mark, markCPU())}
+	end := markCPU()
+	r := run{ops: total, elapsed: time.Since(start), lats: lats, other: otherCPU(mark, end), cpu: ownCPU(mark, end)}
 	r.floor = (floorBefore + quickFloor(b)) / 2
 	if first != nil {
 		b.Fatal(first)
@@ -114,6 +122,17 @@ func report(b *testing.B, r run) {
 		reportFloor(b, r, p50)
 	}
 	reportOther(b, r)
+	reportCPU(b, r)
+}
+
+// reportCPU reports the benchmark's own CPU per cycle and how busy it
+// kept the machine, if it was measured.
+func reportCPU(b *testing.B, r run) {
+	if r.cpu <= 0 || r.ops == 0 || r.elapsed <= 0 {
+		return
+	}
+	b.ReportMetric(ms(r.cpu)/float64(r.ops), "cpu-ms/op")
+	b.ReportMetric(100*float64(r.cpu)/(float64(r.elapsed)*float64(runtime.NumCPU())), "cpu-busy-pct")
 }
 
 // reportFloor reports d as a multiple of the floor measured around r (or,
@@ -259,6 +278,16 @@ func kthreadTicks() uint64 {
 		sum += u + st
 	}
 	return sum
+}
+
+// ownCPU is the CPU that the benchmark's own processes used between a
+// and b (this process, the commands it started and waited for, its
+// servers); 0 if unknown.
+func ownCPU(a, b cpuMark) time.Duration {
+	if !a.ok || !b.ok {
+		return 0
+	}
+	return max(0, b.self-a.self)
 }
 
 // otherCPU is the CPU that other processes used between a and b, in % of

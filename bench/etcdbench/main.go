@@ -10,8 +10,10 @@
 //	etcdbench tree -endpoints E -dir D -tasks N
 //	    init a tree at D whose journal is in etcd at E, under a prefix of
 //	    its own, and add N empty tasks
-//	etcdbench library -endpoints E -dir D -tasks N -goroutines G [-trees T]
-//	    the same tree, then N claim + complete cycles on G goroutines
+//	etcdbench library -endpoints E -dir D -tasks N -goroutines G [-trees T] [-made]
+//	    the same tree (or, with -made, the one etcdbench tree made at D,
+//	    so that the caller can measure the cycles' CPU alone), then N
+//	    claim + complete cycles on G goroutines
 //	    through the Go API, sharing one *fence.Tree (T=1: group commit) or
 //	    one Tree each (T=G: G etcd clients that race); prints JSON: the
 //	    cycles, the elapsed time, each Claim call's latency, the
@@ -71,8 +73,14 @@ func main() {
 		endpoints, dir, tasks := treeFlags(fs)
 		goroutines := fs.Int("goroutines", 16, "claiming goroutines")
 		trees := fs.Int("trees", 1, "1: one shared *fence.Tree; or one per goroutine")
+		made := fs.Bool("made", false, "the tree at -dir is made already (etcdbench tree)")
 		fs.Parse(os.Args[2:])
-		err = library(*endpoints, *dir, *tasks, *goroutines, *trees)
+		if !*made {
+			err = makeTree(*endpoints, *dir, *tasks)
+		}
+		if err == nil {
+			err = library(*dir, *tasks, *goroutines, *trees)
+		}
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -163,10 +171,8 @@ type Result struct {
 	Timeouts  int64   `json:"timeouts"` // claims that lost every race until the timeout, run again
 }
 
-func library(endpoints, dir string, tasks, goroutines, trees int) error {
-	if err := makeTree(endpoints, dir, tasks); err != nil {
-		return err
-	}
+// library runs the cycles on the tree at dir, made already.
+func library(dir string, tasks, goroutines, trees int) error {
 	open := make([]*fence.Tree, max(1, min(trees, goroutines)))
 	for i := range open {
 		t, err := fence.Open(dir, fence.Options{})

@@ -249,7 +249,13 @@ func write(w io.Writer, r *results, cmd string, now time.Time) {
 	p("  divided by the floor of its own moment. The first row is the floor at the\n")
 	p("  start of the run, with more samples.\n")
 	p("* **other CPU**: share of the machine's CPU that processes other than the\n")
-	p("  benchmark used meanwhile; above a few %% the row is noisy.\n\n")
+	p("  benchmark used meanwhile; above a few %% the row is noisy.\n")
+	p("* **CPU ms**: CPU (user + system) that the benchmark's own processes used\n")
+	p("  per cycle: the test process, every command it started, and the etcd member\n")
+	p("  of the etcd rows. **CPU busy**: that CPU over the run's wall time, in %% of\n")
+	p("  the machine's %d cores: near 100%% a row is bound by the CPU, and\n", runtime.NumCPU())
+	p("  (cores × 1000 / CPU ms) is the most it could reach here; well below,\n")
+	p("  it is bound by waiting (a sync, the lock, a round trip).\n\n")
 	for i, g := range groups {
 		var names []string
 		for _, n := range r.order {
@@ -261,10 +267,11 @@ func write(w io.Writer, r *results, cmd string, now time.Time) {
 			continue
 		}
 		p("### %s\n\n", g.title)
-		p("| Benchmark | rate | p50 ms | p99 ms | x-floor | floor µs | other CPU | What it means |\n|---|--:|--:|--:|--:|--:|--:|---|\n")
+		p("| Benchmark | rate | p50 ms | p99 ms | x-floor | floor µs | other CPU | CPU ms | CPU busy | What it means |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 		for _, n := range names {
-			p("| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimPrefix(n, "Benchmark"),
-				rate(r, n), num(r, n, "p50-ms"), num(r, n, "p99-ms"), num(r, n, "x-floor"), floorUS(r, n), pct(r, n), meaning(r, n))
+			p("| `%s` | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimPrefix(n, "Benchmark"),
+				rate(r, n), num(r, n, "p50-ms"), num(r, n, "p99-ms"), num(r, n, "x-floor"), floorUS(r, n), pct(r, n),
+				num(r, n, "cpu-ms/op"), busy(r, n), meaning(r, n))
 		}
 		p("\n")
 	}
@@ -279,9 +286,9 @@ func write(w io.Writer, r *results, cmd string, now time.Time) {
 	}
 
 	p("## Running and comparing\n\n")
-	p("`make bench` runs the suite and rewrites this file; on a quiet machine here it\n")
-	p("takes under two minutes, about half of it building the 1M-task tree, and several\n")
-	p("times that when other work shares the two cores. Benchmarks never run in\n")
+	p("`make bench` runs the suite and rewrites this file; the Time row above says\n")
+	p("how long it took (most of it building and replaying the 1M-task trees, and\n")
+	p("longer when other work shares the cores). Benchmarks never run in\n")
 	p("`make test`.\n")
 	p("Each benchmark does a fixed batch per iteration and reports per-claim figures,\n")
 	p("so run it with `-benchtime 1x`; for a comparison take several samples:\n\n")
@@ -401,6 +408,15 @@ func pct(r *results, name string) string {
 		s += " ⚠"
 	}
 	return s
+}
+
+// busy is a row's cpu-busy-pct.
+func busy(r *results, name string) string {
+	v, ok := r.get(name, "cpu-busy-pct")
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f%%", v)
 }
 
 // noisy is the other-CPU share above which a row is marked.
@@ -652,7 +668,34 @@ func vsHello(name string) func(r *results) (float64, string, bool) {
 		if !ok || !okH || !okC {
 			return ratio(name, "claims/s", "Ceiling_HelloWorld/procs=8", "runs/s")(r)
 		}
-		return x, fmt.Sprintf("%s claims/s / %s hello runs/s, measured around it", fmtNum(c), fmtNum(h)), true
+		detail := fmt.Sprintf("%s claims/s / %s hello runs/s, measured around it", fmtNum(c), fmtNum(h))
+		cc, okCC := r.get("Benchmark"+name, "cpu-ms/op")
+		hc, okHC := r.get("Benchmark"+name, "hello-cpu-ms")
+		if okCC && okHC {
+			detail += fmt.Sprintf("; CPU per process: %s ms a claim, %s ms hello-world", fmtNum(cc), fmtNum(hc))
+		}
+		return x, detail, true
+	}
+}
+
+// withCPU adds to f's detail the CPU per cycle of the rows names (each
+// row's cpu-ms/op and cpu-busy-pct, where measured): whether a row that
+// misses its target is bound by the CPU or by waiting.
+func withCPU(f func(r *results) (float64, string, bool), names ...string) func(r *results) (float64, string, bool) {
+	return func(r *results) (float64, string, bool) {
+		v, detail, ok := f(r)
+		var parts []string
+		for _, n := range names {
+			c, okC := r.get("Benchmark"+n, "cpu-ms/op")
+			b, okB := r.get("Benchmark"+n, "cpu-busy-pct")
+			if okC && okB {
+				parts = append(parts, fmt.Sprintf("%s: %s ms, CPU %.0f%% busy", n, fmtNum(c), b))
+			}
+		}
+		if len(parts) > 0 {
+			detail += "; CPU per cycle: " + strings.Join(parts, "; ")
+		}
+		return v, detail, ok
 	}
 }
 
@@ -704,7 +747,7 @@ var targets = []target{
 	{"Library (1 goroutine) vs JSON state in-process, 100k tasks", true, 100,
 		ratio("Library_ClaimComplete/goroutines=1", "claims/s", "BaselineJSON/mode=inproc/procs=1/tasks=100k", "claims/s"), ""},
 	{"CLI claims at 8 processes vs the bare durable claim 8 ways (lock, 2 fdatasyncs, rename, 2 directory fsyncs)", true, 1,
-		ratio("CLI_Claim/build=release/procs=8", "claims/s", "Ceiling_DurableClaim/procs=8", "claims/s"), ""},
+		withCPU(ratio("CLI_Claim/build=release/procs=8", "claims/s", "Ceiling_DurableClaim/procs=8", "claims/s"), "CLI_Claim/build=release/procs=8", "Ceiling_DurableClaim/procs=8"), ""},
 	{"p99 / p50 of a claim at 8 CLI processes", false, 3,
 		ratio("CLI_ClaimComplete/procs=8", "p99-ms", "CLI_ClaimComplete/procs=8", "p50-ms"), ""},
 	{"p99 / p50 of a claim at 16 CLI processes", false, 3,
@@ -721,13 +764,13 @@ var targets = []target{
 	{"Library claims/s, 16 goroutines vs 1", true, 5,
 		ratio("Library_ClaimComplete/goroutines=16", "claims/s", "Library_ClaimComplete/goroutines=1", "claims/s"), ""},
 	{"etcd: library claims/s, 16 goroutines on one member (one Tree, group commit)", true, 5000,
-		figure("Backend_Library/backend=etcd/goroutines=16", "claims/s", "bbolt in the same run: %s claims/s", "Backend_Library/backend=bbolt/goroutines=16"), "claims/s"},
+		withCPU(figure("Backend_Library/backend=etcd/goroutines=16", "claims/s", "bbolt in the same run: %s claims/s", "Backend_Library/backend=bbolt/goroutines=16"), "Backend_Library/backend=etcd/goroutines=16"), "claims/s"},
 	{"etcd: CLI claim + complete at 8 processes (`fencectl-etcd`) vs bbolt in the same run", true, 0.5,
-		ratio("Backend_CLI/backend=etcd/bin=fencectl-etcd/procs=8", "claims/s", "Backend_CLI/backend=bbolt/procs=8", "claims/s"), ""},
+		withCPU(ratio("Backend_CLI/backend=etcd/bin=fencectl-etcd/procs=8", "claims/s", "Backend_CLI/backend=bbolt/procs=8", "claims/s"), "Backend_CLI/backend=etcd/bin=fencectl-etcd/procs=8", "Backend_CLI/backend=bbolt/procs=8"), ""},
 	{"`run --loop -- true`, 1 runner, vs a loop of `claim` + `complete` processes, 1 agent, same run", true, 5,
 		loopVsShell("Run_Loop/runners=1"), ""},
 	{"`run --loop -- true`, 8 runners on one tree", true, 1000,
-		figure("Run_Loop/runners=8", "claims/s", "1 runner in the same run: %s tasks/s", "Run_Loop/runners=1"), "tasks/s"},
+		withCPU(figure("Run_Loop/runners=8", "claims/s", "1 runner in the same run: %s tasks/s", "Run_Loop/runners=1"), "Run_Loop/runners=8", "Run_Loop/runners=1"), "tasks/s"},
 	{"etcd: what plain `fencectl` adds to a bbolt tree's start (the hand-off check)", false, 0.2,
 		figure("Backend_HandOffCheck", "p50-ms", "`fencectl-etcd` would add %s ms", "Backend_Start", "etcd-bin-extra-ms"), "ms"},
 }
