@@ -274,6 +274,10 @@ type batcher struct {
 	// write nor returned: a leader waits for them (on arrived).
 	awaited int
 	arrived *sync.Cond
+	// unreconciled holds the events of each commit of the running group
+	// on a store whose writers do not take turns, for reconcileCommitted.
+	// Only the group's leader touches it.
+	unreconciled [][]record.Event
 	*writerSlot
 }
 
@@ -559,12 +563,27 @@ func (t *Tree) beginWrite(db journal.Store) error {
 
 // runGroup runs a group of operations: one lock, settle and adoption, one
 // transaction, one commit, then the moves with one fsync per directory.
+//
+// Where writers do not take turns (etcd), the callers are answered as
+// soon as their changes are durable and their files moved: the checks
+// left after that (reconcileCommitted, settleFinished) change no caller's
+// outcome, and the next group waits for them (its leader is named when
+// this one returns) but the callers need not. They used to wait for
+// reconcile's read of the head, a round trip per group: 16 goroutines on
+// one etcd member made 6% more claims a second without it. (On bbolt
+// nothing is left but parking the handle, and the callers wait for it as
+// before.)
 func (t *Tree) runGroup(group []*pendingOp) {
-	defer func() {
-		for _, p := range group {
-			close(p.done)
+	answered := false
+	answer := func() {
+		if !answered {
+			answered = true
+			for _, p := range group {
+				close(p.done)
+			}
 		}
-	}()
+	}
+	defer answer()
 	fail := func(ops []*pendingOp, err error) {
 		for _, p := range ops {
 			p.err, p.evs, p.committed = err, nil, false
@@ -581,11 +600,30 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		fail(group, err)
 		return
 	}
-	defer t.settleFinished(db)
-	if t.commitAll(db, group) != nil {
-		return
+	err = t.commitAll(db, group)
+	if !db.Exclusive() {
+		answer()
 	}
-	healthy = true
+	t.reconcileCommitted(db)
+	t.settleFinished(db)
+	healthy = err == nil
+}
+
+// reconcileCommitted reconciles the files of the commits the group made
+// on a store whose writers do not take turns (see reconcile). Only the
+// last commit can take reconcile's shortcut (nobody committed since this
+// handle's last commit); an earlier one of the same group (an operation
+// run again alone) is read back in full.
+func (t *Tree) reconcileCommitted(db journal.Store) {
+	commits := t.batch.unreconciled
+	t.batch.unreconciled = nil
+	for i, evs := range commits {
+		if i == len(commits)-1 {
+			t.reconcile(db, evs)
+		} else {
+			t.reconcileTasks(db, evs)
+		}
+	}
 }
 
 // settleFinished puts the files finishMove moved during the group where
@@ -751,7 +789,8 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		return nil, err
 	}
 	if !db.Exclusive() {
-		t.reconcile(db, evs)
+		// After the callers are answered (runGroup).
+		t.batch.unreconciled = append(t.batch.unreconciled, evs)
 		return nil, nil
 	}
 	if len(failed) == 0 {

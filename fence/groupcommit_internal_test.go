@@ -307,3 +307,90 @@ func TestGroup_ClaimAfterAChangeInTheSameGroup(t *testing.T) {
 		t.Fatalf("replay --check: %+v, %v", rep, err)
 	}
 }
+
+// sharedBolt is the bbolt store as if its writers did not take turns (as
+// on etcd), whose Head can be held up: what reconcile reads after a
+// group's moves.
+type sharedBolt struct {
+	journal.Backend
+	hold chan chan struct{} // while armed, Head sends a channel here and waits for it to close
+}
+
+func (b *sharedBolt) Open(dir string, o journal.OpenOptions) (journal.Store, error) {
+	s, err := b.Backend.Open(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	return &sharedHandle{Store: s, hold: b.hold}, nil
+}
+
+type sharedHandle struct {
+	journal.Store
+	hold chan chan struct{}
+}
+
+func (s *sharedHandle) Exclusive() bool    { return false }
+func (s *sharedHandle) WritersHeld() bool  { return false }
+func (s *sharedHandle) CommitHead() string { return "" }
+
+func (s *sharedHandle) Head() (string, error) {
+	release := make(chan struct{})
+	select {
+	case s.hold <- release:
+		<-release
+	default:
+	}
+	return s.Store.Head()
+}
+
+// Where writers do not take turns, a group's callers are answered once
+// their changes are durable and their files moved, not after the check
+// that no later commit raced those moves: that check (a read of the head
+// over the network, on etcd) is the leader's, before the next group.
+func TestGroup_AnsweredBeforeTheReconcileCheck(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tree")
+	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	store, _, err := Options{}.backendFor(filepath.Join(dir, ".fence"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan chan struct{})
+	tree, err := Open(dir, Options{Timeout: 5 * time.Second, Backend: &sharedBolt{Backend: store, hold: hold}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	ctx := context.Background()
+	if _, err := tree.Add(ctx, AddRequest{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tree.Claim(ctx, ClaimRequest{ID: "a", Agent: "agent", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A group of one heartbeat, led by another goroutine (a caller that
+	// queued behind a leader waits on its op's done channel like this).
+	var runs int
+	beat := beatOp("a", c.Token, nil, &runs)
+	led := make(chan struct{})
+	go func() { defer close(led); tree.runGroup([]*pendingOp{beat}) }()
+	var release chan struct{}
+	select {
+	case release = <-hold:
+	case <-led:
+		t.Fatal("the group ended without reading the head")
+	}
+	select {
+	case <-beat.done:
+		if beat.err != nil || !beat.committed {
+			t.Errorf("heartbeat: err %v, committed %v", beat.err, beat.committed)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the heartbeat was not answered while its group's leader checked the head")
+	}
+	close(release)
+	<-led
+}
