@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -41,7 +42,13 @@ type Backend struct {
 	sessMu  sync.Mutex
 	sess    *concurrency.Session // for the writers' queue, made on first need
 	poolMu  sync.Mutex
-	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
+	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)	// metaMu guards seenMeta: the meta keys as Exists last found them,
+	// for the next Open to take instead of reading them again (openMeta).
+	metaMu   sync.Mutex
+	seenMeta *metaKeys
+	// metaReads counts the reads of the meta keys Exists and Open sent
+	// (for tests).
+	metaReads atomic.Int64
 }
 
 var _ journal.Backend = (*Backend)(nil)
@@ -207,18 +214,57 @@ func (b *Backend) metaKey(name string) string { return b.cfg.Prefix + famMeta + 
 // Name names the store: "etcd".
 func (b *Backend) Name() string { return "etcd" }
 
-// Exists reports whether the prefix holds a journal.
+// Exists reports whether the prefix holds a journal. It reads all the
+// meta keys (a handful), not only the version, and keeps them for the
+// next Open: every command asks Exists and then opens, and a command on
+// an etcd tree pays a round trip per request (about 8 for a claim).
 func (b *Backend) Exists(string) (bool, error) {
 	if _, err := b.connect(); err != nil {
 		return false, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.callTimeout())
 	defer cancel()
-	resp, err := b.cli.Get(ctx, b.metaKey(metaVersion), clientv3.WithCountOnly())
+	b.metaReads.Add(1)
+	resp, err := b.cli.Get(ctx, b.cfg.Prefix+famMeta, clientv3.WithPrefix())
 	if err != nil {
 		return false, b.unreachable(err)
 	}
-	return resp.Count > 0, nil
+	m := parseMeta(resp.Kvs, b.cfg.Prefix+famMeta)
+	_, ok := m.values[metaVersion]
+	b.keepMeta(&m, ok)
+	return ok, nil
+}
+
+// keepMeta keeps m for the next Open if keep, else forgets what was kept.
+func (b *Backend) keepMeta(m *metaKeys, keep bool) {
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	b.seenMeta = nil
+	if keep {
+		b.seenMeta = m
+	}
+}
+
+// openMeta returns the meta keys for Open: those Exists just read, once,
+// else read now. Taking Exists' read is as good as reading again: Open
+// only checks them (a journal that is there, of a schema this reads) and
+// notes the ready index's floor as a hint, and every transaction reads
+// and checks them again in its snapshot, so a commit between the two
+// reads changes nothing an Open decides.
+func (b *Backend) openMeta(ctx context.Context) (metaKeys, error) {
+	b.metaMu.Lock()
+	m := b.seenMeta
+	b.seenMeta = nil
+	b.metaMu.Unlock()
+	if m != nil {
+		return *m, nil
+	}
+	b.metaReads.Add(1)
+	resp, err := b.cli.Get(ctx, b.cfg.Prefix+famMeta, clientv3.WithPrefix())
+	if err != nil {
+		return metaKeys{}, b.unreachable(err)
+	}
+	return parseMeta(resp.Kvs, b.cfg.Prefix+famMeta), nil
 }
 
 // Path names the journal: its URL.
@@ -240,11 +286,10 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 	// is (floor.go), for the first transaction's first page.
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := b.cli.Get(ctx, b.cfg.Prefix+famMeta, clientv3.WithPrefix())
+	m, err := b.openMeta(ctx)
 	if err != nil {
-		return nil, b.unreachable(err)
+		return nil, err
 	}
-	m := parseMeta(resp.Kvs, b.cfg.Prefix+famMeta)
 	if err := b.checkMeta(m.values); err != nil {
 		return nil, err
 	}
@@ -345,6 +390,7 @@ func (l *treeLock) Create(d record.Defaults, seed uint64) error {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	b := l.b
+	defer b.keepMeta(nil, false) // the meta keys Exists kept are not these
 	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.metaKey(metaVersion)), "=", 0)).Then(
 		clientv3.OpPut(b.metaKey(metaVersion), createVersion(d)),
 		clientv3.OpPut(b.metaKey(metaTreeID), ulid.Make().String()),
@@ -372,6 +418,7 @@ func (l *treeLock) SetAside(now time.Time) (string, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	b := l.b
+	defer b.keepMeta(nil, false) // the meta keys Exists kept go with the journal
 	if ok, err := b.Exists(""); err != nil || !ok {
 		return "", err
 	}
