@@ -42,7 +42,8 @@ type Backend struct {
 	sessMu  sync.Mutex
 	sess    *concurrency.Session // for the writers' queue, made on first need
 	poolMu  sync.Mutex
-	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)	// metaMu guards seenMeta: the meta keys as Exists last found them,
+	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
+	// metaMu guards seenMeta: the meta keys as Exists last found them,
 	// for the next Open to take instead of reading them again (openMeta).
 	metaMu   sync.Mutex
 	seenMeta *metaKeys
@@ -217,7 +218,7 @@ func (b *Backend) Name() string { return "etcd" }
 // Exists reports whether the prefix holds a journal. It reads all the
 // meta keys (a handful), not only the version, and keeps them for the
 // next Open: every command asks Exists and then opens, and a command on
-// an etcd tree pays a round trip per request (about 8 for a claim).
+// an etcd tree pays a round trip per request (6 or 7 for a claim).
 func (b *Backend) Exists(string) (bool, error) {
 	if _, err := b.connect(); err != nil {
 		return false, err
