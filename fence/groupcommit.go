@@ -106,18 +106,15 @@ func (t *Tree) openWriter() (journal.Store, error) { return t.resumeOrOpen(&t.ba
 // parkWriter ends a group's use of db (see park).
 func (t *Tree) parkWriter(db journal.Store, healthy bool) { park(&t.batch.idle, db, healthy) }
 
-// resumeOrOpen takes the handle parked in slot back if the store can
-// reuse it, else opens the journal afresh.
+// resumeOrOpen takes the handle parked in slot back (see
+// journal.Store.Resume), or opens the journal if none is parked.
 func (t *Tree) resumeOrOpen(slot *atomic.Pointer[parked], readOnly bool) (journal.Store, error) {
 	if p := slot.Swap(nil); p != nil {
-		err := p.db.Resume(t.opts.Timeout)
-		if err == nil {
-			return p.db, nil
-		}
-		p.db.Close()
-		if !errors.Is(err, journal.ErrStale) {
+		if err := p.db.Resume(t.opts.Timeout); err != nil {
+			p.db.Close()
 			return nil, err
 		}
+		return p.db, nil
 	}
 	return t.open(readOnly)
 }

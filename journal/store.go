@@ -2,7 +2,6 @@ package journal
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
@@ -132,8 +131,9 @@ type Store interface {
 	// Resume succeeds.
 	Park() error
 	// Resume takes the writer's turn (or the shared lock) back, waiting
-	// up to timeout. It returns ErrStale (with nothing held) if the handle
-	// cannot be reused: the caller closes it and opens the journal again.
+	// up to timeout. A handle that another process's commits (or a new
+	// journal file) made stale is opened again under the lock just taken.
+	// On an error nothing is held, and the caller closes the handle.
 	Resume(timeout time.Duration) error
 	// Verify reads the whole journal and returns a *CorruptError for any
 	// damage found.
@@ -296,7 +296,7 @@ type Tx interface {
 // (compact): bbolt never shrinks its file by itself, so its store
 // rewrites it. The handle must hold the writer's turn (Exclusive); it
 // stays usable, on the new file, and every other handle of the journal
-// (parked ones: Resume returns ErrStale; watchers) sees a new file.
+// (parked ones at Resume; watchers) sees a new file.
 type Reclaimer interface {
 	Reclaim(o ReclaimOptions) (ReclaimResult, error)
 }
@@ -341,11 +341,6 @@ type Watcher interface {
 	C() <-chan struct{}
 	Close() error // safe to call twice
 }
-
-// ErrStale says a parked journal handle cannot be reused: another process
-// committed, or the journal was replaced, since Park. The caller closes it
-// and opens the journal afresh.
-var ErrStale = errors.New("journal changed since the handle was parked")
 
 // FoldedRecord is a folded record as Tx.Folded hands it over, not decoded:
 // replay compares a million of them with the stored records, and one that

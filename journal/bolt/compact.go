@@ -140,7 +140,7 @@ func (t *Tx) DeleteClaim(token uint64) error {
 // removed by the next Reclaim); after it, the new one, complete and
 // synced. The handle holds .fence/lock and bbolt's lock throughout, so no
 // other process reads or writes meanwhile. A parked handle of another
-// process finds another file at Resume (ErrStale) and opens the new one;
+// process finds another file at Resume and opens the new one;
 // a watcher hears the old file's link count change and watches the new
 // one (see Watcher).
 func (db *DB) Reclaim(o journal.ReclaimOptions) (res journal.ReclaimResult, err error) {
@@ -187,29 +187,10 @@ func (db *DB) Reclaim(o journal.ReclaimOptions) (res journal.ReclaimResult, err 
 	if fi, err := os.Stat(db.path); err == nil {
 		res.After = fi.Size()
 	}
-	return res, db.reopen()
-}
-
-// reopen closes bbolt on the old file (its lock goes with it) and opens
-// the file now at the path, keeping .fence/lock: the writer's turn is
-// never given up.
-func (db *DB) reopen() error {
-	_ = db.b.Close()
-	var file *os.File
-	b, err := bbolt.Open(db.path, 0o600, &bbolt.Options{
-		Timeout:      time.Second,
-		FreelistType: bbolt.FreelistMapType,
-		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
-			f, err := openPlain(name, flag, uint32(mode.Perm()))
-			file = f
-			return f, err
-		},
-	})
-	if err != nil {
-		return &journal.CorruptError{Path: db.path, Detail: "reopen after compaction: " + err.Error()}
+	if err := db.reopen(time.Second); err != nil {
+		return res, fmt.Errorf("reopen journal %s after compaction: %w", db.path, err)
 	}
-	db.b, db.file = b, file
-	return db.checkVersion()
+	return res, nil
 }
 
 // sweepReclaims removes the copies that a Reclaim killed before its

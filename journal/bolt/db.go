@@ -255,39 +255,12 @@ func open(dir string, o journal.OpenOptions, mode LockMode) (db *DB, err error) 
 		}
 	}()
 	path := Path(dir)
-	if err := checkFile(path); err != nil {
-		return nil, err
+	b, file, err := openBolt(path, o.ReadOnly, boltTimeout)
+	if busy, ok := errors.AsType[*BusyError](err); ok {
+		busy.Waited = o.Timeout // the whole wait, .fence/lock's included
 	}
-	// bbolt can panic inside Open on a damaged file, before it hands back a
-	// handle to close. Keep the file it opened so the panic path can drop
-	// bbolt's flock on it: closing alone is not enough, as the mapping bbolt
-	// made keeps the open file (and so the flock) alive.
-	var file *os.File
-	defer func() {
-		if err != nil && db == nil && file != nil {
-			_ = unix.Flock(int(file.Fd()), unix.LOCK_UN)
-			file.Close()
-		}
-	}()
-	defer guard(path, &err)()
-	b, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:      boltTimeout,
-		ReadOnly:     o.ReadOnly,
-		FreelistType: bbolt.FreelistMapType,
-		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
-			f, err := openPlain(name, flag, uint32(mode.Perm()))
-			file = f
-			return f, err
-		},
-	})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, &BusyError{Lock: path, Waited: o.Timeout, Holders: lockHolders(path)}
-		}
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("open journal %s: %w", path, err)
-		}
-		return nil, &journal.CorruptError{Path: path, Detail: err.Error()}
+		return nil, err
 	}
 	db = &DB{b: b, file: file, path: path, lock: lock, readOnly: o.ReadOnly, clock: o.Clock, onUpgrade: o.OnUpgrade}
 	if db.clock == nil {
@@ -298,6 +271,75 @@ func open(dir string, o journal.OpenOptions, mode LockMode) (db *DB, err error) 
 		return nil, err
 	}
 	return db, nil
+}
+
+// openBolt opens bbolt on the journal file at path, for a caller that
+// holds .fence/lock (or needs none): bbolt's own flock, shared for a
+// reader, is waited for up to timeout. It returns the file bbolt opened
+// too: Close and Park lock and unlock it beside bbolt.
+func openBolt(path string, readOnly bool, timeout time.Duration) (*bbolt.DB, *os.File, error) {
+	if err := checkFile(path); err != nil {
+		return nil, nil, err
+	}
+	b, file, err := openBoltFile(path, readOnly, timeout)
+	switch {
+	case err == nil:
+		return b, file, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, nil, &BusyError{Lock: path, Waited: timeout, Holders: lockHolders(path)}
+	case errors.Is(err, fs.ErrPermission):
+		return nil, nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	if _, ok := errors.AsType[*journal.CorruptError](err); ok {
+		return nil, nil, err
+	}
+	return nil, nil, &journal.CorruptError{Path: path, Detail: err.Error()}
+}
+
+// openBoltFile is bbolt.Open, with its panics on a damaged file turned
+// into a *CorruptError.
+func openBoltFile(path string, readOnly bool, timeout time.Duration) (b *bbolt.DB, file *os.File, err error) {
+	// bbolt can panic inside Open on a damaged file, before it hands back a
+	// handle to close. Keep the file it opened so the panic path can drop
+	// bbolt's flock on it: closing alone is not enough, as the mapping bbolt
+	// made keeps the open file (and so the flock) alive.
+	defer func() {
+		if err != nil && b == nil && file != nil {
+			_ = unix.Flock(int(file.Fd()), unix.LOCK_UN)
+			file.Close()
+		}
+	}()
+	defer guard(path, &err)()
+	b, err = bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:      timeout,
+		ReadOnly:     readOnly,
+		FreelistType: bbolt.FreelistMapType,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := openPlain(name, flag, uint32(mode.Perm()))
+			file = f
+			return f, err
+		},
+	})
+	return b, file, err
+}
+
+// reopen closes bbolt on the file this handle has open (its flock and its
+// mapping go with it) and opens the file now at the path, under the
+// .fence/lock the handle holds, which it never gives up meanwhile: after
+// compaction swapped the file, and when a parked handle resumes stale.
+// timeout bounds the wait for bbolt's own flock, as in Open.
+func (db *DB) reopen(timeout time.Duration) error {
+	_ = db.b.Close()
+	b, file, err := openBolt(db.path, db.readOnly, timeout)
+	if err != nil {
+		db.file = nil // closed with bbolt: Close must not unlock it again
+		return err
+	}
+	db.b, db.file, db.ceilingChecked = b, file, false
+	if err := db.checkVersion(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // readOnlyFS reports whether err says a file could not be created because

@@ -87,50 +87,111 @@ func TestPark_ResumeUnchanged(t *testing.T) {
 }
 
 // A commit by another handle (another process) makes the parked one stale:
-// its freelist no longer matches the file.
-func TestPark_StaleAfterOtherCommit(t *testing.T) {
+// its freelist no longer matches the file. Resume opens it again under the
+// lock it took, so the handle sees the other's commits and writes where
+// bbolt has room, not over the other's pages.
+func TestPark_ResumeAfterOtherCommitReopens(t *testing.T) {
 	dir := newJournalClosed(t)
 	db := openParked(t, dir)
 	other, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	addTask(t, other, "theirs")
+	// Enough commits to reuse the pages the parked handle's freelist
+	// still calls free, and to grow the file past its mapping.
+	for i := range 200 {
+		addTask(t, other, fmt.Sprintf("theirs-%03d-%s", i, strings.Repeat("x", 300)))
+	}
 	other.Close()
-	if err := db.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
-		t.Fatalf("Resume after another commit: err = %v; want ErrStale", err)
+	if err := db.Resume(time.Second); err != nil {
+		t.Fatalf("Resume after another commit: %v", err)
 	}
-	// A failed Resume leaves no lock behind.
-	again, err := boltstore.Open(dir, journal.OpenOptions{Timeout: 0})
-	if err != nil {
-		t.Fatalf("Open after a stale Resume: %v", err)
+	if _, err := boltstore.AcquireLock(filepath.Join(dir, boltstore.LockName), true, 0); !errors.Is(err, journal.ErrBusy) {
+		t.Fatalf("lock after a stale Resume: err = %v; want ErrBusy (held)", err)
 	}
-	again.Close()
+	for i := range 200 {
+		addTask(t, db, fmt.Sprintf("mine-%03d-%s", i, strings.Repeat("y", 300)))
+	}
+	if err := db.Verify(); err != nil {
+		t.Fatalf("journal after writing through a resumed stale handle: %v", err)
+	}
+	view(t, db, func(tx journal.Tx) error {
+		for i := range 200 {
+			for _, id := range []string{fmt.Sprintf("theirs-%03d-%s", i, strings.Repeat("x", 300)), fmt.Sprintf("mine-%03d-%s", i, strings.Repeat("y", 300))} {
+				if _, ok, err := tx.Task(id); err != nil || !ok {
+					t.Fatalf("task %.10s… after a stale Resume: ok=%v err=%v", id, ok, err)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // A journal replaced under the same path (recover does this) is another
 // file: a parked writer must not write to the old one, and a parked reader
-// must not read it.
-func TestPark_StaleAfterFileReplaced(t *testing.T) {
+// must not read it. Resume opens the new one.
+func TestPark_ResumeAfterFileReplacedOpensTheNewOne(t *testing.T) {
+	eachParked(t, func(t *testing.T, dir string, db *boltstore.DB) {
+		fresh := t.TempDir()
+		if err := boltstore.Create(fresh, defaults, t0); err != nil {
+			t.Fatal(err)
+		}
+		seed, err := boltstore.Open(fresh, journal.OpenOptions{Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addTask(t, seed, "in-the-new-file")
+		seed.Close()
+		if err := os.Rename(boltstore.Path(fresh), boltstore.Path(dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Resume(time.Second); err != nil {
+			t.Fatalf("Resume after the file was replaced: %v", err)
+		}
+		view(t, db, func(tx journal.Tx) error {
+			if _, ok, err := tx.Task("in-the-new-file"); err != nil || !ok {
+				t.Errorf("resumed handle: task of the new file ok=%v err=%v", ok, err)
+			}
+			return nil
+		})
+	})
+}
+
+// eachParked runs f on a new journal with a parked writer, then with a
+// parked reader.
+func eachParked(t *testing.T, f func(t *testing.T, dir string, db *boltstore.DB)) {
 	for _, h := range []struct {
 		name string
 		park func(*testing.T, string) *boltstore.DB
 	}{{"writer", openParked}, {"reader", openParkedReader}} {
 		t.Run(h.name, func(t *testing.T) {
 			dir := newJournalClosed(t)
-			db := h.park(t, dir)
-			fresh := t.TempDir()
-			if err := boltstore.Create(fresh, defaults, t0); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(boltstore.Path(fresh), boltstore.Path(dir)); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
-				t.Fatalf("Resume after the file was replaced: err = %v; want ErrStale", err)
-			}
+			f(t, dir, h.park(t, dir))
 		})
 	}
+}
+
+// A Resume whose handle cannot be opened again (the file was replaced by
+// a damaged one) fails with what is wrong, and holds no lock.
+func TestPark_ResumeOfADamagedFileHoldsNoLock(t *testing.T) {
+	eachParked(t, func(t *testing.T, dir string, db *boltstore.DB) {
+		if err := os.Remove(boltstore.Path(dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(boltstore.Path(dir), []byte("not a journal"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := db.Resume(time.Second)
+		if _, ok := errors.AsType[*journal.CorruptError](err); !ok {
+			t.Fatalf("Resume onto a damaged file: err = %v; want a CorruptError", err)
+		}
+		l, err := boltstore.AcquireLock(filepath.Join(dir, boltstore.LockName), true, 0)
+		if err != nil {
+			t.Fatalf("lock after a failed Resume: %v; want it free", err)
+		}
+		l.Release()
+		db.Close()
+	})
 }
 
 // Resume waits for the lock like Open, and gives up busy.
@@ -174,8 +235,8 @@ func TestPark_ReaderSeesOtherCommits(t *testing.T) {
 }
 
 // A journal that grew since the reader mapped it may have pages past the
-// mapping: the reader is stale, and a fresh one reads every task.
-func TestPark_ReaderStaleAfterGrowth(t *testing.T) {
+// mapping: the reader is stale, and resumed it reads every task.
+func TestPark_ReaderResumesAfterGrowth(t *testing.T) {
 	dir := newJournalClosed(t)
 	ro := openParkedReader(t, dir)
 	fi, err := os.Stat(boltstore.Path(dir))
@@ -198,15 +259,10 @@ func TestPark_ReaderStaleAfterGrowth(t *testing.T) {
 		addTask(t, w, fmt.Sprintf("t%05d-%s", n, strings.Repeat("x", 200)))
 	}
 	w.Close()
-	if err := ro.Resume(time.Second); !errors.Is(err, journal.ErrStale) {
-		t.Fatalf("Resume of a reader after the file grew from %d bytes: err = %v; want ErrStale", fi.Size(), err)
+	if err := ro.Resume(time.Second); err != nil {
+		t.Fatalf("Resume of a reader after the file grew from %d bytes: %v", fi.Size(), err)
 	}
-	fresh, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
-	view(t, fresh, func(tx journal.Tx) error {
+	view(t, ro, func(tx journal.Tx) error {
 		if _, ok, err := tx.Task(fmt.Sprintf("t%05d-%s", n-1, strings.Repeat("x", 200))); err != nil || !ok {
 			t.Errorf("last task after growth: ok=%v err=%v", ok, err)
 		}
