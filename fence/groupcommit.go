@@ -90,7 +90,8 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 }
 
 // openReader returns the journal under the shared lock: the parked handle
-// of the last read if the store can take it back, else a fresh one. A
+// of the last read (reopened in place if the file changed under it), else
+// a fresh one. A
 // lease keeper reads whenever the journal changes, at most every
 // watchSpacing; with eight run --loop processes on one tree that was a
 // few hundred opens a second per process, each mapping the file anew.
@@ -100,7 +101,8 @@ func (t *Tree) openReader() (journal.Store, error) { return t.resumeOrOpen(&t.ba
 func (t *Tree) parkReader(db journal.Store, healthy bool) { park(&t.batch.readIdle, db, healthy) }
 
 // openWriter returns the journal, locked for writing: the parked handle of
-// the previous group if no other process committed since, else a fresh one.
+// the previous group (reopened in place if another process committed
+// since), else a fresh one.
 func (t *Tree) openWriter() (journal.Store, error) { return t.resumeOrOpen(&t.batch.idle, false) }
 
 // parkWriter ends a group's use of db (see park).

@@ -1568,8 +1568,8 @@ func TestTree_HugeTTLIsNotReaped(t *testing.T) {
 
 // Two Trees on one directory stand for two processes. Each parks its
 // journal handle between writes; every time the other one has committed
-// in between, the parked handle must be dropped and the journal reopened,
-// or its stale freelist would hand out pages the other one is using.
+// in between, the parked handle must reopen the journal at Resume, or its
+// stale freelist would hand out pages the other one is using.
 func TestTree_InterleavedWritersReopenStaleHandle(t *testing.T) {
 	a, _ := newTreeWith(t, testDefaults, fence.Options{})
 	b, err := fence.Open(a.Root(), fence.Options{})
