@@ -91,10 +91,9 @@ func (t *Tree) read(ctx context.Context, fn func(tx journal.Tx, now time.Time) e
 
 // openReader returns the journal under the shared lock: the parked handle
 // of the last read (reopened in place if the file changed under it), else
-// a fresh one. A
-// lease keeper reads whenever the journal changes, at most every
-// watchSpacing; with eight run --loop processes on one tree that was a
-// few hundred opens a second per process, each mapping the file anew.
+// a fresh one. A lease keeper reads whenever the journal changes, at most
+// every watchSpacing; with eight run --loop processes on one tree that was
+// a few hundred opens a second per process, each mapping the file anew.
 func (t *Tree) openReader() (journal.Store, error) { return t.resumeOrOpen(&t.batch.readIdle, true) }
 
 // parkReader ends a read's use of db (see park).

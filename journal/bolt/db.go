@@ -336,10 +336,7 @@ func (db *DB) reopen(timeout time.Duration) error {
 		return err
 	}
 	db.b, db.file, db.ceilingChecked = b, file, false
-	if err := db.checkVersion(); err != nil {
-		return err
-	}
-	return nil
+	return db.checkVersion()
 }
 
 // readOnlyFS reports whether err says a file could not be created because

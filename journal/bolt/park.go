@@ -53,14 +53,13 @@ type parkedState struct {
 //
 // A handle that cannot be used as it was parked is opened again in place,
 // under the lock just taken: giving the lock up to open afresh would send
-// the process to the back of the queue a second time, which with eight
-// writers on one tree was most of their wait. A writer is stale once
-// anybody else committed: its freelist (in memory) no longer says which
-// pages are free. A reader reads the meta pages afresh in every
-// transaction (bbolt maps the file shared, so another process's commits
-// show through the mapping), so it is stale only when the file is
-// another one, or grew: pages past the size it had when mapped may lie
-// past the mapping.
+// the process through the lock's queue a second time for one commit. A
+// writer is stale once anybody else committed: its freelist (in memory)
+// no longer says which pages are free. A reader reads the meta pages
+// afresh in every transaction (bbolt maps the file shared, so another
+// process's commits show through the mapping), so it is stale only when
+// the file is another one, or grew: pages past the size it had when
+// mapped may lie past the mapping.
 func (db *DB) Resume(timeout time.Duration) (err error) {
 	p := db.parked
 	if p == nil {
