@@ -24,7 +24,8 @@ const (
 // before: one agent looping over `fencectl claim` + `fencectl complete`
 // processes, as a shell loop does (shell-cycles/s); x-shell is run
 // --loop's tasks/s over that. runners=8 is eight run --loop processes on
-// one tree. claims/s is tasks run and completed per second; cpu-ms is
+// one tree; jobs=8 is one run --loop --jobs 8 process, its eight loops
+// sharing commits. claims/s is tasks run and completed per second; cpu-ms is
 // the CPU of the run processes (their commands included) per task;
 // floor-ms is the fdatasync floor measured around the run: a task pays
 // two fdatasyncs (its moves are not fsynced: see fence/bootreconcile.go).
@@ -56,12 +57,22 @@ func BenchmarkRun_Loop(b *testing.B) {
 		b.ReportMetric(ms(cpu)/float64(r.ops), "cpu-ms")
 		b.ReportMetric(ms(r.floor), "floor-ms")
 	})
+	b.Run("jobs=8", func(b *testing.B) {
+		dir := newTree(b, loopTasks8*b.N)
+		b.ResetTimer()
+		r, cpu := runLoops(b, dir, 1, loopTasks8*b.N, "--jobs", "8")
+		b.StopTimer()
+		report(b, r)
+		b.ReportMetric(ms(cpu)/float64(r.ops), "cpu-ms")
+		b.ReportMetric(ms(r.floor), "floor-ms")
+	})
 }
 
-// runLoops runs n `fencectl run --loop -- true` processes on dir until
-// they have all ended (nothing left to claim), checks that every one of
-// the tasks is done, and returns the run and the CPU the processes used.
-func runLoops(b *testing.B, dir string, n, tasks int) (run, time.Duration) {
+// runLoops runs n `fencectl run --loop [flags] -- true` processes on dir
+// until they have all ended (nothing left to claim), checks that every
+// one of the tasks is done, and returns the run and the CPU the processes
+// used.
+func runLoops(b *testing.B, dir string, n, tasks int, flags ...string) (run, time.Duration) {
 	b.Helper()
 	floorBefore := quickFloor(b)
 	mark := markCPU()
@@ -73,7 +84,8 @@ func runLoops(b *testing.B, dir string, n, tasks int) (run, time.Duration) {
 		first error
 	)
 	for i := range n {
-		cmd := exec.Command(fencectlBin, "run", "--loop", "--agent", fmt.Sprintf("runner-%d", i), "--", "true")
+		args := append([]string{"run", "--loop", "--agent", fmt.Sprintf("runner-%d", i)}, flags...)
+		cmd := exec.Command(fencectlBin, append(args, "--", "true")...)
 		cmd.Env = append(os.Environ(), "FENCE_DIR="+dir)
 		// A line per task goes to stderr: into a memory file, not a pipe
 		// this process would wake up for (see outputOf).

@@ -578,6 +578,10 @@ func meaning(r *results, name string) string {
 			return fmt.Sprintf("`fencectl run --loop -- true` working through a tree alone: one process, no start-up per task; each task's completion and the next claim are one commit (2 fdatasyncs a task, no directory fsync: a rename lost to a power cut is redone from the journal), which runs beside the next task's command while a core is spare (one task kept in hand). Right before it, on a tree of the same kind, one agent looping over `claim` + `complete` processes as a shell loop does: %s cycles/s, so run --loop is %s× that. %s ms of CPU a task (run, its commands and guard).",
 				num(r, name, "shell-cycles/s"), num(r, name, "x-shell"), num(r, name, "cpu-ms"))
 		}
+		if k["jobs"] != "" {
+			return fmt.Sprintf("One `fencectl run --loop --jobs %s -- true` process on one tree: %s loops side by side, each task under its own lease and its own cgroup (or PID namespace); their completions and claims share group commits, so several tasks pay one commit's syncs. %s ms of CPU a task.",
+				k["jobs"], k["jobs"], num(r, name, "cpu-ms"))
+		}
 		return fmt.Sprintf("%s `fencectl run --loop -- true` processes on one tree: tasks completed per second, all together; %s ms of CPU a task. Each process commits its own groups, one at a time under the tree's lock: every task still pays its commit's syncs in turn.",
 			k["runners"], num(r, name, "cpu-ms"))
 	case "BenchmarkRun_KillToClaimable":
@@ -769,8 +773,10 @@ var targets = []target{
 		withCPU(ratio("Backend_CLI/backend=etcd/bin=fencectl-etcd/procs=8", "claims/s", "Backend_CLI/backend=bbolt/procs=8", "claims/s"), "Backend_CLI/backend=etcd/bin=fencectl-etcd/procs=8", "Backend_CLI/backend=bbolt/procs=8"), ""},
 	{"`run --loop -- true`, 1 runner, vs a loop of `claim` + `complete` processes, 1 agent, same run", true, 5,
 		loopVsShell("Run_Loop/runners=1"), ""},
-	{"`run --loop -- true`, 8 runners on one tree", true, 1000,
+	{"`run --loop -- true`, 8 runner processes on one tree", true, 1000,
 		withCPU(figure("Run_Loop/runners=8", "claims/s", "1 runner in the same run: %s tasks/s", "Run_Loop/runners=1"), "Run_Loop/runners=8", "Run_Loop/runners=1"), "tasks/s"},
+	{"`run --loop --jobs 8 -- true`, 8 runners in one process on one tree", true, 1000,
+		withCPU(figure("Run_Loop/jobs=8", "claims/s", "8 runner processes in the same run: %s tasks/s", "Run_Loop/runners=8"), "Run_Loop/jobs=8", "Run_Loop/runners=8"), "tasks/s"},
 	{"etcd: what plain `fencectl` adds to a bbolt tree's start (the hand-off check)", false, 0.2,
 		figure("Backend_HandOffCheck", "p50-ms", "`fencectl-etcd` would add %s ms", "Backend_Start", "etcd-bin-extra-ms"), "ms"},
 }

@@ -54,18 +54,29 @@ type containment struct {
 	guardDone *os.File // reaches EOF when the guard has exited
 	guardPid  int      // spared by killAll should the guard be run's child after all
 	fallback  []string // why stronger mechanisms were not available
+	// job is set on a job's view of the containment (run --jobs, see
+	// forJob): its tasks run beside other jobs' tasks, so it looks at its
+	// own task's cgroup only, never at run's children.
+	job int
 }
 
 // newContainment picks the strongest containment the machine allows (or
 // the one FENCE_RUN_CONTAINMENT names), and starts the guard. hold, if
 // not nil, is passed to the guard, which keeps it open until everything
-// is killed (the request lock).
-func newContainment(hold *os.File) (*containment, error) {
+// is killed (the request lock). With jobs > 1 (run --jobs) tasks run side
+// by side, so only a containment that holds each task apart will do: a
+// cgroup per task, or a PID namespace per task. The process group is not
+// enough: the orphans of two tasks would both come to run, and nothing
+// would tell whose each is.
+func newContainment(hold *os.File, jobs int) (*containment, error) {
 	want := os.Getenv(containEnv)
 	switch want {
 	case "", containCgroup, containPidns, containPgroup:
 	default:
 		return nil, usagef("invalid %s=%q: use cgroup, pidns or pgroup (or leave it unset for the strongest the machine allows)", containEnv, want)
+	}
+	if jobs > 1 && want == containPgroup {
+		return nil, usagef("--jobs %d needs cgroup or pidns containment, and %s=%s asks for pgroup: use --jobs 1, or unset %s", jobs, containEnv, want, containEnv)
 	}
 	c := &containment{}
 	try := func(mode string, setup func() error) (bool, error) {
@@ -100,6 +111,16 @@ func newContainment(hold *os.File) (*containment, error) {
 		if ok {
 			break
 		}
+	}
+	if jobs > 1 {
+		if c.mode == containPgroup {
+			c.close()
+			return nil, fmt.Errorf("run: --jobs %d needs cgroup or pidns containment to keep each task's processes apart, and this machine allows neither (%s): use --jobs 1, or start several runs", jobs, strings.Join(c.fallback, "; "))
+		}
+		// No subreaper: the task's cgroup or PID namespace holds its
+		// orphans, and run's own children are the jobs' commands, which
+		// their own Wait reaps.
+		return c, nil
 	}
 	// Orphans of CMD's tree come to run, not to init: run can find them.
 	// Only now: the guard, started before, is no child of run, so that
@@ -144,7 +165,11 @@ func (c *containment) begin() error {
 		return nil
 	}
 	c.tasks++
-	dir := filepath.Join(c.cgroup, "task-"+strconv.Itoa(c.tasks))
+	name := "task-" + strconv.Itoa(c.tasks)
+	if c.job > 0 {
+		name = "job-" + strconv.Itoa(c.job) + "-" + name
+	}
+	dir := filepath.Join(c.cgroup, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("make the task's cgroup: %w", err)
 	}
@@ -340,6 +365,9 @@ func (c *containment) started(pgid int) {
 // that: the kernel kills the namespace before its first process can be
 // waited for, so nothing is left there.
 func (c *containment) killAll(pgid int) (int, error) {
+	if c.job > 0 {
+		return c.killTask(pgid)
+	}
 	self := os.Getpid()
 	// The guard, reparented to run should run be the nearest subreaper
 	// of its middle process (run as PID 1 of a container), is spared.
@@ -370,6 +398,33 @@ func (c *containment) killAll(pgid int) (int, error) {
 		fmt.Fprintln(c.guardW, "idle")
 	}
 	return left, err
+}
+
+// forJob returns job k's view of the containment (run --jobs, k from 1):
+// its own task cgroups, the run's cgroup and guard shared. Only the run's
+// containment is closed; it removes the jobs' cgroups with its own.
+func (c *containment) forJob(k int) *containment {
+	j := *c
+	j.job, j.task, j.taskDir, j.tasks = k, "", nil, 0
+	return &j
+}
+
+// killTask is killAll for one of several jobs: it kills what is left in
+// this task's cgroup (a PID namespace is gone with CMD, its first
+// process), and never looks at run's children, which are the other
+// jobs' commands. What it kills is re-parented to init, which reaps it.
+func (c *containment) killTask(pgid int) (int, error) {
+	if c.mode != containCgroup {
+		if pgid > 1 {
+			_ = unix.Kill(-pgid, unix.SIGKILL)
+		}
+		return 0, nil
+	}
+	left := 0
+	if c.task != "" {
+		left = countLines(filepath.Join(c.task, "cgroup.procs"))
+	}
+	return left, c.idle()
 }
 
 // hasChildren reports whether this process has a child, alive or dead
