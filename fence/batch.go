@@ -122,7 +122,7 @@ func (t *Tree) ClaimBatch(ctx context.Context, req BatchClaimRequest) (BatchClai
 	}
 	wake, stop := t.waitWake(req.Wait)
 	defer stop()
-	return keepTrying(ctx, req.Wait, wake, func() (BatchClaimResult, error) { return t.claimBatchOnce(ctx, req) }, func(err error) bool {
+	return keepTrying(ctx, req.Wait, wake, func() (BatchClaimResult, error) { return t.claimBatchFitting(ctx, req) }, func(err error) bool {
 		var be *BatchError
 		return errors.Is(err, ErrNothingToClaim) || errors.As(err, &be) && be.waitable()
 	})
@@ -189,16 +189,30 @@ func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (Batch
 		}
 		return evs, nil
 	})
-	if err == nil {
-		err = refusal
-	}
 	if err != nil {
+		return BatchClaimResult{}, err // nothing committed: no reap to tell of
+	}
+	if refusal != nil {
 		if !req.Partial {
 			res.Failed = nil // the refusal carries them
 		}
-		return BatchClaimResult{Reaped: res.Reaped, Failed: res.Failed}, err
+		return BatchClaimResult{Reaped: res.Reaped, Failed: res.Failed}, refusal
 	}
 	return res, nil
+}
+
+// claimBatchFitting is claimBatchOnce, except that a claim of the next N
+// ready tasks (up to N) too large for one transaction of the store (etcd's
+// --max-txn-ops) is made again for half as many, until it fits. Named
+// tasks are all or nothing: too many of them fail as they are.
+func (t *Tree) claimBatchFitting(ctx context.Context, req BatchClaimRequest) (BatchClaimResult, error) {
+	for {
+		res, err := t.claimBatchOnce(ctx, req)
+		if !errors.Is(err, journal.ErrTooLarge) || len(req.IDs) > 0 || req.Count <= 1 {
+			return res, err
+		}
+		req.Count /= 2
+	}
 }
 
 // claimable reads the named tasks and sorts them into those that can be

@@ -604,7 +604,9 @@ func (t *Tree) runGroup(group []*pendingOp) {
 	}
 	t.reconcileCommitted(db)
 	t.settleFinished(db)
-	healthy = err == nil
+	// A transaction the store refused as too large leaves the handle as
+	// good as it was.
+	healthy = err == nil || errors.Is(err, journal.ErrTooLarge)
 }
 
 // reconcileCommitted reconciles the files of the commits the group made
@@ -658,6 +660,10 @@ func (t *Tree) commitAll(db journal.Store, group []*pendingOp) error {
 	}
 	pending, solo := group, []*pendingOp(nil)
 	for len(pending) > 0 {
+		if len(pending) == 1 {
+			solo = append(solo, pending[0])
+			break
+		}
 		retry, err := t.commitGroup(db, pending)
 		if errors.Is(err, journal.ErrTooLarge) && len(pending) > 1 {
 			half := len(pending) / 2
@@ -682,12 +688,80 @@ func (t *Tree) commitAll(db journal.Store, group []*pendingOp) error {
 		pending = slices.DeleteFunc(slices.Clone(pending), func(p *pendingOp) bool { return p == retry })
 	}
 	for i, p := range solo {
-		if _, err := t.commitGroup(db, []*pendingOp{p}); err != nil {
+		if err := t.commitAlone(db, p); err != nil {
 			fail(solo[i+1:], err)
 			return err
 		}
 	}
 	return nil
+}
+
+// commitAlone commits one operation in a transaction of its own. If that
+// is too large for the store, the housekeeping every write does first may
+// be what makes it so (hundreds of leases that ran out together, or of
+// retries due at once: each claim would reap or promote them all, and fail,
+// and no write could get through on etcd): catchUp does it in commits of
+// its own, and the operation runs once more. One too large by itself
+// fails as before.
+func (t *Tree) commitAlone(db journal.Store, p *pendingOp) error {
+	_, err := t.commitGroup(db, []*pendingOp{p})
+	if !errors.Is(err, journal.ErrTooLarge) {
+		return err
+	}
+	if cerr := t.catchUp(db); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	_, err = t.commitGroup(db, []*pendingOp{p})
+	return err
+}
+
+// catchUpChunk is how many reaps or promotions catchUp first puts in one
+// commit: on etcd each costs about ten operations of a transaction, which
+// holds 128 by default (--max-txn-ops). It halves on a refusal.
+const catchUpChunk = 8
+
+// catchUp reaps every expired or dead holder's lease and promotes every
+// due waiting task, a few per commit, until none is left: the
+// housekeeping of reapFirst and promoteDue, for when there is more of it
+// than one transaction of the store takes (see commitAlone). Each commit
+// is an ordinary write, its file moves made after it.
+func (t *Tree) catchUp(db journal.Store) error {
+	limit := catchUpChunk
+	for {
+		more := false
+		p := &pendingOp{op: "reap", fn: func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+			more = false // the store may run this more than once
+			sweepAll(tx)
+			_, evs, err := t.reapUpTo(tx, now, 0, limit)
+			if err != nil {
+				return nil, err
+			}
+			if len(evs) < limit {
+				due, err := promoteUpTo(tx, now, limit-len(evs))
+				if err != nil {
+					return nil, err
+				}
+				evs = append(evs, due...)
+			}
+			more = len(evs) >= limit
+			if len(evs) == 0 {
+				return nil, errNoChange
+			}
+			return evs, nil
+		}}
+		_, err := t.commitGroup(db, []*pendingOp{p})
+		switch {
+		case errors.Is(err, journal.ErrTooLarge) && limit > 1:
+			limit /= 2
+			continue
+		case err != nil:
+			return err
+		case p.err != nil:
+			return p.err
+		case !more:
+			return nil
+		}
+	}
 }
 
 // commitGroup runs ops in one transaction, commits it and makes its moves.

@@ -178,7 +178,7 @@ func locked(path string) bool {
 // claim of token keep: the claim a request id names, which the claim
 // being made with that id takes back (a run retried with --request-id
 // after it died resumes its claim rather than reaping it).
-func (t *Tree) reapDead(tx journal.Tx, now time.Time, keep uint64) ([]Reaped, []record.Event, error) {
+func (t *Tree) reapDead(tx journal.Tx, now time.Time, keep uint64, limit int) ([]Reaped, []record.Event, error) {
 	dead, err := t.deadHolders(tx, true)
 	if err != nil || len(dead) == 0 {
 		return nil, nil, err
@@ -192,6 +192,9 @@ func (t *Tree) reapDead(tx journal.Tx, now time.Time, keep uint64) ([]Reaped, []
 	var reaped []Reaped
 	var evs []record.Event
 	for _, token := range tokens {
+		if limit > 0 && len(reaped) >= limit {
+			break
+		}
 		rec, ok, err := leaseOf(tx, token)
 		if err != nil {
 			return nil, nil, err
@@ -225,11 +228,20 @@ func leaseOf(tx journal.Tx, token uint64) (rec record.Task, ok bool, err error) 
 // reapAll is every reap a writer does before it claims or when asked:
 // holders that died (but keep's, see reapDead), then leases that ran out.
 func (t *Tree) reapAll(tx journal.Tx, now time.Time, keep uint64) ([]Reaped, []record.Event, error) {
-	reaped, evs, err := t.reapDead(tx, now, keep)
+	return t.reapUpTo(tx, now, keep, 0)
+}
+
+// reapUpTo is reapAll that stops after limit reaps (0: no limit), for
+// catchUp's commits, each of which must fit one transaction of the store.
+func (t *Tree) reapUpTo(tx journal.Tx, now time.Time, keep uint64, limit int) ([]Reaped, []record.Event, error) {
+	reaped, evs, err := t.reapDead(tx, now, keep, limit)
 	if err != nil {
 		return nil, nil, err
 	}
-	more, moreEvs, err := reapExpired(tx, now)
+	if limit > 0 && len(reaped) >= limit {
+		return reaped, evs, nil
+	}
+	more, moreEvs, err := reapExpired(tx, now, max(limit-len(reaped), 0))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -319,11 +319,11 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		res.Deadline, res.Renewed = rec.Lease.Deadline, ev.Type == record.EvHeartbeat
 		return append(evs, ev), nil
 	})
-	if err == nil {
-		err = claimErr
-	}
 	if err != nil {
-		return ClaimResult{Reaped: res.Reaped}, err
+		return ClaimResult{}, err // nothing committed: no reap to tell of
+	}
+	if claimErr != nil {
+		return ClaimResult{Reaped: res.Reaped}, claimErr // the reaps before a refusal commit
 	}
 	res.Path = t.Path(res.Task.ID, record.Claimed)
 	return res, nil
@@ -663,12 +663,16 @@ func restore(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Dur
 	return ev, after, err
 }
 
-// reapExpired frees every lease whose deadline has passed, counting one
-// attempt each. It reads only the expired part of the expiry index.
-func reapExpired(tx journal.Tx, now time.Time) ([]Reaped, []record.Event, error) {
+// reapExpired frees every lease whose deadline has passed (the first
+// limit of them; 0: no limit), counting one attempt each. It reads only
+// the expired part of the expiry index.
+func reapExpired(tx journal.Tx, now time.Time, limit int) ([]Reaped, []record.Event, error) {
 	var reaped []Reaped
 	var evs []record.Event
 	for _, id := range tx.Expired(now) {
+		if limit > 0 && len(reaped) >= limit {
+			break
+		}
 		rec, ok, err := tx.Task(id)
 		if err != nil {
 			return nil, nil, err
@@ -756,22 +760,46 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 		})
 		return out, err
 	}
+	// On a store whose transactions are bounded (etcd: --max-txn-ops) it
+	// reaps a few per commit, as catchUp does, until none is left; on
+	// bbolt all in one commit.
 	var out []Reaped
-	_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
-		sweepAll(tx)
-		reaped, evs, err := t.reapAll(tx, now, 0)
-		out = reaped
+	for {
+		var reaped []Reaped
+		more := false
+		_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+			limit := 0
+			if t.batch.shared.Load() {
+				limit = catchUpChunk
+			}
+			sweepAll(tx)
+			var evs []record.Event
+			var err error
+			reaped, evs, err = t.reapUpTo(tx, now, 0, limit)
+			if err != nil {
+				return nil, err
+			}
+			if limit == 0 || len(evs) < limit {
+				due, err := promoteUpTo(tx, now, max(limit-len(evs), 0))
+				if err != nil {
+					return nil, err
+				}
+				evs = append(evs, due...)
+			}
+			more = limit > 0 && len(evs) >= limit
+			if len(evs) == 0 {
+				return nil, errNoChange
+			}
+			return evs, nil
+		})
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		due, err := promoteDue(tx, now)
-		evs = append(evs, due...)
-		if err == nil && len(evs) == 0 {
-			return nil, errNoChange
+		out = append(out, reaped...)
+		if !more {
+			return out, nil
 		}
-		return evs, err
-	})
-	return out, err
+	}
 }
 
 // FencedRequest names a task and the token that must hold it.

@@ -121,13 +121,20 @@ func notClaimable(rec record.Task) error {
 // yet: O(due). Then it moves any task an old journal left blocked in
 // available/ to waiting/ (migrateBlocked).
 func promoteDue(tx journal.Tx, now time.Time) ([]record.Event, error) {
+	return promoteUpTo(tx, now, 0)
+}
+
+// promoteUpTo is promoteDue that stops after limit due tasks (0: no
+// limit), for catchUp's commits, each of which must fit one transaction
+// of the store.
+func promoteUpTo(tx journal.Tx, now time.Time, limit int) ([]record.Event, error) {
 	evs, err := migrateBlocked(tx, now)
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	if err := tx.Scheduled(func(id string, at time.Time) bool {
-		if now.Before(at) {
+		if now.Before(at) || limit > 0 && len(ids) >= limit {
 			return false
 		}
 		ids = append(ids, id)
