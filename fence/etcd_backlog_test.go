@@ -16,7 +16,8 @@ import (
 // whose backoff ends together) that transaction was refused, so every
 // claim, add and complete failed, and the reaps a failed claim reported
 // had not happened. Now the backlog is worked off in commits of its own
-// first, and a refused claim reports no reap.
+// first, and a refused claim reports no reap. compact, too, folds fewer
+// tasks a commit when a commit of its usual size is too large.
 func TestEtcdBacklog_ManyLeasesRunOutTogether(t *testing.T) {
 	const n = 150
 	r := newEtcdRig(t, 1, record.Defaults{TTL: time.Minute, MaxAttempts: 3, RetryBackoff: time.Second})
@@ -80,6 +81,29 @@ func TestEtcdBacklog_ManyLeasesRunOutTogether(t *testing.T) {
 	}
 	if c := counts(); c["waiting"] != n+1 || c["claimed"] != 0 {
 		t.Errorf("after reap: %v, want all %d waiting", c, n+1)
+	}
+	// Finished with a long history each (claims, reaps, retries),
+	// compact folds them all: fewer a commit when a commit of its usual
+	// size is too large.
+	time.Sleep(3 * time.Second) // the second backoff (2 s, give or take) ends
+	for done := 0; done < n+1; {
+		b, err := tree.ClaimBatch(bg, fence.BatchClaimRequest{Agent: "fleet", Count: 8, TTL: time.Minute})
+		if err != nil {
+			t.Fatalf("claim after %d done: %v", done, err)
+		}
+		for _, c := range b.Assigned {
+			if _, err := tree.Complete(bg, fence.FencedRequest{ID: c.Task.ID, Token: c.Token, Agent: "fleet"}); err != nil {
+				t.Fatal(err)
+			}
+			done++
+		}
+	}
+	rep, err := tree.Compact(bg, fence.CompactRequest{Agent: "op"})
+	if err != nil {
+		t.Fatalf("compact of %d finished tasks: %v", n+1, err)
+	}
+	if rep.Tasks != n+1 {
+		t.Errorf("compact folded %d tasks, want %d", rep.Tasks, n+1)
 	}
 	checkInvariants(t, tree)
 }
