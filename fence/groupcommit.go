@@ -665,7 +665,7 @@ func (t *Tree) commitAll(db journal.Store, group []*pendingOp) error {
 			break
 		}
 		retry, err := t.commitGroup(db, pending)
-		if errors.Is(err, journal.ErrTooLarge) && len(pending) > 1 {
+		if errors.Is(err, journal.ErrTooLarge) {
 			half := len(pending) / 2
 			if err := t.commitAll(db, pending[:half]); err != nil {
 				fail(slices.Concat(pending[half:], solo), err)
@@ -730,24 +730,10 @@ func (t *Tree) catchUp(db journal.Store) error {
 	for {
 		more := false
 		p := &pendingOp{op: "reap", fn: func(tx journal.Tx, now time.Time) ([]record.Event, error) {
-			more = false // the store may run this more than once
-			sweepAll(tx)
-			_, evs, err := t.reapUpTo(tx, now, 0, limit)
-			if err != nil {
-				return nil, err
-			}
-			if len(evs) < limit {
-				due, err := promoteUpTo(tx, now, limit-len(evs))
-				if err != nil {
-					return nil, err
-				}
-				evs = append(evs, due...)
-			}
-			more = len(evs) >= limit
-			if len(evs) == 0 {
-				return nil, errNoChange
-			}
-			return evs, nil
+			var evs []record.Event
+			var err error
+			_, evs, more, err = t.housekeep(tx, now, limit)
+			return evs, err
 		}}
 		_, err := t.commitGroup(db, []*pendingOp{p})
 		switch {
@@ -762,6 +748,29 @@ func (t *Tree) catchUp(db journal.Store) error {
 			return nil
 		}
 	}
+}
+
+// housekeep reaps every expired or dead holder's lease and then promotes
+// every due waiting task, limit of them in all (0: no limit): a sweep of
+// the whole expiry index, for reap and catchUp. more reports that the
+// limit was reached (there may be more to do); errNoChange that there was
+// nothing.
+func (t *Tree) housekeep(tx journal.Tx, now time.Time, limit int) (reaped []Reaped, evs []record.Event, more bool, err error) {
+	sweepAll(tx)
+	if reaped, evs, err = t.reapUpTo(tx, now, 0, limit); err != nil {
+		return nil, nil, false, err
+	}
+	if limit == 0 || len(evs) < limit {
+		due, err := promoteUpTo(tx, now, max(limit-len(evs), 0))
+		if err != nil {
+			return nil, nil, false, err
+		}
+		evs = append(evs, due...)
+	}
+	if len(evs) == 0 {
+		return nil, nil, false, errNoChange
+	}
+	return reaped, evs, limit > 0 && len(evs) >= limit, nil
 }
 
 // commitGroup runs ops in one transaction, commits it and makes its moves.

@@ -772,25 +772,10 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 			if t.batch.shared.Load() {
 				limit = catchUpChunk
 			}
-			sweepAll(tx)
 			var evs []record.Event
 			var err error
-			reaped, evs, err = t.reapUpTo(tx, now, 0, limit)
-			if err != nil {
-				return nil, err
-			}
-			if limit == 0 || len(evs) < limit {
-				due, err := promoteUpTo(tx, now, max(limit-len(evs), 0))
-				if err != nil {
-					return nil, err
-				}
-				evs = append(evs, due...)
-			}
-			more = limit > 0 && len(evs) >= limit
-			if len(evs) == 0 {
-				return nil, errNoChange
-			}
-			return evs, nil
+			reaped, evs, more, err = t.housekeep(tx, now, limit)
+			return evs, err
 		})
 		if err != nil {
 			return out, err
