@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -232,4 +233,133 @@ func hasLabels(rec record.Task, labels []string) bool {
 		}
 	}
 	return true
+}
+
+// unblockInline is how many of a task's dependents the commit that makes
+// it done releases on a store whose transactions are bounded
+// (journal.Unblocker: etcd); later commits release the rest. Each costs
+// about six operations of a transaction, and etcd takes 128 by default:
+// 8 leave room for the completion itself and the rest of its group.
+const unblockInline = 8
+
+// unblockDependents records, in the transaction that made dep done, that
+// tasks waiting for it no longer do (DepDoneEvent): those that wait for
+// nothing else (and for no time) go to available/ in this commit; it
+// returns the events, for their moves. The reverse index names them, so
+// this reads only dep's dependents. On a bounded store it releases
+// unblockInline of them and notes dep if more wait: the group's leader
+// then releases them before it answers (finishUnblocking), and after a
+// crash the next writer to sweep does (resumeUnblocking).
+func unblockDependents(tx journal.Tx, dep string, now time.Time) ([]record.Event, error) {
+	u, bounded := tx.(journal.Unblocker)
+	limit := 0
+	if bounded {
+		limit = unblockInline
+	}
+	evs, more, err := releaseDependents(tx, dep, now, limit)
+	if err == nil && more {
+		err = u.NoteUnblocking(dep)
+	}
+	return evs, err
+}
+
+// releaseDependents records a dep_done for up to limit (0: all) of the
+// tasks waiting for dep; more says that others are left.
+func releaseDependents(tx journal.Tx, dep string, now time.Time, limit int) (evs []record.Event, more bool, err error) {
+	var ids []string
+	err = tx.Dependents(dep, func(id string) bool {
+		if limit > 0 && len(ids) == limit {
+			more = true
+			return false
+		}
+		ids = append(ids, id)
+		return true
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	for _, id := range ids {
+		d, ok, err := tx.Task(id)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok || !slices.Contains(d.After, dep) {
+			continue // the index and the record disagree: trust the record
+		}
+		_, ev, err := commitOne(tx, &d, DepDoneEvent(d, dep, now))
+		if err != nil {
+			return nil, false, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, more, nil
+}
+
+// resumeUnblocking releases up to limit (0: no limit) of the dependents
+// that noted done tasks left waiting (see unblockDependents), and drops
+// each note once its task has none left. A noted task that is not done
+// any more was requeued before the rest were released: they wait for it
+// again, as they would for any task not done, and its note is dropped.
+// more says the limit was reached. Stores without notes: nothing.
+func resumeUnblocking(tx journal.Tx, now time.Time, limit int) (evs []record.Event, more bool, err error) {
+	u, ok := tx.(journal.Unblocker)
+	if !ok {
+		return nil, false, nil
+	}
+	var deps []string
+	if err := u.Unblocking(func(dep string) bool { deps = append(deps, dep); return true }); err != nil {
+		return nil, false, err
+	}
+	for _, dep := range deps {
+		if limit > 0 && len(evs) >= limit {
+			return evs, true, nil
+		}
+		rec, ok, err := tx.Task(dep)
+		if err != nil {
+			return nil, false, err
+		}
+		left := false
+		if ok && rec.State == record.Done {
+			var got []record.Event
+			rest := 0
+			if limit > 0 {
+				rest = limit - len(evs)
+			}
+			if got, left, err = releaseDependents(tx, dep, now, rest); err != nil {
+				return nil, false, err
+			}
+			evs = append(evs, got...)
+		}
+		if !left {
+			if err := u.DropUnblocking(dep); err != nil {
+				return nil, false, err
+			}
+		} else {
+			more = true
+		}
+	}
+	return evs, more, nil
+}
+
+// notedUnblocking reports whether tx noted a task whose dependents are
+// left to release.
+func notedUnblocking(tx journal.Tx) bool {
+	u, ok := tx.(journal.Unblocker)
+	return ok && u.NotedUnblocking()
+}
+
+// finishUnblocking releases, after a group's commits, the dependents
+// they left waiting for the tasks they made done, a few per commit
+// (catchUp), so that a caller who completed a task finds its dependents
+// available, as on a store that releases them all in one commit. A
+// failure here fails no caller: their commits stand, and the next writer
+// to sweep finishes the job.
+func (t *Tree) finishUnblocking(db journal.Store) {
+	if !t.batch.unblocking {
+		return
+	}
+	t.batch.unblocking = false
+	if err := t.catchUp(db); err != nil {
+		t.notify(NoticeWarning, "", fmt.Sprintf("releasing the dependents of a completed task: %v; the next claim goes on with it", err))
+	}
 }

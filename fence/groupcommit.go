@@ -195,34 +195,6 @@ func commitOne(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, 
 	return rec, ev, nil
 }
 
-// unblockDependents records, in the transaction that made dep done, that
-// every task waiting for it no longer does (DepDoneEvent): those that wait
-// for nothing else (and for no time) go to available/ in this commit; it
-// returns the events, for their moves. The reverse index names
-// them, so this reads only dep's dependents.
-func unblockDependents(tx journal.Tx, dep string, now time.Time) ([]record.Event, error) {
-	var ids []string
-	if err := tx.Dependents(dep, func(id string) bool { ids = append(ids, id); return true }); err != nil {
-		return nil, err
-	}
-	var evs []record.Event
-	for _, id := range ids {
-		d, ok, err := tx.Task(id)
-		if err != nil {
-			return nil, err
-		}
-		if !ok || !slices.Contains(d.After, dep) {
-			continue // the index and the record disagree: trust the record
-		}
-		_, ev, err := commitOne(tx, &d, DepDoneEvent(d, dep, now))
-		if err != nil {
-			return nil, err
-		}
-		evs = append(evs, ev)
-	}
-	return evs, nil
-}
-
 // trackRequest keeps the request index in step with a claim: a claim made
 // for a request id is findable by (agent, request id) while it is current,
 // and forgotten when it ends.
@@ -276,6 +248,10 @@ type batcher struct {
 	// on a store whose writers do not take turns, for reconcileCommitted.
 	// Only the group's leader touches it.
 	unreconciled [][]record.Event
+	// unblocking says a commit of the running group completed a task
+	// with more dependents than it released (see unblockDependents).
+	// Only the group's leader touches it.
+	unblocking bool
 	*writerSlot
 }
 
@@ -599,6 +575,9 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		return
 	}
 	err = t.commitAll(db, group)
+	if err == nil {
+		t.finishUnblocking(db)
+	}
 	if !db.Exclusive() {
 		answer()
 	}
@@ -720,10 +699,11 @@ func (t *Tree) commitAlone(db journal.Store, p *pendingOp) error {
 // holds 128 by default (--max-txn-ops). It halves on a refusal.
 const catchUpChunk = 8
 
-// catchUp reaps every expired or dead holder's lease and promotes every
-// due waiting task, a few per commit, until none is left: the
-// housekeeping of reapFirst and promoteDue, for when there is more of it
-// than one transaction of the store takes (see commitAlone). Each commit
+// catchUp reaps every expired or dead holder's lease, promotes every due
+// waiting task and releases the dependents left waiting for done tasks,
+// a few per commit, until none is left: the housekeeping of reapFirst and
+// promoteDue, for when there is more of it than one transaction of the
+// store takes (see commitAlone, finishUnblocking). Each commit
 // is an ordinary write, its file moves made after it.
 func (t *Tree) catchUp(db journal.Store) error {
 	limit := catchUpChunk
@@ -750,8 +730,9 @@ func (t *Tree) catchUp(db journal.Store) error {
 	}
 }
 
-// housekeep reaps every expired or dead holder's lease and then promotes
-// every due waiting task, limit of them in all (0: no limit): a sweep of
+// housekeep reaps every expired or dead holder's lease, then promotes
+// every due waiting task, then releases the dependents left waiting for
+// done tasks (resumeUnblocking), limit of them in all (0: no limit): a sweep of
 // the whole expiry index, for reap and catchUp. more reports that the
 // limit was reached (there may be more to do); errNoChange that there was
 // nothing.
@@ -766,6 +747,13 @@ func (t *Tree) housekeep(tx journal.Tx, now time.Time, limit int) (reaped []Reap
 			return nil, nil, false, err
 		}
 		evs = append(evs, due...)
+	}
+	if limit == 0 || len(evs) < limit {
+		released, _, err := resumeUnblocking(tx, now, max(limit-len(evs), 0))
+		if err != nil {
+			return nil, nil, false, err
+		}
+		evs = append(evs, released...)
 	}
 	if len(evs) == 0 {
 		return nil, nil, false, errNoChange
@@ -797,9 +785,11 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		ids, claims := groupReads(ops)
 		update = func(fn func(journal.Tx) error) error { return pf.UpdateReading(ids, claims, fn) }
 	}
+	noted := false
 	err = update(func(tx journal.Tx) error {
 		reset() // the store may run this more than once: each run afresh
 		now := tx.Now()
+		defer func() { noted = notedUnblocking(tx) }()
 		for _, p := range ops {
 			before := tx.Writes()
 			evs, err := p.fn(tx, now)
@@ -840,6 +830,7 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		}
 		return nil, err
 	}
+	t.batch.unblocking = t.batch.unblocking || noted
 	var evs []record.Event
 	for _, p := range ops {
 		if p.committed {

@@ -247,7 +247,8 @@ func keepTrying[T any](ctx context.Context, wait time.Duration, wake waker, try 
 
 // reapFirst is what every claim does first, in its transaction: free the
 // expired leases, move the waiting tasks that are due to available/
-// (promoteDue), and note where that leaves the files of the tasks it
+// (promoteDue), release a few dependents a crash left waiting for a done
+// task (resumeUnblocking), and note where that leaves the files of the tasks it
 // moved (inClaimed: still in claimed/ or waiting/, since the moves come
 // after the commit).
 func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Reaped, evs []record.Event, d record.Defaults, inClaimed map[string]fsmirror.Dir, err error) {
@@ -258,6 +259,11 @@ func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Re
 	if err != nil {
 		return nil, nil, d, nil, err
 	}
+	released, _, err := resumeUnblocking(tx, now, unblockInline) // after a crash: see unblockDependents
+	if err != nil {
+		return nil, nil, d, nil, err
+	}
+	due = append(due, released...)
 	evs = append(evs, due...)
 	if d, err = tx.Defaults(); err != nil {
 		return nil, nil, d, nil, err

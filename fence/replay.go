@@ -745,15 +745,15 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 	}
 	crashAt("replay:after-rebuild")
 	if len(st.adopt) > 0 {
-		var adopted []adoption
-		err := db.Update(func(tx journal.Tx) error {
-			adopted = adopted[:0] // the store may run this more than once
+		var adopted, chunk []adoption
+		err := updateInChunks(db, len(st.adopt), func(tx journal.Tx, lo, hi int) error {
+			chunk = chunk[:0] // the store may run this more than once
 			d, err := tx.Defaults()
 			if err != nil {
 				return err
 			}
 			now := tx.Now()
-			for _, a := range st.adopt {
+			for _, a := range st.adopt[lo:hi] {
 				// A writer on another host may have added or adopted the
 				// task since the log was read: then the file is its, not
 				// an unknown one.
@@ -766,13 +766,12 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 				if _, _, err := commit(tx, nil, adoptEvent(a.id, a.from, a.to, d.MaxAttempts, now)); err != nil {
 					return err
 				}
-				adopted = append(adopted, a)
+				chunk = append(chunk, a)
 			}
 			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("adopt unknown files: %w", err)
-		}
+		}, func() { adopted = append(adopted, chunk...) })
+		// The chunks committed before a failure are adopted: their files
+		// move below all the same.
 		for _, a := range adopted {
 			to, err := DirOf(a.to)
 			if err != nil {
@@ -780,11 +779,14 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 			}
 			st.moves = append(st.moves, move{id: a.id, from: a.from, to: to})
 		}
+		if err != nil {
+			return t.placeThen(st.moves, fmt.Errorf("adopt unknown files: %w", err))
+		}
 	}
 	if len(st.missing) > 0 {
-		err := db.Update(func(tx journal.Tx) error {
+		err := updateInChunks(db, len(st.missing), func(tx journal.Tx, lo, hi int) error {
 			now := tx.Now()
-			for _, id := range st.missing {
+			for _, id := range st.missing[lo:hi] {
 				rec, ok, err := tx.Task(id)
 				if err != nil {
 					return err
@@ -799,9 +801,9 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 				}
 			}
 			return nil
-		})
+		}, nil)
 		if err != nil {
-			return fmt.Errorf("settle tasks without a file: %w", err)
+			return t.placeThen(st.moves, fmt.Errorf("settle tasks without a file: %w", err))
 		}
 	}
 	b := t.mirror.NewBatch()
@@ -880,4 +882,42 @@ func (f Finding) Describe() string {
 	}
 	fmt.Fprintf(&b, ": %s", f.Detail)
 	return b.String()
+}
+
+// updateInChunks runs fn over items [0, n) in as few transactions as the
+// store takes: all in one, or, when the store refuses one as too large
+// (etcd's --max-txn-ops), in chunks halved until each fits. fn(tx, lo,
+// hi) writes items lo to hi-1; committed (if not nil) is called after
+// each chunk commits. A refused chunk changed nothing, and the chunks
+// before a failure stand: what replay repairs is repaired item by item.
+func updateInChunks(db journal.Store, n int, fn func(tx journal.Tx, lo, hi int) error, committed func()) error {
+	size := n
+	for lo := 0; lo < n; {
+		hi := min(lo+size, n)
+		err := db.Update(func(tx journal.Tx) error { return fn(tx, lo, hi) })
+		if errors.Is(err, journal.ErrTooLarge) && size > 1 {
+			size /= 2
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if committed != nil {
+			committed()
+		}
+		lo = hi
+	}
+	return nil
+}
+
+// placeThen makes moves, which follow journal changes that did commit,
+// and returns err, the failure that stopped replay's other changes.
+func (t *Tree) placeThen(moves []move, err error) error {
+	b := t.mirror.NewBatch()
+	for _, m := range moves {
+		if perr := t.place(b, m); perr != nil {
+			return errors.Join(err, perr)
+		}
+	}
+	return errors.Join(err, b.Sync())
 }

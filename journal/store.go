@@ -335,6 +335,28 @@ type FullSweeper interface {
 	SweepAll()
 }
 
+// Unblocker is a Tx of a store whose transactions are bounded (etcd
+// takes --max-txn-ops operations, 128 by default): there a task that
+// many others wait for cannot release them all in the commit that makes
+// it done. fence releases a few there and notes the task; later commits
+// release the rest and drop the note. The note makes that survive a
+// crash between those commits: any writer that sweeps finds it. A store
+// without the bound (bbolt) releases every dependent in the one commit
+// and needs no note.
+type Unblocker interface {
+	// NoteUnblocking notes that dep is done and some of its dependents
+	// still wait for it.
+	NoteUnblocking(dep string) error
+	// Unblocking calls fn with every noted task, until fn returns false.
+	// Like FullSweeper's Expired, it may answer from a recent sweep
+	// (nothing) unless SweepAll was called.
+	Unblocking(fn func(dep string) (more bool)) error
+	// DropUnblocking removes dep's note.
+	DropUnblocking(dep string) error
+	// NotedUnblocking reports whether this transaction noted a task.
+	NotedUnblocking() bool
+}
+
 // Watcher is signalled (coalesced) after the journal changed; the receiver
 // then re-reads what it cares about.
 type Watcher interface {

@@ -19,6 +19,8 @@
 //	P/c/TOKEN    the claim behind every token
 //	P/q/AGENT\0REQUEST   the token granted to a request id
 //	P/e/SEQ      the event log;  P/b/ID\0SEQ  its per-task index
+//	P/d/DEP\0ID  the dependents index;  P/g/LABEL\0KEY  ready per label;  P/n/KEY  due
+//	P/u/ID       a done task whose dependents are still being released (unblock.go)
 //	P/lock       the tree lock of init and recover (an etcd mutex)
 //
 // # Transactions

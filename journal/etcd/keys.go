@@ -22,6 +22,7 @@ const (
 	famDeps    = "/d/" // dependency, 0, dependent: the reverse index of After (etcd-2)
 	famLabel   = "/g/" // label, 0, ready key → id: the ready index per label (etcd-2)
 	famDue     = "/n/" // dueKey(NotBefore, seq) → id: waiting tasks that wait for a time only (etcd-3)
+	famUnblock = "/u/" // ID → "": a done task some of whose dependents still wait for it (unblock.go)
 	keyLock    = "/lock"
 	keyWriters = "/w" // the writers' queue (store.go)
 
