@@ -23,14 +23,15 @@ type snapshot struct {
 	// has none or an older fencectl's commit left it stale.
 	floor string
 	// swept: a sweep of the expiry index ran lately (sweep.go), and the
-	// expiry and liveness pages were not read.
+	// expiry, liveness and note pages were not read.
 	swept bool
 	pages map[pageKey]*clientv3.GetResponse
 	extra []*etcdserverpb.ResponseOp // the answers to readSnapshot's extra reads
 }
 
 // readSnapshot reads a snapshot: expiry and liveness pages for the reap
-// every claim does first (unless a sweep ran lately: sweep.go), the ready
+// every claim does first, and the notes of dependents left to release
+// (unless a sweep ran lately: sweep.go, unblock.go), the ready
 // page for claim-next.
 //
 // extra are more reads to make at the same revision, in the same request;
@@ -59,7 +60,8 @@ func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPa
 		{ready, readyPageEnd(p+famReady, ready, rangeEnd(p+famReady)), readyPage},
 	}
 	sweptKeys, sweptOps := pagesOf(common)
-	expiry := []family{{p + famExpiry, rangeEnd(p + famExpiry), pageSize}, {p + famLive, rangeEnd(p + famLive), pageSize}}
+	expiry := []family{{p + famExpiry, rangeEnd(p + famExpiry), pageSize}, {p + famLive, rangeEnd(p + famLive), pageSize},
+		{p + famUnblock, rangeEnd(p + famUnblock), pageSize}}
 	fullKeys, fullOps := pagesOf(append(expiry, common...))
 	// Both branches carry every read: a nested transaction would send
 	// them once, but etcd runs a request holding one through consensus

@@ -40,36 +40,18 @@ func (t *Tx) DropUnblocking(dep string) error {
 	return nil
 }
 
-// Unblocking calls fn with every noted task: none while a sweep is recent
-// (unless SweepAll), as Expired. Notes this transaction wrote or dropped
-// count as written.
+// Unblocking calls fn with every noted task (this transaction's writes
+// included): none while a sweep is recent, unless SweepAll, as Expired.
 func (t *Tx) Unblocking(fn func(dep string) (more bool)) error {
 	if err := t.begin(); err != nil {
 		return err
 	}
-	seen := map[string]bool{}
-	more := true
-	if !t.swept || t.sweepAll {
-		t.untracked = true
-		err := t.scanPrefix(famUnblock, func(id, _ string) (bool, error) {
-			seen[id] = true
-			if o := t.buf[t.key(famUnblock, id)]; o != nil && o.del {
-				return true, nil
-			}
-			more = fn(id)
-			return more, nil
-		})
-		t.untracked = false
-		if err != nil {
-			return err
-		}
+	if t.swept && !t.sweepAll {
+		return nil
 	}
-	for k, o := range t.buf {
-		if id, ok := strings.CutPrefix(k, t.key(famUnblock, "")); ok && more && !o.del && !seen[id] {
-			more = fn(id)
-		}
-	}
-	return nil
+	t.untracked = true
+	defer func() { t.untracked = false }()
+	return t.scanPrefix(famUnblock, func(id, _ string) (bool, error) { return fn(id), nil })
 }
 
 // NotedUnblocking reports whether this transaction wrote a note.
