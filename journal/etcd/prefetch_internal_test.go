@@ -1,10 +1,13 @@
 package etcd
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/record"
@@ -223,5 +226,171 @@ func TestPrefetch_WarmHandleReadsItsCandidatesOnce(t *testing.T) {
 		if _, req := claim(s); req < 2 {
 			t.Errorf("claim %d of a handle another writer passed made %d requests; want ≥ 2 (begin, then its candidates)", i, req)
 		}
+	}
+}
+
+// TestPrefetch_LeasesReadTheirTasksAhead: a walk over the leases that
+// reads each task (status, the dashboard) takes a request per
+// leasesAhead tasks, not one per task, and reads what reading on demand
+// reads.
+func TestPrefetch_LeasesReadTheirTasksAhead(t *testing.T) {
+	cfg, dir := newJournal(t)
+	_, s := open(t, cfg, dir)
+	n := leasesAhead + 8
+	now := time.Now()
+	for lo := 0; lo < n; lo += 10 { // etcd takes 128 operations a transaction
+		err := s.Update(func(tx journal.Tx) error {
+			for i := lo; i < min(lo+10, n); i++ {
+				rec := record.Task{ID: fmt.Sprintf("c%02d", i), State: record.Claimed, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now,
+					Lease: &record.Lease{Token: uint64(i + 1), Agent: "a", ClaimedAt: now, Deadline: now.Add(time.Hour), TTL: time.Hour}}
+				if err := tx.PutTask(nil, rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, fresh := open(t, cfg, dir) // a handle that did not write them: nothing cached (as status, a process of its own)
+	var got []record.Task
+	var requests int
+	err := fresh.View(func(jt journal.Tx) error {
+		tx := jt.(*Tx)
+		if err := tx.begin(); err != nil {
+			return err
+		}
+		before := tx.requests
+		err := tx.Leases(func(id string) error {
+			rec, ok, err := tx.Task(id)
+			if err == nil && !ok {
+				err = fmt.Errorf("lease of %s without a record", id)
+			}
+			got = append(got, rec)
+			return err
+		})
+		requests = tx.requests - before
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The expiry page (1), then two read-ahead requests.
+	if len(got) != n || requests > 3 {
+		t.Errorf("%d leases read in %d requests; want %d in at most 3", len(got), requests, n)
+	}
+	for _, rec := range got {
+		if rec.State != record.Claimed || rec.Lease == nil {
+			t.Errorf("task %s read back %s, lease %v; want claimed with its lease", rec.ID, rec.State, rec.Lease)
+		}
+	}
+}
+
+// TestPrefetch_DependentsReadTheirTasksAhead: releasing a task's
+// dependents reads each one's record; they come with the index page, a
+// request per page, not one per dependent.
+func TestPrefetch_DependentsReadTheirTasksAhead(t *testing.T) {
+	cfg, dir := newJournal(t)
+	_, s := open(t, cfg, dir)
+	const n = 24
+	now := time.Now()
+	for lo := 0; lo < n; lo += 8 { // etcd takes 128 operations a transaction
+		err := s.Update(func(tx journal.Tx) error {
+			for i := lo; i < lo+8; i++ {
+				rec := record.Task{ID: fmt.Sprintf("d%02d", i), State: record.Waiting, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now, After: []string{"root"}}
+				if err := tx.PutTask(nil, rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, fresh := open(t, cfg, dir) // nothing cached
+	var got []string
+	var requests int
+	err := fresh.View(func(jt journal.Tx) error {
+		tx := jt.(*Tx)
+		if err := tx.begin(); err != nil {
+			return err
+		}
+		before := tx.requests
+		var ids []string
+		if err := tx.Dependents("root", func(id string) bool { ids = append(ids, id); return true }); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			rec, ok, err := tx.Task(id)
+			if err != nil || !ok {
+				return fmt.Errorf("Task(%s) = %v, %v", id, ok, err)
+			}
+			got = append(got, rec.ID)
+		}
+		requests = tx.requests - before
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n || requests > 2 {
+		t.Errorf("%d dependents read in %d requests; want %d in at most 2 (the page, then the records)", len(got), requests, n)
+	}
+}
+
+// TestPrefetch_ExpiredReadTheirTasksAhead: the tasks whose leases etcd
+// expired are read ahead with the answer, for the reap that reads each:
+// a request for all of them (up to leasesAhead), not one per task.
+func TestPrefetch_ExpiredReadTheirTasksAhead(t *testing.T) {
+	cfg, dir := newJournal(t)
+	b, s := open(t, cfg, dir)
+	const n = 20
+	now := time.Now()
+	for lo := 0; lo < n; lo += 5 { // etcd takes 128 operations a transaction
+		err := s.Update(func(tx journal.Tx) error {
+			for i := lo; i < lo+5; i++ {
+				rec := record.Task{ID: fmt.Sprintf("c%02d", i), State: record.Claimed, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now,
+					Lease: &record.Lease{Token: uint64(i + 1), Agent: "a", ClaimedAt: now, Deadline: now.Add(time.Hour), TTL: time.Hour}}
+				if err := tx.PutTask(nil, rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What etcd does when the leases run out.
+	if _, err := b.cli.Delete(context.Background(), cfg.Prefix+famLive, clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	_, fresh := open(t, cfg, dir) // nothing cached
+	var got, requests int
+	err := fresh.Update(func(jt journal.Tx) error {
+		tx := jt.(*Tx)
+		tx.SweepAll()
+		if err := tx.begin(); err != nil {
+			return err
+		}
+		ids := tx.Expired(tx.Now())
+		before := tx.requests
+		got = 0
+		for _, id := range ids {
+			if _, ok, err := tx.Task(id); err != nil || !ok {
+				return fmt.Errorf("Task(%s) = %v, %v", id, ok, err)
+			}
+			got++
+		}
+		requests = tx.requests - before
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != n || requests != 0 {
+		t.Errorf("%d expired tasks read in %d requests after Expired; want %d read with its answer", got, requests, n)
 	}
 }

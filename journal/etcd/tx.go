@@ -609,6 +609,22 @@ func (t *Tx) Blocked() int {
 // meanwhile makes the commit run again).
 func (t *Tx) Dependents(dep string, fn func(id string) (more bool)) error {
 	p := t.key(famDeps, dep+"\x00")
+	// The caller reads the dependents it releases: their records come
+	// in one request, not a round trip each (for one, reading it on
+	// demand costs the same). Restored after: a caller may ask from
+	// inside another scan.
+	prev := t.pageHook
+	defer func() { t.pageHook = prev }()
+	t.pageHook = func(kvs []*mvccpb.KeyValue) {
+		if len(kvs) < 2 {
+			return
+		}
+		ids := make([]string, 0, len(kvs))
+		for _, kv := range kvs {
+			ids = append(ids, string(kv.Key[len(p):]))
+		}
+		t.prefetch(ids)
+	}
 	return t.scan(p, rangeEnd(p), func(k, _ string) (bool, error) { return fn(k[len(p):]), nil })
 }
 
@@ -812,22 +828,37 @@ func (t *Tx) Expired(now time.Time) []string {
 			ids = append(ids, id)
 		}
 	}
+	t.prefetch(ids) // the caller reaps them: it reads each
 	return ids
 }
 
-// Leases calls fn for every claimed task's id in deadline order.
+// Leases calls fn for every claimed task's id in deadline order. The
+// callers read each task (status, the dashboard's gauges): the records
+// and liveness keys of the next leasesAhead tasks are read ahead in one
+// request, not a round trip each (403 leases took status 0.13 s).
 func (t *Tx) Leases(fn func(id string) error) error {
 	ls, err := t.leases()
 	if err != nil {
 		return err
 	}
-	for _, l := range ls {
+	for i, l := range ls {
+		if i%leasesAhead == 0 {
+			ids := make([]string, 0, leasesAhead)
+			for _, n := range ls[i:min(i+leasesAhead, len(ls))] {
+				ids = append(ids, n.id)
+			}
+			t.prefetch(ids)
+		}
 		if err := fn(l.id); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// leasesAhead is how many leases' keys Leases reads ahead at a time: two
+// keys each, prefetchMax in all.
+const leasesAhead = prefetchMax / 2
 
 // IndexSizes returns how many entries the ready and expiry indexes hold.
 func (t *Tx) IndexSizes() (ready, expiry int) {
