@@ -237,22 +237,7 @@ func TestPrefetch_LeasesReadTheirTasksAhead(t *testing.T) {
 	cfg, dir := newJournal(t)
 	_, s := open(t, cfg, dir)
 	n := leasesAhead + 8
-	now := time.Now()
-	for lo := 0; lo < n; lo += 10 { // etcd takes 128 operations a transaction
-		err := s.Update(func(tx journal.Tx) error {
-			for i := lo; i < min(lo+10, n); i++ {
-				rec := record.Task{ID: fmt.Sprintf("c%02d", i), State: record.Claimed, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now,
-					Lease: &record.Lease{Token: uint64(i + 1), Agent: "a", ClaimedAt: now, Deadline: now.Add(time.Hour), TTL: time.Hour}}
-				if err := tx.PutTask(nil, rec); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	putClaimed(t, s, n)
 	_, fresh := open(t, cfg, dir) // a handle that did not write them: nothing cached (as status, a process of its own)
 	var got []record.Task
 	var requests int
@@ -347,22 +332,7 @@ func TestPrefetch_ExpiredReadTheirTasksAhead(t *testing.T) {
 	cfg, dir := newJournal(t)
 	b, s := open(t, cfg, dir)
 	const n = 20
-	now := time.Now()
-	for lo := 0; lo < n; lo += 5 { // etcd takes 128 operations a transaction
-		err := s.Update(func(tx journal.Tx) error {
-			for i := lo; i < lo+5; i++ {
-				rec := record.Task{ID: fmt.Sprintf("c%02d", i), State: record.Claimed, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now,
-					Lease: &record.Lease{Token: uint64(i + 1), Agent: "a", ClaimedAt: now, Deadline: now.Add(time.Hour), TTL: time.Hour}}
-				if err := tx.PutTask(nil, rec); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	putClaimed(t, s, n)
 	// What etcd does when the leases run out.
 	if _, err := b.cli.Delete(context.Background(), cfg.Prefix+famLive, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
@@ -392,5 +362,27 @@ func TestPrefetch_ExpiredReadTheirTasksAhead(t *testing.T) {
 	}
 	if got != n || requests != 0 {
 		t.Errorf("%d expired tasks read in %d requests after Expired; want %d read with its answer", got, requests, n)
+	}
+}
+
+// putClaimed stores n claimed tasks c00…, each with its liveness key, a
+// few per transaction (etcd takes 128 operations in one).
+func putClaimed(t *testing.T, s journal.Store, n int) {
+	t.Helper()
+	now := time.Now()
+	for lo := 0; lo < n; lo += 5 {
+		err := s.Update(func(tx journal.Tx) error {
+			for i := lo; i < min(lo+5, n); i++ {
+				rec := record.Task{ID: fmt.Sprintf("c%02d", i), State: record.Claimed, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now,
+					Lease: &record.Lease{Token: uint64(i + 1), Agent: "a", ClaimedAt: now, Deadline: now.Add(time.Hour), TTL: time.Hour}}
+				if err := tx.PutTask(nil, rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
