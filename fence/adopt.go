@@ -38,13 +38,36 @@ func (t *Tree) adoptInbox(db journal.Store) {
 	t.adoptIDs(db, valid)
 }
 
-// adoptIDs adopts the inbox files valid names in one commit, or, when that
-// is too large for one transaction of the store (etcd's --max-txn-ops: a
-// few hundred files dropped at once), in halves until each fits.
+// sharedAdoptChunk is how many files a commit first adopts on a store
+// whose transactions are bounded (etcd: about six operations a file, 128
+// a transaction by default); it halves until a commit fits.
+const sharedAdoptChunk = 64
+
+// adoptIDs adopts the inbox files valid names: in one commit, or, where
+// that is too large for one transaction of the store (etcd's
+// --max-txn-ops: a few hundred files dropped at once), in chunks of the
+// largest size that fit. Each refused commit stages its files and puts
+// them back first, so the size is learned once, not per chunk: halving
+// every chunk on its own made 5,000 files 14.6 s of renames.
 func (t *Tree) adoptIDs(db journal.Store, valid []string) {
-	if len(valid) == 0 {
-		return
+	size := len(valid)
+	if !db.Exclusive() {
+		size = min(size, sharedAdoptChunk)
 	}
+	for lo := 0; lo < len(valid); {
+		hi := min(lo+size, len(valid))
+		if t.adoptChunk(db, valid[lo:hi]) && size > 1 {
+			size /= 2
+			continue
+		}
+		lo = hi
+	}
+}
+
+// adoptChunk adopts the inbox files valid names in one commit. tooLarge
+// reports that the store refused the commit as too large, and the files
+// are back in inbox/.
+func (t *Tree) adoptChunk(db journal.Store, valid []string) (tooLarge bool) {
 	b := t.mirror.NewBatch()
 	var evs []record.Event
 	staged := map[string]string{} // task id → staged name
@@ -97,12 +120,10 @@ func (t *Tree) adoptIDs(db journal.Store, valid []string) {
 			}
 		}
 		if errors.Is(err, journal.ErrTooLarge) && len(valid) > 1 {
-			t.adoptIDs(db, valid[:len(valid)/2])
-			t.adoptIDs(db, valid[len(valid)/2:])
-			return
+			return true
 		}
 		t.notify(NoticeWarning, string(fsmirror.Inbox), "adoption not committed: "+err.Error()+"; the files are back in inbox/")
-		return
+		return false
 	}
 	crashAt("adopt:after-commit")
 	for i, m := range movesOf(evs) {
@@ -118,6 +139,7 @@ func (t *Tree) adoptIDs(db journal.Store, valid []string) {
 	if err := b.Sync(); err != nil {
 		t.notify(NoticeWarning, string(fsmirror.Inbox), err.Error())
 	}
+	return false
 }
 
 // restoreAdoptions deals with files an adoption staged (see adoptInbox)
