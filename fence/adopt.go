@@ -54,20 +54,13 @@ func (t *Tree) adoptIDs(db journal.Store, valid []string) {
 	if !db.Exclusive() {
 		size = min(size, sharedAdoptChunk)
 	}
-	for lo := 0; lo < len(valid); {
-		hi := min(lo+size, len(valid))
-		if t.adoptChunk(db, valid[lo:hi]) && size > 1 {
-			size /= 2
-			continue
-		}
-		lo = hi
-	}
+	_ = inChunks(len(valid), size, func(lo, hi int) error { return t.adoptChunk(db, valid[lo:hi]) })
 }
 
-// adoptChunk adopts the inbox files valid names in one commit. tooLarge
-// reports that the store refused the commit as too large, and the files
-// are back in inbox/.
-func (t *Tree) adoptChunk(db journal.Store, valid []string) (tooLarge bool) {
+// adoptChunk adopts the inbox files valid names in one commit. It
+// returns journal.ErrTooLarge if the store refused the commit as too
+// large (the files are back in inbox/); every other problem is a notice.
+func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 	b := t.mirror.NewBatch()
 	var evs []record.Event
 	staged := map[string]string{} // task id → staged name
@@ -120,10 +113,10 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) (tooLarge bool) {
 			}
 		}
 		if errors.Is(err, journal.ErrTooLarge) && len(valid) > 1 {
-			return true
+			return err
 		}
 		t.notify(NoticeWarning, string(fsmirror.Inbox), "adoption not committed: "+err.Error()+"; the files are back in inbox/")
-		return false
+		return nil
 	}
 	crashAt("adopt:after-commit")
 	for i, m := range movesOf(evs) {
@@ -139,7 +132,7 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) (tooLarge bool) {
 	if err := b.Sync(); err != nil {
 		t.notify(NoticeWarning, string(fsmirror.Inbox), err.Error())
 	}
-	return false
+	return nil
 }
 
 // restoreAdoptions deals with files an adoption staged (see adoptInbox)

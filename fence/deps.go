@@ -300,23 +300,24 @@ func releaseDependents(tx journal.Tx, dep string, now time.Time, limit int) (evs
 // each note once its task has none left. A noted task that is not done
 // any more was requeued before the rest were released: they wait for it
 // again, as they would for any task not done, and its note is dropped.
-// more says the limit was reached. Stores without notes: nothing.
-func resumeUnblocking(tx journal.Tx, now time.Time, limit int) (evs []record.Event, more bool, err error) {
+// Stores without notes: nothing.
+func resumeUnblocking(tx journal.Tx, now time.Time, limit int) ([]record.Event, error) {
 	u, ok := tx.(journal.Unblocker)
 	if !ok {
-		return nil, false, nil
+		return nil, nil
 	}
 	var deps []string
 	if err := u.Unblocking(func(dep string) bool { deps = append(deps, dep); return true }); err != nil {
-		return nil, false, err
+		return nil, err
 	}
+	var evs []record.Event
 	for _, dep := range deps {
 		if limit > 0 && len(evs) >= limit {
-			return evs, true, nil
+			break
 		}
 		rec, ok, err := tx.Task(dep)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		left := false
 		if ok && rec.State == record.Done {
@@ -326,19 +327,17 @@ func resumeUnblocking(tx journal.Tx, now time.Time, limit int) (evs []record.Eve
 				rest = limit - len(evs)
 			}
 			if got, left, err = releaseDependents(tx, dep, now, rest); err != nil {
-				return nil, false, err
+				return nil, err
 			}
 			evs = append(evs, got...)
 		}
 		if !left {
 			if err := u.DropUnblocking(dep); err != nil {
-				return nil, false, err
+				return nil, err
 			}
-		} else {
-			more = true
 		}
 	}
-	return evs, more, nil
+	return evs, nil
 }
 
 // notedUnblocking reports whether tx noted a task whose dependents are
@@ -360,6 +359,6 @@ func (t *Tree) finishUnblocking(db journal.Store) {
 	}
 	t.batch.unblocking = false
 	if err := t.catchUp(db); err != nil {
-		t.notify(NoticeWarning, "", fmt.Sprintf("releasing the dependents of a completed task: %v; the next claim goes on with it", err))
+		t.notify(NoticeWarning, string(fsmirror.Waiting), fmt.Sprintf("releasing the dependents of a completed task: %v; the next claim goes on with it", err))
 	}
 }

@@ -749,7 +749,7 @@ func (t *Tree) housekeep(tx journal.Tx, now time.Time, limit int) (reaped []Reap
 		evs = append(evs, due...)
 	}
 	if limit == 0 || len(evs) < limit {
-		released, _, err := resumeUnblocking(tx, now, max(limit-len(evs), 0))
+		released, err := resumeUnblocking(tx, now, max(limit-len(evs), 0))
 		if err != nil {
 			return nil, nil, false, err
 		}

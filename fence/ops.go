@@ -259,7 +259,7 @@ func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Re
 	if err != nil {
 		return nil, nil, d, nil, err
 	}
-	released, _, err := resumeUnblocking(tx, now, unblockInline) // after a crash: see unblockDependents
+	released, err := resumeUnblocking(tx, now, unblockInline) // after a crash: see unblockDependents
 	if err != nil {
 		return nil, nil, d, nil, err
 	}

@@ -885,25 +885,34 @@ func (f Finding) Describe() string {
 }
 
 // updateInChunks runs fn over items [0, n) in as few transactions as the
-// store takes: all in one, or, when the store refuses one as too large
-// (etcd's --max-txn-ops), in chunks halved until each fits. fn(tx, lo,
-// hi) writes items lo to hi-1; committed (if not nil) is called after
-// each chunk commits. A refused chunk changed nothing, and the chunks
+// store takes (see inChunks). fn(tx, lo, hi) writes items lo to hi-1;
+// committed (if not nil) is called after each chunk commits. The chunks
 // before a failure stand: what replay repairs is repaired item by item.
 func updateInChunks(db journal.Store, n int, fn func(tx journal.Tx, lo, hi int) error, committed func()) error {
-	size := n
+	return inChunks(n, n, func(lo, hi int) error {
+		err := db.Update(func(tx journal.Tx) error { return fn(tx, lo, hi) })
+		if err == nil && committed != nil {
+			committed()
+		}
+		return err
+	})
+}
+
+// inChunks calls try over items [0, n), size at a time, halving size
+// whenever try reports journal.ErrTooLarge (a transaction beyond etcd's
+// --max-txn-ops; a refused chunk has changed nothing) and going on with
+// the size that fitted: the size is learned once, not per chunk. It
+// stops at any other error.
+func inChunks(n, size int, try func(lo, hi int) error) error {
 	for lo := 0; lo < n; {
 		hi := min(lo+size, n)
-		err := db.Update(func(tx journal.Tx) error { return fn(tx, lo, hi) })
+		err := try(lo, hi)
 		if errors.Is(err, journal.ErrTooLarge) && size > 1 {
 			size /= 2
 			continue
 		}
 		if err != nil {
 			return err
-		}
-		if committed != nil {
-			committed()
 		}
 		lo = hi
 	}
