@@ -498,6 +498,12 @@ var errTrySolo = errors.New("rerun the failing operation alone")
 // alone and failed after writing; its own error is in its pendingOp.
 var errRolledBack = errors.New("operation failed; its writes are rolled back")
 
+// errNothingWritten rolls back a group none of whose operations wrote
+// anything (every one refused, or an idempotent retry): a refusal must
+// change nothing, not even by committing an empty transaction, which
+// would sync the journal twice and move its head.
+var errNothingWritten = errors.New("no operation wrote; nothing to commit")
+
 // beginWrite is what every writer does first, under the lock: notice
 // replaced directories, finish the last commit, sweep the staging directory (which puts back what an
 // interrupted adoption staged), adopt the inbox. Only a failure of the
@@ -790,6 +796,7 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		reset() // the store may run this more than once: each run afresh
 		now := tx.Now()
 		defer func() { noted = notedUnblocking(tx) }()
+		start := tx.Writes()
 		for _, p := range ops {
 			before := tx.Writes()
 			evs, err := p.fn(tx, now)
@@ -811,12 +818,15 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 				return errRolledBack
 			}
 		}
+		if tx.Writes() == start {
+			return errNothingWritten
+		}
 		return nil
 	})
 	switch {
 	case errors.Is(err, errTrySolo):
 		return retry, nil
-	case errors.Is(err, errRolledBack):
+	case errors.Is(err, errRolledBack), errors.Is(err, errNothingWritten):
 		return nil, nil
 	case err != nil:
 		// The store failed: nothing of this group committed, and what the

@@ -70,6 +70,7 @@ func TestScripts(t *testing.T) {
 					"httpget":       cmdHTTPGet,
 					"httpstream":    cmdHTTPStream,
 					"waitfor":       cmdWaitFor,
+					"journalsum":    cmdJournalSum,
 				},
 			})
 		})
