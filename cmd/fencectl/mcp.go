@@ -61,6 +61,11 @@ The server never heartbeats for the agent, and a claim outlives the session:
 when the client or the server restarts, the lease runs on until its TTL, and
 the agent resumes with its token (verify, heartbeat, or claim with token).
 
+Each message is one line of at most 16 MiB. A longer line, or one that is not
+a single JSON-RPC 2.0 message (a batch, not JSON), is answered with a JSON-RPC
+error of id null and skipped; the session goes on. Write a large output with
+` + "`fencectl put`" + `, which streams.
+
 Configure an agent (Claude Code, Cursor, ...; the file and key vary):
 
    {"mcpServers": {"fencectl": {

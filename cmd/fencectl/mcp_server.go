@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,16 +34,15 @@ func init() { serveMCP = runMCP }
 func runMCP(ctx context.Context, s mcpSession) error {
 	srv := newMCPServer(s.tree, s.agent, s.notices, slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	fmt.Fprintf(s.log, "fencectl mcp: serving %s (%s) on stdio\n", s.tree.Root(), s.tree.Journal().Backend)
-	err := srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(s.in), Writer: nopWriteCloser{s.out}})
+	out := &lineWriter{w: s.out}
+	// checkedLines enforces the line limit and answers bad lines itself;
+	// the SDK's own limit, counted over its read-ahead, is off.
+	err := srv.Run(ctx, &mcp.IOTransport{Reader: checkedLines(s.in, out, mcpMaxLine), Writer: out, MaxLineLength: -1})
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) || ctx.Err() != nil {
 		return nil // the client went away: the session is over, its claims are not
 	}
 	return fmt.Errorf("mcp session: %w", err)
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // mcpServer holds what every tool call shares.
 type mcpServer struct {
@@ -117,7 +119,7 @@ func addTool[In any, Out result](srv *mcp.Server, m *mcpServer, name, desc strin
 	srv.AddTool(&mcp.Tool{Name: name, Description: desc, Annotations: ann, InputSchema: inSchema, OutputSchema: outSchema},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in In
-			if err := decodeArguments(req.Params.Arguments, inResolved, &in); err != nil {
+			if err := decodeArguments(req.Params.Arguments, inSchema, inResolved, &in); err != nil {
 				return m.refusal(err), nil
 			}
 			out, err := h(ctx, in)
@@ -131,13 +133,16 @@ func addTool[In any, Out result](srv *mcp.Server, m *mcpServer, name, desc strin
 
 // decodeArguments checks a call's arguments against the tool's input
 // schema and decodes them into in.
-func decodeArguments(raw json.RawMessage, schema *jsonschema.Resolved, in any) error {
+func decodeArguments(raw json.RawMessage, plain *jsonschema.Schema, schema *jsonschema.Resolved, in any) error {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		raw = json.RawMessage("{}")
 	}
 	var loose map[string]any // numbers as float64: for the schema's checks only
 	if err := json.Unmarshal(raw, &loose); err != nil {
 		return usagef("the arguments are not a JSON object: %v", err)
+	}
+	if err := describeMismatch(plain, loose); err != nil {
+		return err
 	}
 	if err := schema.Validate(loose); err != nil {
 		return usagef("%v (see the tool's input schema)", err)
@@ -185,6 +190,12 @@ func (m *mcpServer) refusal(err error) *mcp.CallToolResult {
 	if errors.Is(err, fence.ErrBusy) {
 		obj.Message = err.Error() + " (the server's --timeout / FENCE_TIMEOUT)"
 	}
+	var notAv *fence.NotAvailableError
+	if errors.As(err, &notAv) && (notAv.Blocked() || notAv.Wait != nil) {
+		// The CLI's hint names commands and flags; the next step says
+		// what to do in the tools' own words.
+		obj.Message = err.Error()
+	}
 	obj.Notices = m.notices.take()
 	res := answer(toolError{errorObject: obj, Next: nextStep(obj)})
 	res.IsError = true
@@ -212,16 +223,26 @@ var nextSteps = map[string]string{
 	fence.ReasonNotHeld:        "this token does not hold this task: stop work on it; do not retry with another token",
 	fence.ReasonNothingToClaim: "no task is ready: wait and try again later (or claim with wait set)",
 	fence.ReasonNotAvailable:   "this task cannot be claimed now: claim another one (leave task out for the next ready one) or try later",
+	fence.ReasonBlocked:        "this task waits for others to finish (waits_for names them): claim another one (leave task out), or claim it again with wait set; do not work on it before it is yours",
+	fence.ReasonScheduled:      "this task is scheduled for later (the message says when): claim another one (leave task out), or claim it again after that time or with wait set",
+	fence.ReasonBackingOff:     "this task backs off after a failed attempt (the message says until when): claim another one (leave task out), or claim it again after that time or with wait set",
 	fence.ReasonBusy:           "the tree was busy: retry the same call",
 	fence.ReasonNoSuchTask:     "check the task id (the list tool shows the tasks); do not guess ids",
 	fence.ReasonInvalidInput:   "fix the input the message names and call again",
+	fence.ReasonIOError:        operatorStep,
+	fence.ReasonCorruptJournal: operatorStep,
+	fence.ReasonJournalVersion: "stop and tell your operator: the journal was written by a newer fencectl; this server must be upgraded; retrying will not help",
+	fence.ReasonDrift:          "stop and tell your operator: the tree's files and its journal disagree (fencectl replay repairs it); retrying will not help",
 }
+
+// operatorStep is the next step after a failure no agent can mend.
+const operatorStep = "stop and tell your operator: the message says what is wrong with the tree; retrying will not help"
 
 func nextStep(obj errorObject) string {
 	if s, ok := nextSteps[obj.Reason]; ok {
 		return s
 	}
-	return "stop and tell your operator: the message says what is wrong with the tree; retrying will not help"
+	return operatorStep
 }
 
 // agentOr is the call's agent name, checked, or the server's.
@@ -565,4 +586,52 @@ func (m *mcpServer) log(ctx context.Context, in logIn) (*logJSON, error) {
 		return nil, err
 	}
 	return &logJSON{Events: newEvents(evs)}, nil
+}
+
+// describeMismatch names, in an agent's words, the first argument that
+// does not fit the tool's schema: one the tool does not take, one of the
+// wrong JSON type, or a required one left out. The schema's own checks
+// (run next) cover the rest, in the validator's words.
+func describeMismatch(schema *jsonschema.Schema, args map[string]any) error {
+	names := slices.Sorted(maps.Keys(schema.Properties))
+	for _, name := range slices.Sorted(maps.Keys(args)) {
+		prop, ok := schema.Properties[name]
+		if !ok {
+			return usagef("unknown argument %q: this tool takes %s", name, strings.Join(names, ", "))
+		}
+		want := prop.Types
+		if prop.Type != "" {
+			want = []string{prop.Type}
+		}
+		if got := jsonType(args[name]); len(want) > 0 && !slices.Contains(want, got) && !(got == "integer" && slices.Contains(want, "number")) {
+			return usagef("invalid %s: got a JSON %s, want %s", name, got, strings.Join(want, " or "))
+		}
+	}
+	for _, name := range schema.Required {
+		if _, ok := args[name]; !ok {
+			return usagef("missing %s: this tool requires %s", name, strings.Join(schema.Required, ", "))
+		}
+	}
+	return nil
+}
+
+// jsonType is the JSON Schema type of a value decoded into any.
+func jsonType(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case float64:
+		if x == math.Trunc(x) {
+			return "integer"
+		}
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	default:
+		return "object"
+	}
 }

@@ -6,6 +6,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"slices"
@@ -366,6 +369,7 @@ func eventTypes(evs []eventJSON) []string {
 // token is told who holds the task and since when, never the token.
 func testMCPRefusals(t *testing.T, m *mcpTree) {
 	m.mustCLI("add", "--id", "t1")
+	m.mustCLI("add", "--id", "b1", "--after", "t1")
 	cs := m.inMemory(0)
 	old := call[claimJSON](t, cs, "claim", map[string]any{"agent": "a1", "ttl": "1h"}).Token
 	m.mustCLI("revoke", "t1")
@@ -420,6 +424,7 @@ func testMCPRefusals(t *testing.T, m *mcpTree) {
 	}{
 		{"claim", map[string]any{"task": "t1"}, exitNotAvailable, fence.ReasonNotAvailable, "t1 is claimed"},
 		{"claim", nil, exitNotAvailable, fence.ReasonNothingToClaim, "nothing to claim"},
+		{"claim", map[string]any{"task": "b1"}, exitNotAvailable, fence.ReasonBlocked, "t1"},
 		{"claim_batch", map[string]any{"tasks": []string{"t1"}}, exitNotAvailable, fence.ReasonNotAvailable, ""},
 		{"show", map[string]any{"task": "nope"}, exitNoSuchTask, fence.ReasonNoSuchTask, `"nope"`},
 		{"heartbeat", map[string]any{"task": "nope", "token": old}, exitNoSuchTask, fence.ReasonNoSuchTask, `"nope"`},
@@ -434,6 +439,10 @@ func testMCPRefusals(t *testing.T, m *mcpTree) {
 		{"heartbeat", map[string]any{"task": "t1", "token": 0}, exitUsage, fence.ReasonInvalidInput, "missing token"},
 		{"heartbeat", map[string]any{"task": "t1", "token": old, "lease": "1h"}, exitUsage, fence.ReasonInvalidInput, "lease"},
 		{"verify", map[string]any{"task": "t1", "token": -1}, exitUsage, fence.ReasonInvalidInput, "token"},
+		{"verify", map[string]any{"task": "t1", "token": nil}, exitUsage, fence.ReasonInvalidInput, "invalid token: got a JSON null, want integer"},
+		{"verify", map[string]any{"task": "t1", "token": 1.5}, exitUsage, fence.ReasonInvalidInput, "invalid token: got a JSON number, want integer"},
+		{"verify", map[string]any{"task": "t1", "tokn": 7}, exitUsage, fence.ReasonInvalidInput, `unknown argument "tokn": this tool takes agent, task, token`},
+		{"verify", map[string]any{"task": "t1"}, exitUsage, fence.ReasonInvalidInput, "missing token: this tool requires task, token"},
 		{"put", map[string]any{"task": "t1", "token": now.Token, "name": "../x", "content": ""}, exitUsage, fence.ReasonInvalidInput, "../x"},
 		{"list", map[string]any{"state": "lost"}, exitUsage, fence.ReasonInvalidInput, `invalid state "lost"`},
 		{"log", map[string]any{"since": "yesterday"}, exitUsage, fence.ReasonInvalidInput, "invalid since"},
@@ -519,4 +528,39 @@ func testMCPSessionEnds(t *testing.T, m *mcpTree) {
 		t.Errorf("complete from a new session: %+v", d)
 	}
 	m.mustCLI("replay", "--check")
+}
+
+// TestMCPNextStep_EveryReason: every reason fence names (the const block
+// of fence/errors.go, read from the source so that a new one cannot be
+// missed) has a next step of its own, and only a failure no agent can
+// mend sends the agent to its operator: a task that waits (blocked,
+// scheduled, backing off) is a reason to claim another, not to give up.
+func TestMCPNextStep_EveryReason(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "fence", "errors.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if v, ok := n.(*ast.ValueSpec); ok && len(v.Names) == 1 && strings.HasPrefix(v.Names[0].Name, "Reason") && len(v.Values) == 1 {
+			if lit, ok := v.Values[0].(*ast.BasicLit); ok {
+				s, _ := strconv.Unquote(lit.Value)
+				reasons = append(reasons, s)
+			}
+		}
+		return true
+	})
+	if len(reasons) < 15 {
+		t.Fatalf("found %d reasons in fence/errors.go: %v", len(reasons), reasons)
+	}
+	operator := map[string]bool{fence.ReasonIOError: true, fence.ReasonCorruptJournal: true, fence.ReasonJournalVersion: true, fence.ReasonDrift: true}
+	for _, r := range reasons {
+		next, ok := nextSteps[r]
+		switch {
+		case !ok:
+			t.Errorf("reason %s has no next step", r)
+		case operator[r] != strings.Contains(next, "tell your operator"):
+			t.Errorf("reason %s: next %q", r, next)
+		}
+	}
 }
