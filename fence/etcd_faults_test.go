@@ -665,3 +665,33 @@ func TestEtcdFaults_CompactionDuringRace(t *testing.T) {
 	})
 	t.Logf("24 tasks, 4 agents, %d compactions, %d reads beside them, %d write reruns in the process so far; %v", compactions.Load(), reads.Load(), etcdstore.Retries.Load(), rep.took)
 }
+
+// TestEtcdFaults_RecoverUnreachable: recover, which takes the tree lock on
+// an etcd session, gives up within its timeout when etcd does not answer
+// (here: nothing listens), as every other command does, and says it could
+// not reach etcd; before, the session's lease was granted with no
+// deadline and recover waited forever.
+func TestEtcdFaults_RecoverUnreachable(t *testing.T) {
+	r := newEtcdRig(t, 1, testDefaults)
+	cfg := r.cfg
+	cfg.Endpoints = []string{"127.0.0.1:1"}
+	b, err := etcdstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	done := make(chan error, 1)
+	go func() {
+		_, err := fence.Recover(r.root, testDefaults, fence.Options{Backend: b, Timeout: time.Second})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var u *journal.UnreachableError
+		if !errors.As(err, &u) {
+			t.Fatalf("recover with etcd unreachable: %v, want an UnreachableError", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("recover with etcd unreachable and a 1s timeout still waits after a minute")
+	}
+}

@@ -178,7 +178,7 @@ func (b *Backend) writeLock(ctx context.Context) (func(), error) {
 		}
 	}
 	if b.sess == nil {
-		sess, err := concurrency.NewSession(b.cli, concurrency.WithTTL(writeLockTTL))
+		sess, err := newSession(ctx, b.cli, writeLockTTL)
 		if err != nil {
 			b.sessMu.Unlock()
 			return nil, err
@@ -196,6 +196,25 @@ func (b *Backend) writeLock(ctx context.Context) (func(), error) {
 		defer cancel()
 		m.Unlock(c)
 	}, nil
+}
+
+// newSession makes a concurrency session whose lease is granted within
+// ctx: concurrency.NewSession would grant it with the session's own
+// context, which must outlive the call (its keepalives run on it), so an
+// etcd that does not answer would hold the caller forever, whatever its
+// --timeout.
+func newSession(ctx context.Context, cli *clientv3.Client, ttl int64) (*concurrency.Session, error) {
+	lease, err := cli.Grant(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(ttl)))
+	if err != nil {
+		c, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		cli.Revoke(c, lease.ID)
+	}
+	return sess, err
 }
 
 func timeoutOf(d time.Duration) time.Duration {
@@ -347,7 +366,7 @@ func (b *Backend) LockTree(dir string, timeout time.Duration) (journal.TreeLock,
 	timeout = timeoutOf(timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(context.Background()))
+	sess, err := newSession(ctx, cli, 10)
 	if err != nil {
 		return nil, b.unreachable(err)
 	}
