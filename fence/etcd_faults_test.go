@@ -695,3 +695,54 @@ func TestEtcdFaults_RecoverUnreachable(t *testing.T) {
 		t.Fatal("recover with etcd unreachable and a 1s timeout still waits after a minute")
 	}
 }
+
+// TestEtcdFaults_KeeperStopsWhileEtcdIsSilent: a lease keeper whose
+// heartbeat hangs (its only etcd member is gone, and the tree's timeout is
+// long) still gives the lease up as at risk at its stop point, not when
+// the call returns: `fencectl run` must stop its command before the lease
+// runs out, while another agent may take the task.
+func TestEtcdFaults_KeeperStopsWhileEtcdIsSilent(t *testing.T) {
+	r := newEtcdRig(t, 3, testDefaults)
+	l := waitLeader(t, r.c, nil)
+	if l == nil {
+		t.FailNow()
+	}
+	var cut *etcdtest.Member
+	for _, m := range r.c.Members() {
+		if m != l {
+			cut = m
+			break
+		}
+	}
+	const callTimeout = 40 * time.Second // far past the lease: only the stop point can end the wait
+	holder := r.open(t, callTimeout, cut.ClientURL)
+	add(t, holder, "t0", 0)
+	c, err := holder.Claim(bg, fence.ClaimRequest{ID: "t0", Agent: "holder", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := holder.NewKeeper(fence.KeeperConfig{Task: "t0", Token: c.Token, Agent: "holder", Deadline: c.Task.Lease.Deadline,
+		TTL: 3 * time.Second, Interval: 100 * time.Millisecond, StopBefore: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Start(bg); err != nil {
+		var w *fence.WatchError
+		if !errors.As(err, &w) {
+			t.Fatal(err)
+		}
+	}
+	defer k.Stop()
+	time.Sleep(300 * time.Millisecond) // a heartbeat or two get through
+	cut.Stop()
+	defer cut.Start()
+	select {
+	case <-k.Lost():
+		var risk *fence.LeaseAtRiskError
+		if err := k.Err(); !errors.As(err, &risk) {
+			t.Fatalf("the keeper ended with %v, want a LeaseAtRiskError", err)
+		}
+	case <-time.After(callTimeout / 2):
+		t.Fatalf("the keeper of a 3s lease still holds %v after its member stopped: it waits on the heartbeat", callTimeout/2)
+	}
+}

@@ -303,6 +303,7 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 			close(attached)
 		}
 	}()
+	go k.watchStopPoint(ctx)
 	tick := time.NewTicker(k.cfg.Tick)
 	defer tick.Stop()
 	// A write after a quiet spell is checked at once; under a storm of
@@ -356,6 +357,39 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 			close(attached)
 			attached = nil
 		}
+	}
+}
+
+// watchStopPoint gives the lease up as at risk once the point where the
+// holder must stop (Deadline - StopBefore) passes with no heartbeat having
+// moved the deadline, whatever the loop is doing. The loop's own check
+// does the same, but only between calls: a heartbeat that does not return
+// (etcd gone quiet, a disk that hangs) would hold it, and the holder would
+// work on past its lease while another agent takes the task.
+func (k *LeaseKeeper) watchStopPoint(ctx context.Context) {
+	tick := time.NewTicker(k.cfg.Tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-k.done:
+			return
+		case <-k.lost:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		k.mu.Lock()
+		deadline, last := k.deadline, k.lastErr
+		k.mu.Unlock()
+		if k.tree.now().Before(deadline.Add(-k.cfg.StopBefore)) {
+			continue
+		}
+		if last == nil {
+			last = errors.New("the heartbeat did not return in time")
+		}
+		k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
+		return
 	}
 }
 
