@@ -444,7 +444,6 @@ func (l *treeLock) SetAside(now time.Time) (string, error) {
 	}
 	to := b.asidePrefix(now)
 	from := b.cfg.Prefix + "/"
-	families := []string{famMeta, famTask, famReady, famExpiry, famLive, famClaim, famRequest, famEvent, famByTask}
 	for _, fam := range families {
 		p := b.cfg.Prefix + fam
 		next := p

@@ -36,6 +36,12 @@ const (
 	metaSweep    = "sweep"   // present while a sweep of the expiry index is recent (sweep.go)
 )
 
+// families are every key family of a journal, in the order the package
+// doc lists them: what recover sets aside and deletes. A family missing
+// here would outlive its journal and mislead the next one (a stale
+// label index would hand out tasks by labels they no longer have).
+var families = []string{famMeta, famTask, famReady, famExpiry, famLive, famClaim, famRequest, famEvent, famByTask, famDeps, famLabel, famDue, famUnblock}
+
 // SchemaVersion is the etcd journal's newest layout version: etcd-2 adds
 // V2 records (dependencies, labels, a not-before time; journal.IsV2) and
 // their indexes. A new journal is baseVersion and stays so while no task
