@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -114,7 +115,7 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 		if o.Journal != nil && o.Backend == nil {
 			journal.RemoveConfig(meta)
 		}
-		return res, err
+		return res, overlapInput(err)
 	}
 	res.Created = true
 	if o.Journal == nil && (o.Backend == nil || o.Backend.Name() == "bbolt") && (o.Clock == nil || o.Boot != nil) {
@@ -170,6 +171,15 @@ func refuseSharedPrefix(meta string, o Options) error {
 		return err
 	}
 	return invalidf(InputJournal, RuleSharedPrefix, o.Journal.URL(), "%s already holds the journal of another task tree; nothing changed. Each tree needs a prefix of its own: choose another, or run init in the directory of the tree it belongs to", o.Journal.URL())
+}
+
+// overlapInput is err, or for an etcd prefix that overlaps another
+// tree's, the refusal of the --journal given (exit 2).
+func overlapInput(err error) error {
+	if overlap, ok := errors.AsType[*journal.PrefixOverlapError](err); ok {
+		return invalidf(InputJournal, RuleSharedPrefix, overlap.Prefix, "%v; nothing changed: choose a prefix beside the other tree's (/fleet/a and /fleet/b, not /fleet and /fleet/b)", overlap)
+	}
+	return err
 }
 
 // readDefaults opens the journal with open (the backend's, or the tree

@@ -105,7 +105,7 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 		return rep, err
 	}
 	if rep.KeptAside, err = lock.SetAside(clock()); err != nil {
-		return rep, err
+		return rep, overlapInput(err)
 	}
 	if err := lock.Create(d, seed); err != nil {
 		return rep, err

@@ -82,3 +82,16 @@ func (e *UnreachableError) Error() string {
 // Is makes an UnreachableError match ErrBusy.
 func (e *UnreachableError) Is(target error) bool { return target == ErrBusy }
 func (e *UnreachableError) Unwrap() error        { return e.Err }
+
+// PrefixOverlapError refuses to create an etcd journal whose prefix lies
+// inside another tree's prefix, or holds another tree's keys: their key
+// ranges would meet (a recover of the outer tree deletes the inner one's
+// tasks as its own).
+type PrefixOverlapError struct {
+	Prefix string // the journal to create
+	Other  string // the other tree's prefix, or a key found under Prefix
+}
+
+func (e *PrefixOverlapError) Error() string {
+	return fmt.Sprintf("etcd prefix %s overlaps another task tree's keys (%s): a tree's prefix must neither lie inside another tree's prefix nor contain one", e.Prefix, e.Other)
+}

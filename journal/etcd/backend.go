@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -411,6 +412,9 @@ func (l *treeLock) Create(d record.Defaults, seed uint64) error {
 	defer cancel()
 	b := l.b
 	defer b.keepMeta(nil, false) // the meta keys Exists kept are not these
+	if err := b.refuseOverlap(ctx); err != nil {
+		return err
+	}
 	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.metaKey(metaVersion)), "=", 0)).Then(
 		clientv3.OpPut(b.metaKey(metaVersion), createVersion(d)),
 		clientv3.OpPut(b.metaKey(metaTreeID), ulid.Make().String()),
@@ -422,6 +426,63 @@ func (l *treeLock) Create(d record.Defaults, seed uint64) error {
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("create journal %s: %w", b.cfg.URL(), fs.ErrExist)
+	}
+	return nil
+}
+
+// refuseOverlap refuses a new journal whose prefix lies inside another
+// tree's (an ancestor prefix holds a journal) or holds keys of its own
+// already, other than the mutexes of init and the writers' queue: a
+// nested tree's keys fall inside the outer tree's families. One request.
+func (b *Backend) refuseOverlap(ctx context.Context) error {
+	p := b.cfg.Prefix
+	var ops []clientv3.Op
+	var ancestors []string
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+		ancestors = append(ancestors, p[:i])
+		ops = append(ops, clientv3.OpGet(p[:i]+famMeta+metaVersion, clientv3.WithKeysOnly()))
+	}
+	ops = append(ops, clientv3.OpGet(p+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(64)))
+	resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return b.unreachable(err)
+	}
+	for i, a := range ancestors {
+		if len(resp.Responses[i].GetResponseRange().Kvs) > 0 {
+			return &journal.PrefixOverlapError{Prefix: p, Other: a}
+		}
+	}
+	for _, kv := range resp.Responses[len(ancestors)].GetResponseRange().Kvs {
+		k := string(kv.Key)
+		lockKey := func(mutex string) bool {
+			rest, ok := strings.CutPrefix(k, p+mutex+"/")
+			return ok && !strings.Contains(rest, "/")
+		}
+		if !lockKey(keyLock) && !lockKey(keyWriters) {
+			return &journal.PrefixOverlapError{Prefix: p, Other: k}
+		}
+	}
+	return nil
+}
+
+// refuseNested refuses to set aside a journal inside one of whose key
+// families another tree lives (made before init refused overlaps: /n and
+// /n/t): deleting the family would delete that tree's journal.
+func (b *Backend) refuseNested(ctx context.Context) error {
+	var ops []clientv3.Op
+	var at []string
+	for _, fam := range append(slices.Clone(families), keyLock+"/", keyWriters+"/") {
+		at = append(at, b.cfg.Prefix+strings.TrimSuffix(fam, "/"))
+		ops = append(ops, clientv3.OpGet(at[len(at)-1]+famMeta+metaVersion, clientv3.WithKeysOnly()))
+	}
+	resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return b.unreachable(err)
+	}
+	for i, r := range resp.Responses {
+		if len(r.GetResponseRange().Kvs) > 0 {
+			return &journal.PrefixOverlapError{Prefix: b.cfg.Prefix, Other: at[i]}
+		}
 	}
 	return nil
 }
@@ -440,6 +501,9 @@ func (l *treeLock) SetAside(now time.Time) (string, error) {
 	b := l.b
 	defer b.keepMeta(nil, false) // the meta keys Exists kept go with the journal
 	if ok, err := b.Exists(""); err != nil || !ok {
+		return "", err
+	}
+	if err := b.refuseNested(ctx); err != nil {
 		return "", err
 	}
 	to := b.asidePrefix(now)

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencectl/fencectl/journal"
 )
 
 // famConstants reads every fam* constant of keys.go: a family added there
@@ -76,6 +79,34 @@ func TestSetAside_EveryFamily(t *testing.T) {
 		}
 		if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != name {
 			t.Errorf("the copy at %s lacks family %s (%s)", to, name, fam)
+		}
+	}
+}
+
+// A tree nested in one of the journal's families (made before init
+// refused overlapping prefixes) keeps its journal: SetAside refuses, and
+// deletes nothing.
+func TestSetAside_RefusesANestedTree(t *testing.T) {
+	cfg, dir := newJournal(t)
+	b, _ := open(t, cfg, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nested := cfg.Prefix + famTask + "m/version"
+	if _, err := b.cli.Put(ctx, nested, baseVersion); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := b.LockTree(dir, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	_, err = lock.SetAside(time.Now())
+	if _, ok := errors.AsType[*journal.PrefixOverlapError](err); !ok {
+		t.Fatalf("SetAside with a tree nested at %s: %v, want a PrefixOverlapError", nested, err)
+	}
+	for _, k := range []string{nested, cfg.Prefix + famMeta + metaVersion} {
+		if got, err := b.cli.Get(ctx, k); err != nil || len(got.Kvs) != 1 {
+			t.Errorf("after the refused SetAside, %s is gone (%v)", k, err)
 		}
 	}
 }
