@@ -67,7 +67,7 @@ with exit 4 while a live process holds K; once it has ended, K recovers its
 claim if that is still current.
 
    fencectl run --agent a1 -- ./build.sh
-   fencectl run --loop --wait 1m --agent a1 -- sh -c 'make -C "$FENCE_TASK_FILE"'
+   fencectl run --loop --wait 1m --agent a1 -- sh -c 'make -f "$FENCE_TASK_FILE"'   # each task a makefile
    fencectl run --loop --jobs 8 --agent a1 -- ./test-one.sh
    fencectl run --request-id a1-42 --agent a1 -- ./job.sh   # safe to repeat after a crash
 
@@ -202,7 +202,9 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	if p, err := exec.LookPath(cfg.argv[0]); err == nil {
 		cfg.path = p
 	}
-	sup := &supervisor{t: t, cfg: cfg, cont: cont, sigs: sigs[0], out: out, claimCtx: claimCtx, loop: loop, caught: caught}
+	jc, stopJobControl := startJobControl()
+	defer stopJobControl()
+	sup := &supervisor{t: t, cfg: cfg, cont: cont, jobs: jc, sigs: sigs[0], out: out, claimCtx: claimCtx, loop: loop, caught: caught}
 	if jobs == 1 {
 		// Orphans of CMD's tree come to run (the subreaper) and are
 		// reaped as they die. Set up once for every task, not per task:
@@ -248,7 +250,7 @@ func runJobs(ctx context.Context, base *supervisor, sigs []chan os.Signal) error
 		o := *base.out
 		o.stdin, o.notices = nil, nil
 		outs[k] = &o
-		s := &supervisor{t: base.t, cfg: base.cfg, cont: base.cont.forJob(k + 1), sigs: sigs[k], out: outs[k],
+		s := &supervisor{t: base.t, cfg: base.cfg, cont: base.cont.forJob(k + 1), jobs: base.jobs, sigs: sigs[k], out: outs[k],
 			claimCtx: claimCtx, loop: true, caught: base.caught, stop: stop, halt: halt}
 		wg.Go(func() {
 			err := s.work(ctx, "", "", nil)
@@ -422,6 +424,7 @@ type supervisor struct {
 	t           *fence.Tree
 	cfg         runConfig
 	cont        *containment
+	jobs        *jobControl // stops and wakes the commands with run (Ctrl-Z)
 	sigs        <-chan os.Signal
 	sigchld     chan os.Signal // CMD's tree changed: orphans to reap (nil with --jobs)
 	out         *output
@@ -668,14 +671,20 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 	default:
 	}
 	start := time.Now()
+	forget := func() {}
 	err := s.cont.begin()
 	if err == nil {
 		// Own process group, so a stop reaches CMD's children too; killed
 		// with us (parent-death signal); inside the run's containment.
 		s.cont.prepare(cmd)
+		// A Ctrl-Z from here on waits until CMD is known, then stops it.
+		register := s.jobs.starting()
 		err = cmd.Start()
 		if err != nil {
 			_ = s.cont.end()
+			register(0, pausable{})
+		} else {
+			forget = register(cmd.Process.Pid, pausable{cgroup: s.cont.task, stopAt: func() time.Time { return keeper.Deadline().Add(-margin) }})
 		}
 	}
 	if err != nil {
@@ -765,6 +774,7 @@ wait:
 			}
 		}
 	}
+	forget()
 	keeper.Stop()
 	took := time.Since(start)
 	s.finishBehind()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,5 +198,98 @@ func TestRun_NoWatchIsReportedOnce(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "cannot watch the journal"); n != 1 {
 		t.Errorf("the missing watch is reported %d times, want once:\n%s", n, out)
+	}
+}
+
+// procState is the state letter of pid in /proc ("T": stopped), or "".
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if err != nil || i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+// waitState waits until pid is in state st.
+func waitState(t *testing.T, pid int, st string) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); procState(pid) != st; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("pid %d is in state %q, want %q", pid, procState(pid), st)
+		}
+	}
+}
+
+// Ctrl-Z (SIGTSTP) stops run's command with run, although the command
+// runs in a process group of its own. Continued before its lease is in
+// danger, the command wakes and works on; continued after the point where
+// it had to stop, it is killed without waking (the lease may be another
+// agent's by then) and run says the lease was lost.
+func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "continued in time", true: "continued past the lease"}[late], func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.OK("add", "--id", "t1")
+			marks := t.TempDir()
+			script := `trap 'echo term > ` + marks + `/term; exit 143' TERM; ` + clitest.HostPid(marks+"/pid") +
+				`; while :; do echo x >> ` + marks + `/beats; sleep 0.01; done`
+			// A job of an interactive shell: a process group of its own,
+			// whose parent (here the test) is in the same session.
+			run := rt.Cmd("run", "t1", "--ttl", "30s", "--", "sh", "-c", script)
+			run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			out := &strings.Builder{}
+			run.Stdout, run.Stderr = out, out
+			if err := run.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { run.Process.Kill() })
+			pid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
+			beats := func() int64 {
+				st, _ := os.Stat(marks + "/beats")
+				if st == nil {
+					return 0
+				}
+				return st.Size()
+			}
+			if err := unix.Kill(run.Process.Pid, unix.SIGTSTP); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, run.Process.Pid, "T")
+			// CMD is stopped, or frozen in its cgroup (which /proc shows
+			// as sleeping): either way it writes nothing more.
+			time.Sleep(50 * time.Millisecond)
+			stopped := beats()
+			time.Sleep(200 * time.Millisecond)
+			if beats() != stopped {
+				t.Fatalf("the command works on while run is stopped (run %s, command %s, beats %d → %d)\n%s", procState(run.Process.Pid), procState(pid), stopped, beats(), out)
+			}
+			if late {
+				rt.Advance(40 * time.Second) // past the lease's deadline
+			}
+			if err := unix.Kill(run.Process.Pid, unix.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			if late {
+				if code := clitest.WaitExit(t, run); code != exitFenced {
+					t.Fatalf("run exited %d, want 3\n%s", code, out)
+				}
+				if _, err := os.Stat(marks + "/term"); err == nil || beats() != stopped || clitest.Alive(pid) {
+					t.Errorf("the command woke after its lease was past (term file: %v, beats %d → %d, alive %v)\n%s", err, stopped, beats(), clitest.Alive(pid), out)
+				}
+				return
+			}
+			for end := time.Now().Add(10 * time.Second); beats() == stopped; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("the command did not wake with run\n%s", out)
+				}
+			}
+			rt.OK("revoke", "t1")
+			clitest.WaitFile(t, marks+"/term")
+			if code := clitest.WaitExit(t, run); code != exitFenced {
+				t.Fatalf("run exited %d, want 3\n%s", code, out)
+			}
+		})
 	}
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Job control: Ctrl-Z on `fencectl run`.
+//
+// CMD runs in a process group of its own (so that run can signal all of
+// it), and the terminal's SIGTSTP goes to the foreground group only: it
+// would stop run and leave CMD working, with nobody heartbeating, past its
+// lease and beside the agent that takes the task next. So run stops its
+// commands with itself (SIGSTOP to each group, and a freeze of each task's
+// cgroup, which holds what left the group), then stops. On SIGCONT it
+// wakes each command only if its lease can still be kept: one whose stop
+// point passed while everything was stopped is killed, never woken, as the
+// lease may be another agent's by now.
+
+// jobControl knows the commands run is running, to stop and wake them.
+type jobControl struct {
+	mu   sync.Mutex
+	cmds map[int]pausable // by process group
+}
+
+// pausable is one running command: its cgroup ("" in pgroup mode) and
+// when it must stop (its lease's deadline less the margin run keeps).
+type pausable struct {
+	cgroup string
+	stopAt func() time.Time
+}
+
+// jobSignals are the terminal's stop signals.
+var jobSignals = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
+
+// startJobControl handles the stop signals until the returned function
+// is called.
+func startJobControl() (*jobControl, func()) {
+	jc := &jobControl{cmds: map[int]pausable{}}
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, jobSignals...)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-c:
+				jc.suspend()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return jc, func() { signal.Stop(c); close(done) }
+}
+
+// starting holds off a Ctrl-Z while a command starts: call the function
+// it returns once the command has started (pgid > 0) or failed to (0). It
+// returns what forgets the command.
+func (jc *jobControl) starting() func(pgid int, p pausable) (forget func()) {
+	if jc == nil {
+		return func(int, pausable) func() { return func() {} }
+	}
+	jc.mu.Lock()
+	return func(pgid int, p pausable) func() {
+		defer jc.mu.Unlock()
+		if pgid <= 0 {
+			return func() {}
+		}
+		jc.cmds[pgid] = p
+		return func() {
+			jc.mu.Lock()
+			delete(jc.cmds, pgid)
+			jc.mu.Unlock()
+		}
+	}
+}
+
+// suspend stops every command, then run itself; when run is continued,
+// it wakes the commands whose leases can still be kept and kills the
+// others. The commands stay registered: supervise sees a killed one end.
+func (jc *jobControl) suspend() {
+	if !canStop() {
+		return // the kernel would discard the stop: nothing stops, CMD included
+	}
+	jc.mu.Lock()
+	defer jc.mu.Unlock()
+	for pgid, p := range jc.cmds {
+		freeze(p.cgroup, "1")
+		_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+	}
+	stopSelf()
+	for pgid, p := range jc.cmds {
+		if !now().Before(p.stopAt()) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL) // a stopped process dies too
+			if p.cgroup != "" {
+				killCgroup(p.cgroup, time.Second)
+			}
+			freeze(p.cgroup, "0")
+			continue
+		}
+		freeze(p.cgroup, "0")
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+	}
+}
+
+// stopSelf stops run and returns once it is continued (SIGCONT). It
+// stops by SIGSTOP: the Go runtime keeps its own handler for SIGTSTP once
+// it was caught, so a SIGTSTP raised again would not stop run. A stop
+// lands a moment after kill returns: run waits for the SIGCONT, or for a
+// while should the stop not come.
+func stopSelf() {
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	if syscall.Kill(os.Getpid(), syscall.SIGSTOP) != nil {
+		return
+	}
+	select {
+	case <-cont:
+	case <-time.After(time.Second):
+	}
+}
+
+// canStop reports whether a stop signal can stop run: not when its
+// process group is orphaned (no parent in the session outside it to
+// continue it, as when run was started by a shell that has exited), where
+// the kernel discards SIGTSTP. It looks at run's parent only.
+func canStop() bool {
+	pgid, sid := syscall.Getpgrp(), unixGetsid(0)
+	ppid := os.Getppid()
+	ppgid, err := syscall.Getpgid(ppid)
+	return err == nil && ppgid != pgid && unixGetsid(ppid) == sid
+}
+
+// unixGetsid is getsid(pid), -1 on an error.
+func unixGetsid(pid int) int {
+	sid, err := unix.Getsid(pid)
+	if err != nil {
+		return -1
+	}
+	return sid
+}
+
+// freeze writes state ("1" frozen, "0" thawed) to a cgroup's
+// cgroup.freeze; nothing without a cgroup.
+func freeze(cgroup, state string) {
+	if cgroup != "" {
+		_ = os.WriteFile(filepath.Join(cgroup, "cgroup.freeze"), []byte(state), 0)
+	}
+}
