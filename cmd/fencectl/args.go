@@ -30,6 +30,11 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 	i := 1
 	// Global flags before the command.
 	for i < len(args) && isFlag(args[i]) {
+		if _, ok := globals[flagName(args[i])]; !ok {
+			if err := misplacedFlag(flagName(args[i]), args[i+1:]); err != nil {
+				return nil, err
+			}
+		}
 		out = append(out, args[i])
 		if takesValue(globals, args[i]) && i+1 < len(args) {
 			out = append(out, args[i+1])

@@ -14,12 +14,12 @@ func cancelCommand(out *output) *cli.Command {
 		Name:      "cancel",
 		Usage:     "end a task that has not finished: it goes to failed/ (operator)",
 		UsageText: "cancel ID [--reason R]",
-		Description: `Moves an available or claimed task to failed/ with the reason "cancelled"
-(or "cancelled: R" with --reason R). If it was claimed, the holder's token
-is dead from then on: its holder is refused (exit 3) with lost_by
-"cancelled". No attempt is counted; only requeue brings the task back.
-Cancelling a cancelled task again answers success and changes nothing.
-A done task, or one that failed for another reason, is refused (exit 4).
+		Description: `Moves a task that has not finished (waiting, available or claimed) to failed/
+with the reason "cancelled" (or "cancelled: R" with --reason R). If it was
+claimed, the holder's token is dead from then on: its holder is refused (exit 3)
+with lost_by "cancelled". No attempt is counted; only requeue brings the task
+back. Cancelling a cancelled task again answers success and changes nothing. A
+done task, or one that failed for another reason, is refused (exit 4).
 
    fencectl cancel build-42 --reason "superseded by build-43"
    fencectl cancel build-42 --json     # "cancelled_token": the token that died, 0 if none`,

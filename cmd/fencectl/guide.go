@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"text/template"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -24,12 +25,13 @@ type guideValues struct {
 	Dir         string
 	Backend     string
 	TTL         string
+	Heartbeat   string // how often to heartbeat: a third of the TTL
 	MaxAttempts string
 }
 
 // genericGuide is what the guide says when no tree is named
 // (`guide --generic`, docs/agents.md).
-var genericGuide = guideValues{Dir: "TREE", Backend: "bbolt or etcd", TTL: "TTL", MaxAttempts: "N"}
+var genericGuide = guideValues{Dir: "TREE", Backend: "bbolt or etcd", TTL: "TTL", Heartbeat: "TTL/3", MaxAttempts: "N"}
 
 var guideTemplate = sync.OnceValue(func() *template.Template { return template.Must(template.New("guide").Parse(agentsGuide)) })
 
@@ -82,12 +84,23 @@ the MCP server heartbeat. It names this tree's path, backend and defaults;
 				}
 				printGuide(out, guideValues{
 					Dir: quoteIfNeeded(t.Root()), Backend: st.Journal.Backend,
-					TTL: st.Defaults.TTL.String(), MaxAttempts: fmt.Sprint(st.Defaults.MaxAttempts),
+					TTL: st.Defaults.TTL.String(), Heartbeat: heartbeatEvery(st.Defaults.TTL), MaxAttempts: fmt.Sprint(st.Defaults.MaxAttempts),
 				})
 				return nil
 			})
 		},
 	}
+}
+
+// heartbeatEvery is how often the guide tells an agent to heartbeat a
+// lease of ttl: a third of it, as run does, rounded to what a person reads
+// (10m: 3m20s).
+func heartbeatEvery(ttl time.Duration) string {
+	every := ttl / 3
+	if every >= 10*time.Second {
+		return every.Round(time.Second).String()
+	}
+	return every.Round(time.Millisecond).String()
 }
 
 // quoteIfNeeded quotes s for a POSIX shell only if it needs it, so that

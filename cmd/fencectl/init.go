@@ -17,7 +17,7 @@ func initCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "create a task tree and its journal (idempotent)",
-		UsageText: "init [--ttl 10m] [--max-attempts 3] [--retry-backoff 0s] [--journal etcd://HOST:PORT[,HOST:PORT...]/PREFIX] [--allow-network-fs]",
+		UsageText: "init [--ttl 10m] [--max-attempts 3] [--retry-backoff 1s] [--journal etcd://HOST:PORT[,HOST:PORT...]/PREFIX] [--allow-network-fs]",
 		Description: `Creates the root if missing, inbox/ waiting/ available/ claimed/ done/ failed/
 out/ and .fence/ with the journal. The settings become the tree's defaults
 (fencectl defaults shows and changes them). --retry-backoff D makes a task

@@ -34,7 +34,9 @@ Pages: --limit N tasks (default 100, 0 for all), starting after the id
 command for the next page. With --json the answer is one JSON array of the
 objects show --json prints, without their events and journal; the next page
 starts --after the last task's id, and an array shorter than --limit (or
-empty) is the last page.
+empty) is the last page. Notices (a world-writable tree, say) follow the
+array as {"notice",…} objects of their own, so with jq take the array only:
+jq 'arrays | …'.
 
 --state waiting selects the tasks no claim can take yet; --blocked those of
 them that wait for other tasks (show ID says what each of those is doing);
@@ -47,7 +49,7 @@ rare state may read far past the cursor before it is full.
    fencectl list
    fencectl list --state claimed --agent ci-3
    fencectl list --limit 50 --after build-0042
-   fencectl list --state failed --json | jq -r '.[].task'
+   fencectl list --state failed --json | jq -r 'arrays | .[].task'
    fencectl list --blocked
    fencectl list --state waiting
    fencectl list --label gpu --state available`,

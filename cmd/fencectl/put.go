@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"syscall"
 
@@ -26,8 +28,13 @@ NAME follows the id rule. A later put of the same NAME replaces the file.
 		Flags: fencedFlags(),
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
-			if len(args) < 2 || len(args) > 3 {
-				return usagef("usage: %s", c.Command.UsageText)
+			switch {
+			case len(args) == 0:
+				return usagef("missing task ID and NAME: usage: %s", c.Command.UsageText)
+			case len(args) == 1:
+				return usagef("missing NAME, the name of the output: usage: %s", c.Command.UsageText)
+			case len(args) > 3:
+				return usagef("too many arguments %q: usage: %s", args, c.Command.UsageText)
 			}
 			id, name := args[0], args[1]
 			if err := fence.ValidateID(id); err != nil {
@@ -74,7 +81,11 @@ func openContent(src string, stdin io.Reader) (io.Reader, func(), error) {
 	}
 	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, nil, usagef("cannot read %v", err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // "open FILE: …" would name the system call, not the problem
+		}
+		return nil, nil, usagef("cannot read %s: %v", src, err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()

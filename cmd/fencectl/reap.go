@@ -15,8 +15,12 @@ func reapCommand(out *output) *cli.Command {
 		Usage:     "free expired leases now, explaining each",
 		UsageText: "reap [--dry-run]",
 		Description: `Every claim reaps first, so no cron job is needed; reap does it on demand and
-says, for each expired lease: task, holder, token, how long ago it expired, the
-attempt count and where the task goes (available/ or, at max attempts, failed/).
+says, for each lease it frees: task, holder, token, how long ago it expired (or
+that the holder, a fencectl run, died), the attempt count and where the task
+goes. A reap counts an attempt, as fail does: at max attempts the task goes to
+failed/; below it, to waiting/ while it backs off (until the time shown; then
+the first write moves it to available/), or straight to available/ on a tree
+whose retry backoff is 0.
 
    fencectl reap --dry-run`,
 		Flags: []cli.Flag{

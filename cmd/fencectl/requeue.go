@@ -12,9 +12,12 @@ import (
 func requeueCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "requeue",
-		Usage:     "bring a done or failed task back to available/ (operator)",
+		Usage:     "bring a done or failed task back to available/, attempts reset (operator)",
 		UsageText: "requeue ID [--reason R]",
-		Description: `Moves a done or failed task back to available/ with its attempts reset.
+		Description: `Moves a done or failed task back to available/ with its attempts reset and no
+backoff. A task that still waits for a dependency not done yet (one cancelled
+while it was blocked) goes to waiting/ instead, and to available/ once its
+dependencies are done. Any other task is refused (exit 4).
 
    fencectl requeue build-42 --reason "flaky runner fixed"`,
 		Flags: []cli.Flag{agentFlag(), reasonFlag(), jsonFlag},
@@ -29,7 +32,7 @@ func requeueCommand(out *output) *cli.Command {
 					return err
 				}
 				out.print(newTask(res.Task, res.Path), func(w io.Writer) {
-					fmt.Fprintf(w, "%s: requeued from %s/ to available/, attempts reset\n", id, res.Event.From)
+					fmt.Fprintf(w, "%s: requeued from %s/ to %s/, attempts reset\n", id, res.Event.From, res.Task.State)
 				})
 				return nil
 			})

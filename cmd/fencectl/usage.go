@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,7 +162,11 @@ func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
 	msg := err.Error()
 	if m := undefinedFlagRE().FindStringSubmatch(msg); m != nil {
 		s := "unknown flag --" + m[1]
-		if near := closest(m[1], flagNames(flags)); near != "" {
+		near := closest(m[1], flagNames(flags))
+		if isSubcommand && c.Command != nil {
+			near = suggestFlag(m[1], c.Command, c.App.Flags)
+		}
+		if near != "" {
 			s += fmt.Sprintf("; did you mean --%s?", near)
 		}
 		return usagef("%s (see %s)", s, helpRef)
@@ -174,6 +179,68 @@ func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
 	}
 	return usagef("%v (see %s)", err, helpRef)
 }
+
+// misplacedFlag refuses a command's flag given before the command name
+// (`fencectl --token 5 verify x`), where only the global flags go: it is
+// no typo, it is in the wrong place, and the message says where it goes.
+// rest is the words after it; the command is the first of them that names
+// a command with that flag. It returns nil when name is no command's flag.
+func misplacedFlag(name string, rest []string) error {
+	if name == "" || name == "help" || name == "h" || name == "version" {
+		return nil
+	}
+	var owners []string
+	for _, cmd := range commands(&output{}) {
+		if slices.Contains(flagNames(cmd.Flags), name) {
+			owners = append(owners, cmd.Name)
+		}
+	}
+	if len(owners) == 0 {
+		return nil
+	}
+	for _, w := range rest {
+		if w == "--" {
+			break
+		}
+		if slices.Contains(owners, w) {
+			return usagef("--%s is a flag of %s, not a global flag: put it after the command name (see fencectl %s --help)", name, w, w)
+		}
+	}
+	list := strings.Join(owners, ", ")
+	if len(owners) > 4 {
+		list = strings.Join(owners[:4], ", ") + "…"
+	}
+	return usagef("--%s is not a global flag: it is a flag of %s and goes after the command name (see fencectl --help)", name, list)
+}
+
+// suggestFlag is the flag that --name was probably meant to be, or "":
+// first a flag of cmd itself, by spelling or by what its USAGE calls the
+// flag's value (serve's --addr is `--http ADDR`), and only then a global
+// flag one edit away, so that a command's own flag wins over a global one
+// that happens to be spelt alike.
+func suggestFlag(name string, cmd *cli.Command, global []cli.Flag) string {
+	if near := closest(name, flagNames(cmd.Flags)); near != "" {
+		return near
+	}
+	if len(name) >= 3 {
+		for _, m := range usageValueRE().FindAllStringSubmatch(cmd.UsageText, -1) {
+			if strings.EqualFold(m[2], name) && slices.Contains(flagNames(cmd.Flags), m[1]) {
+				return m[1]
+			}
+		}
+	}
+	for _, g := range flagNames(global) {
+		if editDistance(name, g) <= 1 && len(name) > 1 {
+			return g
+		}
+	}
+	return ""
+}
+
+// usageValueRE finds "--flag VALUE" in a USAGE line.
+var usageValueRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`--([a-z][a-z0-9-]*)[ =]([A-Z][A-Z0-9_-]*)`)
+})
 
 // valueHint says what flag name expects, given the parser's complaint.
 func valueHint(flags []cli.Flag, name, complaint string) string {

@@ -29,14 +29,30 @@ type LockHolder struct {
 	Shared bool   // a reader's shared lock
 }
 
+// Error names each holder once, in the order /proc/locks lists them, with
+// how many of the locks it holds when more than one (a process with many
+// readers on the tree holds as many shared locks): "pid 7 (fencectl,
+// shared) ×24".
 func (e *BusyError) Error() string {
-	var who []string
+	var holders []LockHolder
+	count := map[LockHolder]int{}
 	for _, h := range e.Holders {
+		if count[h] == 0 {
+			holders = append(holders, h)
+		}
+		count[h]++
+	}
+	var who []string
+	for _, h := range holders {
 		mode := "exclusive"
 		if h.Shared {
 			mode = "shared"
 		}
-		who = append(who, fmt.Sprintf("pid %d (%s, %s)", h.PID, h.Comm, mode))
+		s := fmt.Sprintf("pid %d (%s, %s)", h.PID, h.Comm, mode)
+		if n := count[h]; n > 1 {
+			s += fmt.Sprintf(" ×%d", n)
+		}
+		who = append(who, s)
 	}
 	held := "held by another process"
 	if len(who) > 0 {
