@@ -851,6 +851,13 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		res.Task = rec
 		if IsRetry(typ, rec, claim) {
 			res.Retry = true
+			// The retry of a call whose commit landed and whose process
+			// died before its move: the move is the retry's to finish (on
+			// a journal whose writers take turns, the next writer's settle
+			// has finished it already).
+			if dir, err := DirOf(rec.State); err == nil {
+				t.finishMove(tx, rec.ID, dir)
+			}
 			return nil, errNoChange
 		}
 		if err := Authorize(rec, req.Token, claim, now); err != nil {
