@@ -280,6 +280,19 @@ func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Re
 	return reaped, evs, d, inClaimed, nil
 }
 
+// keepsReaps reports whether a refused claim still commits the reaps it
+// made first: when there was nothing to claim (an expired lease whose
+// task backs off would otherwise be reaped, and rolled back, by every
+// claim), and when the refusal is about a task the claim reaped (a
+// restore whose lease ran out is told it was reaped: so it must be).
+func keepsReaps(err error, reaped []Reaped) bool {
+	if errors.Is(err, ErrNothingToClaim) {
+		return true
+	}
+	var stale *StaleTokenError
+	return errors.As(err, &stale) && slices.ContainsFunc(reaped, func(r Reaped) bool { return r.Task == stale.Task })
+}
+
 func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	var res ClaimResult
 	var claimErr error
@@ -302,12 +315,14 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		ev, rec, settled, err := t.claimStep(tx, req, now, d.TTL, inClaimed)
 		evs = append(evs, settled.events...)
 		if err != nil {
-			if tx.Writes() != settled.writes {
-				// Refused after writing: fail the whole operation, so
-				// that the group commit rolls all of it back.
+			if tx.Writes() != settled.writes || !keepsReaps(err, reaped) {
+				// Refused after writing, or refused for a reason of its
+				// own (a named task held or unknown, a token never
+				// issued): fail the whole operation, so that the group
+				// commit rolls all of it back, the reaps before it
+				// included: a refusal changes nothing.
 				return nil, err
 			}
-			// A refusal still commits the reaps before it.
 			claimErr = err
 			if errors.Is(err, ErrNothingToClaim) && req.Wait > 0 {
 				at, derr := nextDue(tx)

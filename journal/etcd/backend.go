@@ -454,6 +454,9 @@ func (b *Backend) refuseOverlap(ctx context.Context) error {
 	}
 	for _, kv := range resp.Responses[len(ancestors)].GetResponseRange().Kvs {
 		k := string(kv.Key)
+		if strings.HasPrefix(k, p+famMeta) {
+			return nil // a journal of its own: Create's compare says it exists
+		}
 		lockKey := func(mutex string) bool {
 			rest, ok := strings.CutPrefix(k, p+mutex+"/")
 			return ok && !strings.Contains(rest, "/")
