@@ -506,10 +506,10 @@ var errNothingWritten = errors.New("no operation wrote; nothing to commit")
 
 // beginWrite is what every writer does first, under the lock: notice
 // replaced directories, finish the last commit, sweep the staging directory (which puts back what an
-// interrupted adoption staged), and with adopt, adopt the inbox. Only a failure of the
+// interrupted adoption staged), adopt the inbox. Only a failure of the
 // journal stops it; a problem with one task's file is a notice, never a
 // reason to stop every writer.
-func (t *Tree) beginWrite(db journal.Store, adopt bool) error {
+func (t *Tree) beginWrite(db journal.Store) error {
 	// A long-lived Tree must act on the directories that are there now,
 	// not on ones an operator moved away since it opened them.
 	replaced, err := t.mirror.Refresh()
@@ -527,9 +527,7 @@ func (t *Tree) beginWrite(db journal.Store, adopt bool) error {
 		// writer touches the task (reconcile), and replay does the whole
 		// tree. Staged files are swept by replay too: a file staged by a
 		// live writer on another host looks just like an orphan here.
-		if adopt {
-			t.adoptInbox(db)
-		}
+		t.adoptInbox(db)
 		return nil
 	}
 	if err := t.settle(db); err != nil {
@@ -539,25 +537,8 @@ func (t *Tree) beginWrite(db journal.Store, adopt bool) error {
 		return err
 	}
 	t.sweepStaging(db)
-	if adopt {
-		t.adoptInbox(db)
-	}
+	t.adoptInbox(db)
 	return nil
-}
-
-// adoptsInbox reports whether a group adopts the inbox before it runs:
-// one that adds or claims tasks, or reaps, whose answers should count
-// what was dropped in. A heartbeat, a complete or an operator's change to
-// a named task does not: a refused one must change nothing, and a
-// holder's heartbeat should not pay for others' files.
-func adoptsInbox(group []*pendingOp) bool {
-	for _, p := range group {
-		switch p.op {
-		case "add", "claim", "reap":
-			return true
-		}
-	}
-	return false
 }
 
 // runGroup runs a group of operations: one lock, settle and adoption, one
@@ -595,7 +576,7 @@ func (t *Tree) runGroup(group []*pendingOp) {
 	}
 	healthy := false
 	defer func() { t.parkWriter(db, healthy) }()
-	if err := t.beginWrite(db, adoptsInbox(group)); err != nil {
+	if err := t.beginWrite(db); err != nil {
 		fail(group, err)
 		return
 	}

@@ -23,7 +23,7 @@ func TestTree_ClaimSettlesMissingFilesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tree.Reap(bg, false); err != nil { // reap adopts the inbox (as add and claim do)
+	if _, err := tree.Reap(bg, false); err != nil { // any writer adopts the inbox
 		t.Fatal(err)
 	}
 	for i := 0; i < gone; i++ {
