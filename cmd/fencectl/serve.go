@@ -44,21 +44,29 @@ func serveCommand(out *output) *cli.Command {
    /api/tasks/ID/outputs           the task's outputs (name, size, modified)
    /api/tasks/ID/outputs/NAME      one output, as a download
    /api/events           log --json as an array (?after=SEQ&limit=N&task=ID&heartbeats=1;
-                         without after: the newest N)
+                         without after: the newest N). N is at most 1000 (0: 1000);
+                         header Fence-More: true when the answer stopped short
+                         (go on with ?after= the header Fence-Last-Seq)
    /api/stream           server-sent events: "event" per journal event after
                          ?after=SEQ (or Last-Event-ID), "status" after each change
    /metrics              Prometheus text format
 
 Errors are the --json error object, with HTTP status 400 (invalid_input),
-404 (no_such_task), 503 (busy) or 500. serve changes nothing in the tree and
-holds no lock between requests: each read takes the shared lock briefly. It
-wakes on journal changes (inotify on a bbolt journal, an etcd watch on an
-etcd one); when it cannot watch, it says so and re-reads every 2s.
+404 (no_such_task), 405 (a method other than GET or HEAD), 503 (busy) or
+500. ?heartbeats takes true or false (1, 0, t, f; bare: true). serve
+changes nothing in the tree and holds no lock between requests: each read
+takes the shared lock briefly, and serve runs one read at a time, so that
+many clients queue in serve and a writer gets the lock between their
+reads. It wakes on journal changes (inotify on a bbolt journal, an etcd
+watch on an etcd one); when it cannot watch, it says so and re-reads
+every 2s.
 
 It listens on 127.0.0.1:7070. The page and API have no authentication:
 another address must be given with --http, and serve warns when it is not
-a loopback one. Port 0 picks a free port; --addr-file writes the address
-once listening (for scripts).
+a loopback one. On a loopback address it answers only requests for Host
+localhost, *.localhost or a loopback IP (else 421), so that no web page
+reaches it by DNS rebinding. Port 0 picks a free port; --addr-file writes
+the address once listening (for scripts).
 
    fencectl serve
    fencectl serve --http 127.0.0.1:0 --addr-file /run/fencectl.addr

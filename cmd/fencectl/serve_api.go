@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/fencectl/fencectl/fence"
 	"github.com/fencectl/fencectl/fsmirror"
@@ -28,6 +31,13 @@ import (
 // defaultEventLimit is how many events /api/events returns unless
 // ?limit says otherwise.
 const defaultEventLimit = 100
+
+// maxEventLimit is the most events one answer of /api/events holds
+// (?limit=0, "all", included): a read of the whole log would hold the
+// journal's lock, and serve's one turn to read it, for as long as it
+// takes. A client that wants it all pages through it with ?after and
+// Fence-More.
+const maxEventLimit = 1000
 
 // streamPage bounds the events one read of a stream sends.
 const streamPage = 500
@@ -50,9 +60,66 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /task/{id}", s.pageTask)
 	mux.Handle("GET /static/", staticFiles())
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		// An endpoint asked with another method than GET: 405, as
+		// the mux answers one outside /api/, but as an error object.
+		if _, pattern := mux.Handler(asGet(r)); pattern != "/api/" {
+			w.Header().Set("Allow", "GET, HEAD")
+			s.writeError(w, http.StatusMethodNotAllowed, classify(usagef("method %s not allowed on %s: the API is read-only (GET, HEAD)", r.Method, r.URL.Path)))
+			return
+		}
 		s.apiError(w, usagef("no such API endpoint %s %s: see `fencectl serve --help` for the list", r.Method, r.URL.Path))
 	})
-	return secureHeaders(mux)
+	var h http.Handler = mux
+	if s.loopback {
+		h = s.loopbackOnly(h)
+	}
+	return secureHeaders(h)
+}
+
+// asGet is r as a GET, to ask the mux whether a GET of its path has a route.
+func asGet(r *http.Request) *http.Request {
+	get := r.WithContext(r.Context()) // a shallow copy
+	get.Method = http.MethodGet
+	return get
+}
+
+// loopbackOnly refuses a request whose Host is not a loopback name or
+// address, against DNS rebinding: a web page whose own name the attacker
+// makes resolve to 127.0.0.1 would reach a loopback serve with its name
+// as Host, and the browser would let its script read the answers (the
+// API, the outputs) as its own. A loopback IP and localhost, *.localhost
+// (which browsers resolve to loopback themselves, never by DNS) cannot
+// be rebound. A serve on another address is open to the network anyway,
+// by choice (--http warns), and answers any Host.
+func (s *server) loopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if loopbackHost(r.Host) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		msg := fmt.Sprintf("Host %s refused: this serve listens on a loopback address and answers only the Host names localhost, *.localhost, 127.0.0.0/8 and [::1] (any port), against DNS rebinding", strconv.QuoteToGraphic(truncate(r.Host, 80)))
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			s.writeError(w, http.StatusMisdirectedRequest, classify(usagef("%s", msg)))
+			return
+		}
+		http.Error(w, "fencectl: "+msg, http.StatusMisdirectedRequest)
+	})
+}
+
+// loopbackHost reports whether a Host header (with or without a port)
+// names the loopback interface: localhost, a name under .localhost, or a
+// loopback IP.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // secureHeaders sets what every answer carries: no content sniffing (a
@@ -75,9 +142,16 @@ func (s *server) writeJSON(w http.ResponseWriter, v any) {
 	s.out.writeJSON(w, v)
 }
 
-// apiError answers err as the --json error object.
+// apiError answers err as the --json error object, an input the API
+// takes named by its query parameter, not by the flag of the command.
 func (s *server) apiError(w http.ResponseWriter, err error) {
 	obj := classify(err)
+	var invalid *fence.InvalidInputError
+	if errors.As(err, &invalid) && invalid.Msg == "" {
+		if name, ok := paramOf[invalid.Input]; ok {
+			obj.Message = reword(err, invalid, paramMessage(name, invalid))
+		}
+	}
 	status := http.StatusInternalServerError
 	switch obj.Code {
 	case exitUsage:
@@ -87,10 +161,35 @@ func (s *server) apiError(w http.ResponseWriter, err error) {
 	case exitBusy:
 		status = http.StatusServiceUnavailable
 	}
+	s.writeError(w, status, obj)
+}
+
+func (s *server) writeError(w http.ResponseWriter, status int, obj errorObject) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	s.out.writeJSON(w, obj)
+}
+
+// paramOf names the query parameter that sets each of the domain's
+// inputs the API passes on (errors.go's flagOf names the flags).
+var paramOf = map[fence.Input]string{
+	fence.InputState: "state",
+	fence.InputAfter: "after",
+	fence.InputLimit: "limit",
+}
+
+// paramMessage words an invalid input as the API's own checks do:
+// invalid NAME="VALUE": WANT.
+func paramMessage(name string, e *fence.InvalidInputError) string {
+	if e.Rule == fence.RuleMissing || e.Value == nil {
+		return e.Describe(name)
+	}
+	msg := fmt.Sprintf("invalid %s=%q", name, truncate(fmt.Sprint(e.Value), 80))
+	if e.Want != "" {
+		msg += ": " + e.Want
+	}
+	return msg
 }
 
 func (s *server) apiStatus(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +210,7 @@ func (s *server) apiTasks(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, err)
 		return
 	}
-	if err := checkText("agent", q.Get("agent")); err != nil {
+	if err := textParam(q, "agent"); err != nil {
 		s.apiError(w, err)
 		return
 	}
@@ -239,8 +338,11 @@ func (s *server) apiOutput(w http.ResponseWriter, r *http.Request) {
 
 // apiEvents is log --json as one array: ?after=SEQ gives the events after
 // it, oldest first; without it, the newest ?limit (default 100). ?task
-// and ?heartbeats=1 filter as log's flags do. The header Fence-Last-Seq
+// and ?heartbeats filter as log's flags do. The header Fence-Last-Seq
 // is where the next read starts (?after), past heartbeats left out.
+// ?limit is at most maxEventLimit (0 is that much); Fence-More says
+// whether the answer stopped short of the rest: more events after
+// Fence-Last-Seq, or without ?after, older ones before the first.
 func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", defaultEventLimit)
@@ -248,20 +350,31 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, err)
 		return
 	}
-	heartbeats := q.Get("heartbeats") == "1" || q.Get("heartbeats") == "true"
+	if limit == 0 || limit > maxEventLimit {
+		limit = maxEventLimit
+	}
+	heartbeats, err := boolParam(q, "heartbeats")
+	if err != nil {
+		s.apiError(w, err)
+		return
+	}
 	task := q.Get("task")
+	// One more than asked is read, to learn whether more follow.
 	if !q.Has("after") {
-		evs, err := s.tree.Log(r.Context(), fence.LogFilter{Task: task, Limit: limit, Heartbeats: heartbeats})
+		evs, err := s.tree.Log(r.Context(), fence.LogFilter{Task: task, Limit: limit + 1, Heartbeats: heartbeats})
 		if err != nil {
 			s.apiError(w, err)
 			return
+		}
+		more := len(evs) > limit
+		if more {
+			evs = evs[1:]
 		}
 		var last uint64
 		if len(evs) > 0 {
 			last = evs[len(evs)-1].Seq
 		}
-		w.Header().Set("Fence-Last-Seq", strconv.FormatUint(last, 10))
-		s.writeJSON(w, newEvents(evs))
+		s.writeEvents(w, evs, last, more)
 		return
 	}
 	after, err := seqParam(q.Get("after"))
@@ -270,26 +383,37 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if task != "" {
-		if err := fence.ValidateID(task); err != nil {
+		// An unknown task is 404, as without ?after (Log checks it).
+		if _, err := s.tree.Log(r.Context(), fence.LogFilter{Task: task, Limit: 1}); err != nil {
 			s.apiError(w, err)
 			return
 		}
 	}
-	p, err := s.tree.EventsAfter(r.Context(), after, limit, heartbeats)
+	// Heartbeats are read and left out here, so that the count read,
+	// and the seq of the limit-th event, are known.
+	p, err := s.tree.EventsAfter(r.Context(), after, limit+1, true)
 	if err != nil {
 		s.apiError(w, err)
 		return
 	}
-	evs := p.Events
-	if task != "" {
-		evs = evs[:0:0]
-		for _, e := range p.Events {
-			if e.Task == task {
-				evs = append(evs, e)
-			}
+	read := p.Events
+	more := len(read) > limit
+	if more {
+		read = read[:limit]
+		p.Last = read[limit-1].Seq
+	}
+	evs := []record.Event{}
+	for _, e := range read {
+		if (heartbeats || e.Type != record.EvHeartbeat) && (task == "" || e.Task == task) {
+			evs = append(evs, e)
 		}
 	}
-	w.Header().Set("Fence-Last-Seq", strconv.FormatUint(p.Last, 10))
+	s.writeEvents(w, evs, p.Last, more)
+}
+
+func (s *server) writeEvents(w http.ResponseWriter, evs []record.Event, last uint64, more bool) {
+	w.Header().Set("Fence-Last-Seq", strconv.FormatUint(last, 10))
+	w.Header().Set("Fence-More", strconv.FormatBool(more))
 	s.writeJSON(w, newEvents(evs))
 }
 
@@ -297,18 +421,21 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
 // ?after (or the Last-Event-ID a reconnecting browser sends; without
 // either, from now on) as "event" with the event's seq as its id, and
 // after each batch a "status" with status --json. Heartbeats are sent
-// only with ?heartbeats=1 (status reflects the deadlines they move). It
+// only with ?heartbeats (status reflects the deadlines they move). It
 // reads the journal when the watch says it changed, never on a timer.
 func (s *server) apiStream(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	heartbeats := q.Get("heartbeats") == "1" || q.Get("heartbeats") == "true"
+	heartbeats, err := boolParam(q, "heartbeats")
+	if err != nil {
+		s.apiError(w, err)
+		return
+	}
 	var cursor uint64
 	from := q.Get("after")
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		from = id
 	}
 	if from != "" {
-		var err error
 		if cursor, err = seqParam(from); err != nil {
 			s.apiError(w, err)
 			return
@@ -421,6 +548,34 @@ func intParam(q url.Values, name string, def int) (int, error) {
 		return 0, usagef("invalid %s=%q: give a whole number, 0 or more", name, truncate(v, 80))
 	}
 	return n, nil
+}
+
+// boolParam reads a boolean query parameter as the CLI reads a boolean
+// flag: absent is false, a bare ?name true, else one of the spellings of
+// strconv.ParseBool; anything else is refused, not read as false.
+func boolParam(q url.Values, name string) (bool, error) {
+	if !q.Has(name) {
+		return false, nil
+	}
+	v := q.Get(name)
+	if v == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, usagef("invalid %s=%q: give true or false (also 1, t, T, TRUE, True; 0, f, F, FALSE, False)", name, truncate(v, 80))
+	}
+	return b, nil
+}
+
+// textParam refuses a text query parameter with control characters, as
+// checkText refuses a flag's.
+func textParam(q url.Values, name string) error {
+	v := q.Get(name)
+	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		return usagef("invalid %s=%s: control characters are not allowed", name, strconv.QuoteToGraphic(truncate(v, 80)))
+	}
+	return nil
 }
 
 // seqParam reads an event sequence number.

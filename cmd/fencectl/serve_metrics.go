@@ -103,7 +103,7 @@ func newEventCounts() *eventCounts {
 const eventPage = 10000
 
 // catchUp folds every event after the last one folded.
-func (c *eventCounts) catchUp(ctx context.Context, t *fence.Tree) error {
+func (c *eventCounts) catchUp(ctx context.Context, t *readGate) error {
 	for {
 		c.mu.Lock()
 		from := c.last

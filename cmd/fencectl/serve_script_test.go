@@ -43,19 +43,28 @@ func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// httpget [-status N] ADDRFILE PATH: GET http://ADDR/PATH (ADDR: the
-// first line of ADDRFILE); the body goes to stdout, the status line and
-// the headers (sorted, "Key: value") to stderr. The status must be N
-// (default 200).
+// httpget [-status N] [-method M] [-host H] ADDRFILE PATH: GET (or M)
+// http://ADDR/PATH (ADDR: the first line of ADDRFILE), with H as the Host
+// header if given (as a browser sends a name that resolves to ADDR); the
+// body goes to stdout, the status line and the headers (sorted, "Key:
+// value") to stderr. The status must be N (default 200).
 func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("httpget", flag.ContinueOnError)
 	want := fs.Int("status", 200, "")
+	method := fs.String("method", http.MethodGet, "")
+	host := fs.String("host", "", "")
 	if neg || fs.Parse(args) != nil || fs.NArg() != 2 {
-		ts.Fatalf("usage: httpget [-status N] ADDRFILE PATH")
+		ts.Fatalf("usage: httpget [-status N] [-method M] [-host H] ADDRFILE PATH")
 	}
-	resp, err := http.Get(baseURL(ts, fs.Arg(0)) + fs.Arg(1))
+	req, err := http.NewRequest(*method, baseURL(ts, fs.Arg(0))+fs.Arg(1), nil)
+	ts.Check(err)
+	req.Host = *host
+	resp, err := http.DefaultClient.Do(req)
 	ts.Check(err)
 	defer resp.Body.Close()
+	if resp.StatusCode != *want && resp.Header.Get("Content-Type") == "text/event-stream" {
+		ts.Fatalf("%s %s: status %d (an event stream, whose body never ends), want %d", *method, fs.Arg(1), resp.StatusCode, *want)
+	}
 	body, err := io.ReadAll(resp.Body)
 	ts.Check(err)
 	var hdr strings.Builder
@@ -73,7 +82,7 @@ func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
 	fmt.Fprint(ts.Stdout(), string(body))
 	fmt.Fprint(ts.Stderr(), hdr.String())
 	if resp.StatusCode != *want {
-		ts.Fatalf("GET %s: status %d, want %d\n%s", fs.Arg(1), resp.StatusCode, *want, body)
+		ts.Fatalf("%s %s: status %d, want %d\n%s", *method, fs.Arg(1), resp.StatusCode, *want, body)
 	}
 }
 

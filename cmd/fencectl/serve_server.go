@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencectl/fencectl/fence"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 // The server of `fencectl serve`: in fencectl-serve, and in any binary
@@ -34,8 +35,12 @@ const fallbackEvery = 2 * time.Second
 func serveTree(c *cli.Context, out *output, addr string, loopback bool) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	timeout, err := lockTimeout(c)
+	if err != nil {
+		return err
+	}
 	var live atomic.Bool
-	t, err := openServeTree(c, out, &live)
+	t, err := openServeTree(c, out, timeout, &live)
 	if err != nil {
 		return err
 	}
@@ -54,7 +59,7 @@ func serveTree(c *cli.Context, out *output, addr string, loopback bool) error {
 	}
 	live.Store(true)
 	out.flushNotices()
-	s := newServer(t, out)
+	s := newServer(t, out, loopback, timeout)
 	return s.serve(ctx, ln, c.String("addr-file"))
 }
 
@@ -62,11 +67,7 @@ func serveTree(c *cli.Context, out *output, addr string, loopback bool) error {
 // serving starts (a tree's permissions) are collected as every command's
 // are, so that an error at start carries them; once serving (live is
 // set), they are printed as they come, not kept for an exit hours away.
-func openServeTree(c *cli.Context, out *output, live *atomic.Bool) (*fence.Tree, error) {
-	timeout, err := lockTimeout(c)
-	if err != nil {
-		return nil, err
-	}
+func openServeTree(c *cli.Context, out *output, timeout time.Duration, live *atomic.Bool) (*fence.Tree, error) {
 	var mu sync.Mutex
 	o := fence.Options{Timeout: timeout, Clock: testClock, Notify: func(n fence.Notice) {
 		mu.Lock()
@@ -82,17 +83,22 @@ func openServeTree(c *cli.Context, out *output, live *atomic.Bool) (*fence.Tree,
 	return fence.Open(c.String("dir"), o)
 }
 
-// server is one serve: the tree, the feed of journal changes that wakes
-// the streams, and the metrics.
+// server is one serve: the tree (read through the gate), the feed of
+// journal changes that wakes the streams, and the metrics. loopback says
+// that it listens on a loopback address, so that it answers loopback
+// Host names only (see loopbackOnly).
 type server struct {
-	tree   *fence.Tree
-	out    *output
-	feed   *feed
-	counts *eventCounts
+	tree     *readGate
+	out      *output
+	feed     *feed
+	counts   *eventCounts
+	loopback bool
 }
 
-func newServer(t *fence.Tree, out *output) *server {
-	return &server{tree: t, out: out, feed: newFeed(), counts: newEventCounts()}
+// newServer serves t; timeout is the lock's (--timeout), which bounds
+// a read's wait for its turn too (see readGate).
+func newServer(t *fence.Tree, out *output, loopback bool, timeout time.Duration) *server {
+	return &server{tree: newReadGate(t, timeout), out: out, feed: newFeed(), counts: newEventCounts(), loopback: loopback}
 }
 
 // changed is what serve does when the journal changed: fold the new
@@ -101,6 +107,78 @@ func newServer(t *fence.Tree, out *output) *server {
 func (s *server) changed(ctx context.Context) {
 	_ = s.counts.catchUp(ctx, s.tree) // a failed read is retried at the next change or scrape
 	s.feed.wake()
+}
+
+// maxReads is how many journal reads serve runs at once: one, since a
+// read is short (a page of events at most) and every other one in flight
+// narrows a writer's way in.
+const maxReads = 1
+
+// readGate is the tree as serve reads it: every read waits for one of
+// maxReads turns first. A read holds the journal's shared lock, and
+// flock lets a new reader in while a writer waits, so the reads of many
+// clients, each under its own shared lock and overlapping the next, would
+// keep the lock held without a gap: a claim by another process would
+// wait out its --timeout and fail busy. Queued here, serve's reads leave
+// the lock free between one another. serve reads the journal through
+// these methods only; the ones of the tree it passes on (Root, Path,
+// Journal, Watch) read no journal.
+type readGate struct {
+	*fence.Tree
+	turns chan struct{}
+	wait  time.Duration // how long a read waits for its turn before busy
+}
+
+// newReadGate gates t's reads; a read waits for its turn as long as for
+// the lock (timeout; --timeout 0, "try once", waits the default instead,
+// or a page's few requests at once would be refused).
+func newReadGate(t *fence.Tree, timeout time.Duration) *readGate {
+	if timeout <= 0 {
+		timeout = fence.DefaultTimeout
+	}
+	return &readGate{Tree: t, turns: make(chan struct{}, maxReads), wait: timeout}
+}
+
+// gated runs read in its turn: once a turn is free, or busy after g.wait
+// (a stuck lock makes every read in the queue wait its own timeout), or
+// ctx's error when the client left.
+func gated[T any](ctx context.Context, g *readGate, read func() (T, error)) (T, error) {
+	var zero T
+	timer := time.NewTimer(g.wait)
+	defer timer.Stop()
+	select {
+	case g.turns <- struct{}{}:
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-timer.C:
+		return zero, fmt.Errorf("serve: no turn to read the journal within %s, other reads queued before it: %w", g.wait, fence.ErrBusy)
+	}
+	defer func() { <-g.turns }()
+	return read()
+}
+
+func (g *readGate) Status(ctx context.Context) (fence.Status, error) {
+	return gated(ctx, g, func() (fence.Status, error) { return g.Tree.Status(ctx) })
+}
+
+func (g *readGate) Gauges(ctx context.Context) (fence.Gauges, error) {
+	return gated(ctx, g, func() (fence.Gauges, error) { return g.Tree.Gauges(ctx) })
+}
+
+func (g *readGate) List(ctx context.Context, f fence.ListFilter) (fence.ListPage, error) {
+	return gated(ctx, g, func() (fence.ListPage, error) { return g.Tree.List(ctx, f) })
+}
+
+func (g *readGate) Show(ctx context.Context, id string) (fence.TaskView, error) {
+	return gated(ctx, g, func() (fence.TaskView, error) { return g.Tree.Show(ctx, id) })
+}
+
+func (g *readGate) Log(ctx context.Context, f fence.LogFilter) ([]record.Event, error) {
+	return gated(ctx, g, func() ([]record.Event, error) { return g.Tree.Log(ctx, f) })
+}
+
+func (g *readGate) EventsAfter(ctx context.Context, after uint64, limit int, heartbeats bool) (fence.EventPage, error) {
+	return gated(ctx, g, func() (fence.EventPage, error) { return g.Tree.EventsAfter(ctx, after, limit, heartbeats) })
 }
 
 // serve runs the HTTP server on ln until ctx ends, then shuts it down.

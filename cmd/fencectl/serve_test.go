@@ -26,17 +26,22 @@ import (
 // serveFixture is a tree, a server on it as serve runs it (woken by the
 // journal's watch) and the CLI to change the tree.
 type serveFixture struct {
-	t    *testing.T
-	dir  string
-	tree *fence.Tree
-	srv  *server
-	http *httptest.Server
+	t       *testing.T
+	dir     string
+	timeout time.Duration // serve's --timeout (0: the default)
+	tree    *fence.Tree
+	srv     *server
+	http    *httptest.Server
 }
 
-func newServeFixture(t *testing.T) *serveFixture {
+func newServeFixture(t *testing.T) *serveFixture { return newServeFixtureTimeout(t, 0) }
+
+// newServeFixtureTimeout is a fixture whose serve has --timeout timeout,
+// which bounds a read's wait for its turn (readGate).
+func newServeFixtureTimeout(t *testing.T, timeout time.Duration) *serveFixture {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tree")
-	f := &serveFixture{t: t, dir: dir}
+	f := &serveFixture{t: t, dir: dir, timeout: timeout}
 	f.cli("init")
 	f.start()
 	return f
@@ -49,10 +54,17 @@ func (f *serveFixture) start() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	srv := newServer(tree, &output{stdout: io.Discard, stderr: io.Discard})
+	srv := newServer(tree, &output{stdout: io.Discard, stderr: io.Discard}, true, f.timeout) // httptest listens on 127.0.0.1
 	f.tree, f.srv = tree, srv
+	// serve's clock as in its own process, where no command sets the
+	// CLI's (treeNow): here the commands that f.cli runs in this process
+	// set it, which would race with serve reading it.
+	srv.counts.now = time.Now
+	if testClock != nil {
+		srv.counts.now = testClock
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.counts.catchUp(ctx, tree); err != nil {
+	if err := srv.counts.catchUp(ctx, srv.tree); err != nil {
 		f.t.Fatal(err)
 	}
 	ch, err := tree.Watch()
@@ -96,14 +108,34 @@ func (f *serveFixture) cli(args ...string) string {
 // get GETs path and returns the response (body read) or fails.
 func (f *serveFixture) get(path string, wantStatus int) (*http.Response, string) {
 	f.t.Helper()
-	resp, err := http.Get(f.http.URL + path)
+	return f.do("GET", path, "", wantStatus)
+}
+
+// do sends method path to serve with host as the Host header ("": the
+// server's address) and returns the response (body read) or fails.
+func (f *serveFixture) do(method, path, host string, wantStatus int) (*http.Response, string) {
+	f.t.Helper()
+	return doHTTP(f.t, f.http.URL, method, path, host, wantStatus)
+}
+
+func doHTTP(t *testing.T, base, method, path, host string, wantStatus int) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, nil)
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != wantStatus && resp.Header.Get("Content-Type") == "text/event-stream" {
+		t.Fatalf("%s %s (Host %q): %d (an event stream), want %d", method, path, host, resp.StatusCode, wantStatus) // its body never ends
+	}
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != wantStatus {
-		f.t.Fatalf("GET %s: %d, want %d: %s", path, resp.StatusCode, wantStatus, b)
+		t.Fatalf("%s %s (Host %q): %d, want %d: %s", method, path, host, resp.StatusCode, wantStatus, b)
 	}
 	return resp, string(b)
 }
