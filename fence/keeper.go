@@ -385,10 +385,7 @@ func (k *LeaseKeeper) watchStopPoint(ctx context.Context) {
 		if k.tree.now().Before(deadline.Add(-k.cfg.StopBefore)) {
 			continue
 		}
-		if last == nil {
-			last = errors.New("the heartbeat did not return in time")
-		}
-		k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
+		k.loseAtRisk(deadline, last, "the heartbeat did not return in time")
 		return
 	}
 }
@@ -465,10 +462,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		k.mu.Lock()
 		last := k.lastErr
 		k.mu.Unlock()
-		if last == nil {
-			last = errors.New("no heartbeat was due in time; the heartbeat interval is too long for the lease")
-		}
-		return k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
+		return k.loseAtRisk(deadline, last, "no heartbeat was due in time; the heartbeat interval is too long for the lease")
 	}
 	return step, err
 }
@@ -510,6 +504,16 @@ func SettledByHolder(err error) (string, bool) {
 		return stale.LostBy, true
 	}
 	return "", false
+}
+
+// loseAtRisk gives the lease up as at risk of running out at deadline:
+// last is the last heartbeat's failure, or nil when none failed (why then
+// says what kept it from getting through).
+func (k *LeaseKeeper) loseAtRisk(deadline time.Time, last error, why string) (keeperStep, error) {
+	if last == nil {
+		last = errors.New(why)
+	}
+	return k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
 }
 
 func (k *LeaseKeeper) lose(err error) (keeperStep, error) {

@@ -201,23 +201,12 @@ func TestRun_NoWatchIsReportedOnce(t *testing.T) {
 	}
 }
 
-// procState is the state letter of pid in /proc ("T": stopped), or "".
-func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if err != nil || i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
-}
-
 // waitState waits until pid is in state st.
 func waitState(t *testing.T, pid int, st string) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); procState(pid) != st; time.Sleep(5 * time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); clitest.State(pid) != st; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("pid %d is in state %q, want %q", pid, procState(pid), st)
+			t.Fatalf("pid %d is in state %q, want %q", pid, clitest.State(pid), st)
 		}
 	}
 }
@@ -263,7 +252,7 @@ func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
 			stopped := beats()
 			time.Sleep(200 * time.Millisecond)
 			if beats() != stopped {
-				t.Fatalf("the command works on while run is stopped (run %s, command %s, beats %d → %d)\n%s", procState(run.Process.Pid), procState(pid), stopped, beats(), out)
+				t.Fatalf("the command works on while run is stopped (run %s, command %s, beats %d → %d)\n%s", clitest.State(run.Process.Pid), clitest.State(pid), stopped, beats(), out)
 			}
 			if late {
 				rt.Advance(40 * time.Second) // past the lease's deadline

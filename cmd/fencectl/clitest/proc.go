@@ -55,14 +55,24 @@ func HostPid(path string) string {
 // Alive reports whether pid runs: it exists and is not a zombie waiting
 // for init to reap it (CMD's parent, fencectl run, may be gone).
 func Alive(pid int) bool {
+	st := State(pid)
+	return st != "" && st != "Z" && st != "X"
+}
+
+// State is pid's state letter in /proc ("T": stopped, "Z": a zombie), or
+// "" when there is no such process.
+func State(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return ""
 	}
 	// The state follows the parenthesised command name.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
 }
 
 // LockWaiters returns the pids waiting in /proc/locks for a flock on the
