@@ -118,6 +118,12 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 		return res, overlapInput(err)
 	}
 	res.Created = true
+	// A recover cut short before this journal was made left its mark: it
+	// speaks of a journal that is gone, and must not make the next recover
+	// take this one for unfinished.
+	if err := removeSynced(filepath.Join(meta, recoveringName)); err != nil {
+		return res, err
+	}
 	if o.Journal == nil && (o.Backend == nil || o.Backend.Name() == "bbolt") && (o.Clock == nil || o.Boot != nil) {
 		// The lease clock starts with the tree, so that no later command
 		// (a refused one included) has a file to write in this boot; a

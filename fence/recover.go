@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -23,6 +24,9 @@ type RecoverReport struct {
 	Freed      []string             `json:"freed"`       // tasks found in claimed/, now available
 	FirstToken uint64               `json:"first_token"` // every new token is above this
 	Findings   []Finding            `json:"findings"`    // entries left alone, copies quarantined
+	// Unfinished says the journal set aside was the one an earlier
+	// recover, cut short, was rebuilding (see recoveringName).
+	Unfinished bool `json:"unfinished,omitempty"`
 }
 
 // JournalReadableError refuses to recover a journal that opens fine.
@@ -32,6 +36,35 @@ func (e *JournalReadableError) Error() string {
 	return fmt.Sprintf("the journal %s is readable: recover only rebuilds a lost or unreadable journal", e.Path)
 }
 
+// RecoverCutShortError says a recover stopped after it began to replace
+// the journal: the journal is not whole, and running recover again
+// finishes the job (the mark in .fence says so; see recoveringName).
+type RecoverCutShortError struct{ Err error }
+
+func (e *RecoverCutShortError) Error() string {
+	return fmt.Sprintf("recover stopped before it finished: %v; the tree is not recovered yet, and nothing is lost: once the cause is fixed, run recover again, which sets the unfinished journal aside and rebuilds it from the directories", e.Err)
+}
+
+func (e *RecoverCutShortError) Unwrap() error { return e.Err }
+
+// recoveringName is the file in .fence that says a recover began to
+// replace the journal and has not finished. It is written (and synced)
+// before the old journal is set aside and removed once the new one holds
+// every task and every file is in place. While it is there, the journal
+// is one a recover was cut short in (a crash, or a refused write part way
+// through a rebuild of many commits), so recover does not refuse it as
+// readable: it sets it aside too (never deleted; its tokens still count)
+// and rebuilds from the directories again. The files move only after the
+// last commit, so the directories a second recover finds are those the
+// first one found, and its report is the same. init removes the mark when
+// it makes a journal of its own.
+const recoveringName = "recovering"
+
+// recoverChunk is how many tasks a commit of the rebuild first holds on
+// a store whose transactions are bounded (etcd's --max-txn-ops); inChunks
+// halves it until a commit fits.
+const recoverChunk = sharedAdoptChunk
+
 // recoverOrder is which copy wins when a task's file is in several state
 // directories: the most final state, so that nothing done is redone.
 var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, record.Available, record.Waiting}
@@ -40,10 +73,16 @@ var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, re
 // when the journal is lost or unreadable. The damaged file is renamed
 // aside, never deleted. Every task comes back in the state its directory
 // says; tasks in claimed/ have no lease any more, so they come back
-// available (their files move there). New tokens start above every token
-// the tree can have issued (tokenFloor): above the token ceiling's files,
-// above whatever the damaged journals still show, and above the clock. d
-// gives the defaults when the old ones cannot be read.
+// available (their files move there), and so do tasks in waiting/ (what
+// they waited for was in the lost journal). New tokens start above every
+// token the tree can have issued (tokenFloor): above the token ceiling's
+// files, above whatever the damaged journals still show, and above the
+// clock. d gives the defaults when the old ones cannot be read.
+//
+// The new journal is written in as many commits as the store takes. A
+// recover cut short after it began to replace the journal leaves the mark
+// recoveringName, and the next recover starts over (a *RecoverCutShortError
+// says so).
 //
 // It refuses, changing nothing, a directory that is not a task tree (a
 // mistyped --dir must not plant one), a readable journal (replay is the
@@ -64,7 +103,7 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 		return rep, err
 	}
 	defer m.Close()
-	m.Crash, m.Trace = crashAt, renameTrace
+	m.Crash, m.Fault, m.Trace = crashAt, renameFault, renameTrace
 	rep.Root = m.Root()
 	meta := filepath.Join(rep.Root, string(fsmirror.Meta))
 	store, owned, err := o.backendFor(meta)
@@ -80,6 +119,9 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	}
 	defer lock.Release()
 
+	mark := filepath.Join(meta, recoveringName)
+	_, err = os.Lstat(mark)
+	rep.Unfinished = err == nil
 	if exists, err := store.Exists(meta); err != nil {
 		return rep, err
 	} else if exists {
@@ -87,14 +129,16 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 		if err == nil {
 			err = db.Verify()
 			db.Close()
-			if err == nil {
+			if err == nil && !rep.Unfinished {
 				return rep, &JournalReadableError{Path: store.Path(meta)}
 			}
 		}
 		var corrupt *journal.CorruptError
-		if !errors.As(err, &corrupt) {
+		if err != nil && !errors.As(err, &corrupt) {
 			return rep, err // a *VersionError among them: refused, untouched
 		}
+	} else {
+		rep.Unfinished = false // cut short before it made a journal: nothing to say
 	}
 	salvaged := lock.Salvage()
 	if salvaged.DefaultsOK {
@@ -107,8 +151,28 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	if rep.KeptAside, err = lock.SetAside(clock()); err != nil {
 		return rep, overlapInput(err)
 	}
-	if err := lock.Create(d, seed); err != nil {
+	// From here on the journal is missing or not whole until the end.
+	if err := writeSynced(mark, []byte("a recover began and has not finished: run fencectl recover\n")); err != nil {
 		return rep, err
+	}
+	if err := rebuild(&rep, m, meta, lock, d, seed, o); err != nil {
+		return rep, &RecoverCutShortError{Err: err}
+	}
+	if err := removeSynced(mark); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// rebuild is Recover from the set-aside on: it makes a new journal under
+// lock whose counter starts at seed, adopts every task file in as many
+// commits as the store takes, then puts the files in place. Recover has
+// marked the tree as recovering; an error here leaves the mark, for the
+// next recover.
+func rebuild(rep *RecoverReport, m *fsmirror.Mirror, meta string, lock journal.TreeLock, d record.Defaults, seed uint64, o Options) error {
+	timeout, clock := o.lockTimeout(), o.clock()
+	if err := lock.Create(d, seed); err != nil {
+		return err
 	}
 	rep.FirstToken = seed
 	crashAt("recover:after-create")
@@ -116,14 +180,14 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	// What the directories hold.
 	sc, err := scanStateDirs(m, "left in place")
 	if err != nil {
-		return rep, err
+		return err
 	}
 	rep.Findings = append(rep.Findings, sc.invalid...)
 	ids := slices.Sorted(maps.Keys(sc.where))
 
 	db, err := lock.Open(journal.OpenOptions{Timeout: timeout, Clock: clock})
 	if err != nil {
-		return rep, err
+		return err
 	}
 	defer db.Close()
 	var moves []move
@@ -131,77 +195,138 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	stateDirs := map[record.State]fsmirror.Dir{}
 	for _, s := range record.States {
 		if stateDirs[s], err = DirOf(s); err != nil {
-			return rep, err
+			return err
 		}
 	}
-	err = db.Update(func(tx journal.Tx) error {
-		// Each run (a store may retry) starts afresh.
-		moves, extra, rep.Freed, rep.Counts = nil, nil, []string{}, map[record.State]int{}
-		now := tx.Now()
-		for _, id := range ids {
-			found := sc.where[id]
-			keep := found[0]
-			for _, s := range recoverOrder {
-				if containsDir(found, stateDirs[s]) {
-					keep = stateDirs[s]
-					break
+	size := len(ids)
+	if !db.Exclusive() {
+		size = min(size, recoverChunk)
+	}
+	err = inChunks(len(ids), size, func(lo, hi int) error {
+		var (
+			cmoves []move
+			cextra []extraCopy
+			freed  []string
+			counts map[record.State]int
+		)
+		err := db.Update(func(tx journal.Tx) error {
+			// Each run (a store may retry) starts afresh.
+			cmoves, cextra, freed, counts = nil, nil, nil, map[record.State]int{}
+			now := tx.Now()
+			for _, id := range ids[lo:hi] {
+				found := sc.where[id]
+				keep := found[0]
+				for _, s := range recoverOrder {
+					if containsDir(found, stateDirs[s]) {
+						keep = stateDirs[s]
+						break
+					}
+				}
+				to, _ := stateOfDir(keep)
+				switch to {
+				case record.Claimed:
+					to = record.Available
+					freed = append(freed, id)
+				case record.Waiting:
+					// What it waited for was in the lost journal: it is
+					// available again (add it with --after to wait anew).
+					to = record.Available
+				}
+				ev := adoptEvent(id, keep, to, d.MaxAttempts, now)
+				ev.Reason = "recover"
+				if _, _, err := commit(tx, nil, ev); err != nil {
+					return err
+				}
+				counts[to]++
+				cmoves = append(cmoves, move{id: id, from: keep, to: stateDirs[to]})
+				for _, dir := range found {
+					if dir != keep {
+						cextra = append(cextra, extraCopy{id: id, dir: dir, keep: stateDirs[to]})
+					}
 				}
 			}
-			to, _ := stateOfDir(keep)
-			switch to {
-			case record.Claimed:
-				to = record.Available
-				rep.Freed = append(rep.Freed, id)
-			case record.Waiting:
-				// What it waited for was in the lost journal: it is
-				// available again (add it with --after to wait anew).
-				to = record.Available
-			}
-			ev := adoptEvent(id, keep, to, d.MaxAttempts, now)
-			ev.Reason = "recover"
-			if _, _, err := commit(tx, nil, ev); err != nil {
-				return err
-			}
-			rep.Counts[to]++
-			moves = append(moves, move{id: id, from: keep, to: stateDirs[to]})
-			for _, dir := range found {
-				if dir != keep {
-					extra = append(extra, extraCopy{id: id, dir: dir, keep: stateDirs[to]})
-				}
-			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
+		moves, extra = append(moves, cmoves...), append(extra, cextra...)
+		rep.Freed = append(rep.Freed, freed...)
+		for s, n := range counts {
+			rep.Counts[s] += n
+		}
+		crashAt("recover:after-chunk")
 		return nil
 	})
 	if err != nil {
-		return rep, fmt.Errorf("rebuild the journal: %w", err)
+		return fmt.Errorf("rebuild the journal: %w", err)
 	}
 	crashAt("recover:after-commit")
 	t := &Tree{root: rep.Root, metaDir: meta, mirror: m, opts: Options{Timeout: timeout, Clock: clock}, batch: &batcher{}}
 	b := m.NewBatch()
 	for _, mv := range moves {
 		if err := t.place(b, mv); err != nil {
-			return rep, err
+			return err
 		}
 	}
 	if err := b.Sync(); err != nil {
-		return rep, err
+		return err
 	}
 	for _, x := range extra {
 		// A second name of the same file (a move by link cut short) goes;
 		// a real second copy is kept aside.
 		if dropped, err := m.DropLink(x.dir, x.id, x.keep, x.id); err != nil {
-			return rep, err
+			return err
 		} else if dropped {
 			rep.Findings = append(rep.Findings, Finding{Kind: FindingStaleLink, Task: x.id, Dir: string(x.dir), Detail: "the same file as " + string(x.keep) + "/" + x.id + " under a second name, left by a move cut short; removed this name", Fixed: true})
 			continue
 		}
 		name, err := m.Quarantine(x.dir, x.id)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return rep, err
+			return err
 		}
 		rep.Findings = append(rep.Findings, Finding{Kind: FindingDuplicate, Task: x.id, Dir: string(x.dir), Detail: "a second copy; moved to .fence/quarantine/" + name, Fixed: true})
 	}
-	return rep, nil
+	return nil
+}
+
+// writeSynced writes a small file at path and syncs it and its directory,
+// so that it survives a crash right after.
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// removeSynced removes path, if there, durably.
+func removeSynced(path string) error {
+	if err := os.Remove(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // tokenFloor is where a new journal of the tree whose journal directory

@@ -29,6 +29,12 @@ New tokens start above the token ceiling (.fence/tokens, and .fence-tokens in
 the root, which survives rm -rf .fence), above what the damaged journal still
 shows and above the clock, so no old token is ever issued again.
 
+The new journal is written in as many commits as the store takes (etcd takes
+--max-txn-ops operations in one), and the files move after the last. A
+recover cut short (a crash, a move that failed) leaves .fence/recovering and
+says so: run recover again, which sets the unfinished journal aside too and
+rebuilds it from the directories.
+
 It refuses, changing nothing: a readable journal (exit 2: use replay); a
 journal of another schema version, written by a newer fencectl (exit 1: it is
 not damaged, use that fencectl); a directory that is not a task tree, with no
@@ -51,7 +57,10 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 				return err
 			}
 			out.print(newRecover(rep), func(w io.Writer) {
-				if rep.KeptAside != "" {
+				switch {
+				case rep.KeptAside != "" && rep.Unfinished:
+					fmt.Fprintf(w, "kept the journal an earlier recover did not finish as %s\n", rep.KeptAside)
+				case rep.KeptAside != "":
 					fmt.Fprintf(w, "kept the damaged journal as %s\n", rep.KeptAside)
 				}
 				fmt.Fprintf(w, "rebuilt the journal of %s: %d available, %d done, %d failed", rep.Root, rep.Counts[record.Available], rep.Counts[record.Done], rep.Counts[record.Failed])

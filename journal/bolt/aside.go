@@ -1,7 +1,9 @@
 package bolt
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -24,9 +26,19 @@ func setAside(dir string, now time.Time) (string, error) {
 	if _, err := os.Lstat(path); err != nil {
 		return "", nil
 	}
-	aside := path + damagedSuffix + now.UTC().Format("20060102T150405Z")
-	if err := renameNoReplace(path, aside); err != nil {
-		return "", fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
+	// Two recovers in one second (the second finishing one cut short)
+	// keep theirs under numbered names.
+	base := path + damagedSuffix + now.UTC().Format("20060102T150405Z")
+	aside := base
+	for n := 2; ; n++ {
+		err := renameNoReplace(path, aside)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || n > 1000 {
+			return "", fmt.Errorf("keep the damaged journal aside as %s: %w", aside, err)
+		}
+		aside = fmt.Sprintf("%s.%d", base, n)
 	}
 	if err := fsyncPath(dir); err != nil {
 		return "", err
