@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/urfave/cli/v2"
 
@@ -49,9 +51,117 @@ func agentName(c *cli.Context) string {
 	return defaultAgent()
 }
 
-// checkCommand runs before every command: it refuses control characters
-// in --agent and --reason before anything is written (see checkText), and
-// a --dir that cannot be a tree.
+// Flags first, then environment (DESIGN.md). urfave/cli reads a flag's
+// EnvVars when it sets the flag up, before it reads the command line, and
+// refuses a malformed variable there: FENCE_TTL=banana failed even
+// `claim --ttl 5m`, which never uses FENCE_TTL. So the variables are taken
+// off each flag before urfave parses it (envHold.hold) and read afterwards,
+// only for the flags the command line left out (envHold.read).
+
+// envHold keeps the variables taken off flags until they are read.
+type envHold map[cli.Flag][]string
+
+// envField is where a flag keeps its variables; nil for a type not listed
+// (TestEnv_EveryVariableIsHeld checks that no such flag has any).
+func envField(f cli.Flag) *[]string {
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		return &f.EnvVars
+	case *cli.DurationFlag:
+		return &f.EnvVars
+	case *cli.GenericFlag: // the number flags (strictNumbers) and --token
+		return &f.EnvVars
+	case *cli.BoolFlag:
+		return &f.EnvVars
+	}
+	return nil
+}
+
+// hold takes the variables off flags.
+func (h envHold) hold(flags []cli.Flag) {
+	for _, f := range flags {
+		if p := envField(f); p != nil && len(*p) > 0 {
+			h[f], *p = *p, nil
+		}
+	}
+}
+
+// restore gives flags their variables back, for the help to list them.
+func (h envHold) restore(flags []cli.Flag) {
+	for _, f := range flags {
+		if vars, ok := h[f]; ok {
+			*envField(f) = vars
+			delete(h, f)
+		}
+	}
+}
+
+// beforeCommand runs once the global flags are parsed, before the
+// command's are: it gives the global flags their variables back (the app's
+// help lists them) and holds the command's.
+func (h envHold) beforeCommand(c *cli.Context) error {
+	h.restore(c.App.Flags)
+	if cmd := c.App.Command(c.Args().First()); cmd != nil {
+		h.hold(cmd.Flags)
+	}
+	return nil
+}
+
+// read sets each flag of the command and each global flag that the
+// command line did not give from the first of its variables that is set
+// and not empty ("FENCE_TTL=" is unset). A value that does not parse, or
+// breaks a rule of the setting (envRule), is refused naming the variable,
+// its value and the rule; a variable whose flag was given is never looked
+// at.
+func (h envHold) read(c *cli.Context) error {
+	h.restore(c.Command.Flags)
+	for _, f := range append(append([]cli.Flag{}, c.Command.Flags...), c.App.Flags...) {
+		df, ok := f.(cli.DocGenerationFlag)
+		if !ok {
+			continue
+		}
+		name := f.Names()[0]
+		for _, v := range df.GetEnvVars() {
+			val := os.Getenv(v)
+			if val == "" || c.IsSet(name) {
+				continue
+			}
+			if err := c.Set(name, val); err != nil {
+				return usagef("invalid %s=%q (for --%s): %s (see fencectl %s --help)", v, val, name, valueHint([]cli.Flag{f}, name, err.Error()), c.Command.Name)
+			}
+			if rule := envRule(c, name); rule != "" {
+				return usagef("invalid %s=%q (for --%s): %s; fix or unset %s, or give --%s", v, val, name, rule, v, name)
+			}
+		}
+	}
+	return nil
+}
+
+// envRule is the rule that the value a variable gave flag name breaks, or
+// "": what checkCommand asks of the flag, and fence of a lease, asked here
+// so that the message names the variable and not a flag nobody gave.
+func envRule(c *cli.Context, name string) string {
+	switch name {
+	case "timeout":
+		if c.Duration(name) < 0 {
+			return "must not be negative"
+		}
+	case "ttl":
+		if d := c.Duration(name); d <= 0 || d > fence.MaxTTL {
+			return fmt.Sprintf("must be positive and at most %s (10 years)", fence.MaxTTL)
+		}
+	case "agent":
+		if strings.ContainsFunc(c.String(name), unicode.IsControl) {
+			return "control characters are not allowed"
+		}
+	}
+	return ""
+}
+
+// checkCommand runs before every command, once its variables are read
+// (envHold.read): it refuses control characters in --agent and --reason
+// before anything is written (see checkText), and a --dir that cannot be a
+// tree.
 func checkCommand(c *cli.Context) error {
 	if err := checkText("agent", c.String("agent")); err != nil {
 		return err
@@ -88,22 +198,11 @@ func checkEmpty(c *cli.Context) error {
 		if !ok || sf.Name == "reason" {
 			continue
 		}
-		if c.IsSet(sf.Name) && c.String(sf.Name) == "" && !emptyEnv(sf.EnvVars) {
+		if c.IsSet(sf.Name) && c.String(sf.Name) == "" {
 			return usagef("--%s is empty: give a value, or leave the flag out (see fencectl %s --help)", sf.Name, c.Command.Name)
 		}
 	}
 	return nil
-}
-
-// emptyEnv reports whether one of vars is set to "": urfave takes that as
-// the flag's value, and an empty variable means "unset" (FENCE_AGENT=).
-func emptyEnv(vars []string) bool {
-	for _, v := range vars {
-		if val, ok := os.LookupEnv(v); ok && val == "" {
-			return true
-		}
-	}
-	return false
 }
 
 // checkDir refuses a --dir / FENCE_DIR that names a file ("" is .): the

@@ -84,11 +84,20 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 		CommandNotFound: func(_ *cli.Context, name string) { out.notFound = name },
 		HideHelpCommand: true, // ours is helpCommand, in the list with the others
 	}
+	// Every variable is read after the command line, for the flags it
+	// left out (see envHold).
+	env := envHold{}
+	app.Before = env.beforeCommand
 	// Whatever a command's own file defines, every command:
 	for _, c := range app.Commands {
 		c.OnUsageError = onUsageError
 		if c.Name != helpCommandName {
-			c.Before = checkCommand
+			c.Before = func(c *cli.Context) error {
+				if err := env.read(c); err != nil {
+					return err
+				}
+				return checkCommand(c)
+			}
 		}
 		// reads no positional word as help (reorderArgs handles -h/--help);
 		c.HideHelp, c.HideHelpCommand = true, true
@@ -99,6 +108,12 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 	}
 	// urfave adds --help only along with its own help command.
 	app.Flags = append(strictNumbers(app.Flags), cli.HelpFlag)
+	// urfave shows the app's help (--help, or no command) before any
+	// Before runs, so there the global flags keep their variables: the
+	// help lists them.
+	if commandWord(args) != "" {
+		env.hold(app.Flags)
+	}
 	return app
 }
 
