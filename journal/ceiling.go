@@ -68,56 +68,94 @@ func (e *CeilingError) Error() string {
 // but is unreadable or garbled is a *CeilingError (the others are still
 // read: ceiling and found cover them).
 func ReadCeiling(dir string) (ceiling uint64, found bool, err error) {
-	for _, p := range CeilingPaths(dir) {
-		v, ok, rerr := readCeilingFile(p)
-		if rerr != nil && err == nil {
-			err = rerr
-		}
-		if ok {
-			ceiling, found = max(ceiling, v), true
-		}
-	}
+	ceiling, _, found, err = ReadCeilingWitness(dir)
 	return ceiling, found, err
 }
 
-func readCeilingFile(path string) (uint64, bool, error) {
+// ReadCeilingWitness is ReadCeiling that also returns the newest witness
+// the files record (the zero Witness when none does).
+func ReadCeilingWitness(dir string) (ceiling uint64, w Witness, found bool, err error) {
+	for _, p := range CeilingPaths(dir) {
+		c, rerr := readCeilingFile(p)
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+		if c.found {
+			ceiling, found = max(ceiling, c.value), true
+			w = w.newer(c.witness)
+		}
+	}
+	return ceiling, w, found, err
+}
+
+// ceilingFile is what one ceiling file holds.
+type ceilingFile struct {
+	value   uint64
+	found   bool
+	witness Witness
+}
+
+func readCeilingFile(path string) (ceilingFile, error) {
+	var c ceilingFile
 	// O_NONBLOCK and the fstat below: a FIFO planted there never blocks us.
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
-		return 0, false, nil
+		return c, nil
 	}
 	if err != nil {
-		return 0, false, &CeilingError{Path: path, Detail: err.Error()}
+		return c, &CeilingError{Path: path, Detail: err.Error()}
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return 0, false, &CeilingError{Path: path, Detail: "not a regular file"}
+		return c, &CeilingError{Path: path, Detail: "not a regular file"}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
-		return 0, false, &CeilingError{Path: path, Detail: err.Error()}
+		return c, &CeilingError{Path: path, Detail: err.Error()}
 	}
+	// The first line that is not a comment is the ceiling (all a reader
+	// before witnesses reads); a witness line may follow it.
 	for _, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
+		if c.found {
+			if w, ok := parseWitness(line); ok {
+				c.witness = w
+			}
+			continue
+		}
 		v, err := strconv.ParseUint(line, 10, 64)
 		if err != nil || v > maxCeiling {
-			return 0, false, &CeilingError{Path: path, Detail: fmt.Sprintf("%q is not a token ceiling", line)}
+			return c, &CeilingError{Path: path, Detail: fmt.Sprintf("%q is not a token ceiling", line)}
 		}
-		return v, true, nil
+		c.value, c.found = v, true
 	}
-	return 0, false, &CeilingError{Path: path, Detail: "no number in it"}
+	if !c.found {
+		return c, &CeilingError{Path: path, Detail: "no number in it"}
+	}
+	return c, nil
 }
 
 // RaiseCeiling durably records at least v in every ceiling file of the
-// journal in dir, never lowering one. The copy in dir must be written; the
+// journal in dir, never lowering one, and keeps the witness each file
+// holds. The copy in dir must be written; the
 // copy in the tree root is skipped when the root is not writable by this
 // user (a shared tree whose root belongs to someone else), since the copy
 // in dir still holds the mark.
 func RaiseCeiling(dir string, v uint64) error {
+	return raiseCeiling(dir, v, nil)
+}
+
+// RaiseCeilingWitnessed is RaiseCeiling that also records w as the
+// files' witness, unless they hold a newer one.
+func RaiseCeilingWitnessed(dir string, v uint64, w Witness) error {
+	return raiseCeiling(dir, v, &w)
+}
+
+func raiseCeiling(dir string, v uint64, w *Witness) error {
 	if v > maxCeiling {
 		return fmt.Errorf("raise the token ceiling to %d: above the largest ceiling fencectl accepts (%d)", v, uint64(maxCeiling))
 	}
@@ -127,10 +165,25 @@ func RaiseCeiling(dir string, v uint64) error {
 	}
 	defer unlock()
 	for i, p := range CeilingPaths(dir) {
-		if old, ok, err := readCeilingFile(p); err == nil && ok && old >= v {
+		old, err := readCeilingFile(p)
+		// A raise records w as it is (it may be a store that went back in
+		// time, whose witness must replace the old one); a refresh, which
+		// raises nothing, records it only if it is further on.
+		keep, raise := old.witness, err != nil || !old.found || old.value < v
+		switch {
+		case w != nil && raise:
+			keep = *w
+		case w != nil:
+			keep = keep.newer(*w)
+		}
+		if !raise && keep == old.witness {
 			continue
 		}
-		err := writeCeilingFile(p, v)
+		write := v
+		if err == nil && old.found {
+			write = max(v, old.value)
+		}
+		err = writeCeilingFile(p, write, keep)
 		if err != nil && i > 0 && (errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EROFS)) {
 			continue
 		}
@@ -174,7 +227,7 @@ func lockCeiling(dir string) (unlock func(), err error) {
 
 // writeCeilingFile replaces path atomically: a temporary file beside it,
 // synced, renamed over it, and the directory synced.
-func writeCeilingFile(path string, v uint64) (err error) {
+func writeCeilingFile(path string, v uint64, w Witness) (err error) {
 	// O_EXCL below refuses a name in use; pid and clock make a clash with
 	// another writer unlikely. (Not crypto/rand: linking it runs the FIPS
 	// module's initialisers at every process start, and a claim is one.)
@@ -188,7 +241,7 @@ func writeCeilingFile(path string, v uint64) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
-	_, err = fmt.Fprintf(f, "# fencectl token ceiling: every token this tree has issued is below this\n# number. Keep this file: if the journal is lost, recover starts above it.\n%d\n", v)
+	_, err = fmt.Fprintf(f, "# fencectl token ceiling: every token this tree has issued is below this\n# number. Keep this file: if the journal is lost, recover starts above it.\n%d\n%s", v, w.line())
 	if err == nil {
 		err = f.Sync()
 	}

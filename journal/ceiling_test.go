@@ -31,7 +31,8 @@ func TestRaiseCeiling_RacingRaisesNeverLower(t *testing.T) {
 		}
 		wg.Wait()
 		for _, p := range CeilingPaths(dir) {
-			v, ok, err := readCeilingFile(p)
+			c, err := readCeilingFile(p)
+			v, ok := c.value, c.found
 			if err != nil || !ok {
 				t.Fatalf("round %d: %s: %v (found %v)", round, p, err, ok)
 			}

@@ -17,15 +17,20 @@ const keyCeiling = "token_ceiling"
 // commit of an earlier raise was lost), since tokens up to that ceiling
 // may have been issued.
 //
-// The files are read when a token would pass the journal's copy, and once
-// per opened handle (a CLI command opens one): a journal.db put back from
-// a backup has an old counter and an old copy of the ceiling, and only
-// the files know that tokens above them went out since.
+// The files are read when a token would pass the journal's copy, once
+// per opened handle (a CLI command opens one), and once per
+// journal.WitnessRefresh of a long-lived handle: a journal.db put back
+// from a backup has an old counter and an old copy of the ceiling, and
+// only the files know that tokens above them went out since. Their
+// witness (journal/witness.go) is the transaction id they were written
+// at: a journal.db whose transaction id is behind it is such a copy, even
+// when the backup was taken after the ceiling's last raise.
 func (t *Tx) reserve(next uint64) (uint64, error) {
 	meta := t.tx.Bucket(bucketMeta)
 	ceiling := getU64(meta.Get([]byte(keyCeiling)))
-	checked := t.ceilingChecked != nil && *t.ceilingChecked
-	if next <= ceiling && checked {
+	now := t.Now() // the journal's clock: the tests' settable one
+	fresh := t.ceilingChecked != nil && !t.ceilingChecked.IsZero() && now.Sub(*t.ceilingChecked) < journal.WitnessRefresh && !now.Before(*t.ceilingChecked)
+	if next <= ceiling && fresh {
 		return next, nil
 	}
 	if t.dir == "" {
@@ -33,19 +38,26 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	}
 	// An unreadable copy is rewritten below: this journal bounds every
 	// token it issued, so only the copy's news (if any) is lost.
-	onFile, ok, _ := journal.ReadCeiling(t.dir)
+	onFile, seen, ok, _ := journal.ReadCeilingWitness(t.dir)
 	if t.ceilingChecked != nil {
-		*t.ceilingChecked = true
+		*t.ceilingChecked = now
 	}
-	if next <= ceiling && (!ok || onFile <= ceiling) {
+	here := journal.Witness{Store: "bbolt", Revision: int64(t.tx.ID()), At: now}
+	wentBack := ok && seen.Behind(here)
+	if next <= ceiling && (!ok || onFile <= ceiling) && !wentBack {
+		if ok && seen.Stale(now) {
+			// Best effort: a witness left old only widens the window in
+			// which a restored journal goes unnoticed.
+			_ = journal.RaiseCeilingWitnessed(t.dir, onFile, here)
+		}
 		return next, nil // the files agree: tokens up to ceiling are ours to issue
 	}
-	if ok && onFile > ceiling && onFile >= next {
+	if ok && (onFile > ceiling || wentBack) && onFile >= next {
 		next = onFile + 1
 	}
 	t.wrote()
 	raised := next + journal.CeilingStep
-	if err := journal.RaiseCeiling(t.dir, raised); err != nil {
+	if err := journal.RaiseCeilingWitnessed(t.dir, raised, here); err != nil {
 		return 0, err
 	}
 	return next, meta.Put([]byte(keyCeiling), u64(raised))

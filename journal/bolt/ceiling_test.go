@@ -105,15 +105,22 @@ func TestCeiling_BoundsEveryTokenAndIsRarelyWritten(t *testing.T) {
 	}
 }
 
-// copyValue reads one copy of the ceiling: its last line.
+// copyValue reads one copy of the ceiling: its first line that is not a
+// comment (a witness line may follow it).
 func copyValue(t *testing.T, path string) uint64 {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	v, err := strconv.ParseUint(lines[len(lines)-1], 10, 64)
+	var first string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			first = line
+			break
+		}
+	}
+	v, err := strconv.ParseUint(first, 10, 64)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

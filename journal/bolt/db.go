@@ -64,9 +64,10 @@ type DB struct {
 	readOnly bool
 	parked   *parkedState // set while parked (see Park)
 	version  string       // the journal's schema version, as opened
-	// ceilingChecked: this handle has compared the ceiling files with the
-	// journal's copy (see Tx.reserve); a fresh handle checks again.
-	ceilingChecked bool
+	// ceilingChecked is when this handle last compared the ceiling files
+	// with the journal's copy (see Tx.reserve); zero for a fresh handle,
+	// which checks again.
+	ceilingChecked time.Time
 	clock          func() time.Time // answers Tx.Now: bbolt has no clock of its own
 	onUpgrade      func(from, to string)
 }
@@ -335,7 +336,7 @@ func (db *DB) reopen(timeout time.Duration) error {
 		db.file = nil // closed with bbolt: Close must not unlock it again
 		return err
 	}
-	db.b, db.file, db.ceilingChecked = b, file, false
+	db.b, db.file, db.ceilingChecked = b, file, time.Time{}
 	return db.checkVersion()
 }
 

@@ -20,9 +20,10 @@ type Tx struct {
 	clock func() time.Time
 	now   time.Time
 	dir   string // the journal's directory: where the token ceiling is (ceiling.go)
-	// ceilingChecked points at its DB's flag: the ceiling files were
-	// compared with the journal's copy since the handle was opened.
-	ceilingChecked *bool
+	// ceilingChecked points at its DB's: when the ceiling files were last
+	// compared with the journal's copy (zero: not since the handle was
+	// opened).
+	ceilingChecked *time.Time
 	firstEvent     uint64 // seq of this transaction's first appended event, 0 if none
 	lastEvent      uint64
 	// writes counts the calls of methods that change state, made or

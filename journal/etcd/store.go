@@ -34,7 +34,20 @@ type Store struct {
 
 	ceilingChecked atomic.Bool
 	raised         atomic.Uint64 // the ceiling this handle last wrote to the files
-	committed      atomic.Int64  // the revision of this handle's last commit
+	// tokenFloor is the least token this handle may issue: above the
+	// ceiling's files when it found the journal behind them.
+	tokenFloor atomic.Uint64
+	// checkedAt is when (by the local clock, Unix ns) this handle last
+	// read the ceiling's files: it reads them again, and refreshes their
+	// witness, once that is journal.WitnessRefresh ago (witness.go).
+	checkedAt atomic.Int64
+	// standMu guards standRev and standTerm, the furthest revision and
+	// raft term this handle's reads were answered at: a read behind them
+	// means etcd went back in time under a long-lived handle.
+	standMu   sync.Mutex
+	standRev  int64
+	standTerm uint64
+	committed atomic.Int64 // the revision of this handle's last commit
 
 	// The cache: point keys as this handle last read or wrote them, kept
 	// while nobody else writes (cache.go).

@@ -32,33 +32,49 @@ func (t *Tx) NextToken(now time.Time) (uint64, error) {
 }
 
 // reserve returns next, or a token above it, kept below a ceiling the
-// files record: the first claim of a handle compares them with the
-// journal's copy (a journal restored from backup, or a cluster that lost
-// its data, starts above every token issued since).
+// files record. The first token of a handle (and a long-lived handle's
+// first after journal.WitnessRefresh, or after etcd went back in time
+// under it) compares the files with the journal: a journal restored from
+// a snapshot, or a cluster that lost its data, starts above every token
+// issued since (witness.go).
 func (t *Tx) reserve(next uint64) (uint64, error) {
-	if next <= t.head.Ceiling && t.s.ceilingChecked.Load() {
+	// A jump an earlier run of this Update decided (its commit then lost
+	// a race) stands: the journal read now is as far behind as before.
+	next = max(next, t.s.tokenFloor.Load())
+	now := t.Now() // the journal's clock: the tests' settable one
+	fresh := t.s.ceilingChecked.Load() && now.UnixNano()-t.s.checkedAt.Load() < int64(journal.WitnessRefresh)
+	if next <= t.head.Ceiling && fresh {
 		return next, nil
 	}
 	if t.s.dir == "" {
 		return 0, errors.New("issue a token: the store does not know its tree's .fence directory")
 	}
-	onFile, ok, _ := journal.ReadCeiling(t.s.dir)
+	onFile, seen, ok, _ := journal.ReadCeilingWitness(t.s.dir)
 	t.s.ceilingChecked.Store(true)
-	if next <= t.head.Ceiling && (!ok || onFile <= t.head.Ceiling) {
+	t.s.checkedAt.Store(now.UnixNano())
+	here := t.witness(now)
+	wentBack := ok && seen.Behind(here)
+	if next <= t.head.Ceiling && (!ok || onFile <= t.head.Ceiling) && !wentBack {
+		if ok && seen.Stale(now) {
+			// Best effort: a witness left old only widens the window in
+			// which a restored journal goes unnoticed.
+			_ = journal.RaiseCeilingWitnessed(t.s.dir, onFile, here)
+		}
 		return next, nil
 	}
 	// A ceiling this process wrote in an earlier run of this Update (which
 	// then lost a race) is no sign of a lost journal: adopt it rather than
 	// jump above it again.
-	if ok && onFile > t.head.Ceiling && onFile == t.s.raised.Load() && next <= onFile {
+	if ok && !wentBack && onFile > t.head.Ceiling && onFile == t.s.raised.Load() && next <= onFile {
 		t.head.Ceiling, t.headMod = onFile, true
 		return next, nil
 	}
-	if ok && onFile > t.head.Ceiling && onFile >= next {
+	if ok && (onFile > t.head.Ceiling || wentBack) && onFile >= next {
 		next = onFile + 1
+		t.s.tokenFloor.Store(next)
 	}
 	raised := next + journal.CeilingStep
-	if err := journal.RaiseCeiling(t.s.dir, raised); err != nil {
+	if err := journal.RaiseCeilingWitnessed(t.s.dir, raised, here); err != nil {
 		return 0, err
 	}
 	t.s.raised.Store(raised)

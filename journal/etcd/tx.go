@@ -35,6 +35,7 @@ type Tx struct {
 	now   time.Time
 
 	rev     int64            // the snapshot; 0 before the first read
+	term    uint64           // the raft term begin's read was answered in
 	reads   map[string]int64 // key → mod revision seen (0: absent)
 	ranges  [][2]string      // ranges scanned: nothing in them may change
 	buf     map[string]*op   // writes, by key
@@ -142,7 +143,8 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 	if err != nil {
 		return nil, t.fail(err)
 	}
-	t.rev, t.headRev, t.floor, t.swept = snap.rev, snap.headRev, snap.floor, snap.swept
+	t.rev, t.term, t.headRev, t.floor, t.swept = snap.rev, snap.term, snap.headRev, snap.floor, snap.swept
+	t.s.noteStanding(snap.rev, snap.term)
 	if t.pages == nil {
 		t.pages = map[pageKey]*clientv3.GetResponse{}
 	}
@@ -246,7 +248,8 @@ func (t *Tx) prefetchKeys(keys []string) {
 }
 
 // readAt reads keys at the snapshot in one request: one kv per key, nil
-// for an absent one.
+// for an absent one. A server started with a --max-txn-ops below
+// len(keys) refuses the request: each half is read on its own.
 func (t *Tx) readAt(keys []string) ([]*mvccpb.KeyValue, error) {
 	t.requests++
 	ops := make([]clientv3.Op, len(keys))
@@ -262,6 +265,15 @@ func (t *Tx) readAt(keys []string) ([]*mvccpb.KeyValue, error) {
 		ranges = append(ranges, resp.Get().Kvs)
 	} else {
 		resp, err := t.s.b.cli.Txn(t.ctx).Then(ops...).Commit()
+		if tooManyOps(err) {
+			half := len(keys) / 2
+			lo, err := t.readAt(keys[:half])
+			if err != nil {
+				return nil, err
+			}
+			hi, err := t.readAt(keys[half:])
+			return append(lo, hi...), err
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,111 @@
+package fence_test
+
+import (
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
+)
+
+// An etcd restored from a backup holds the journal of the day of the
+// backup: its token counter is behind every token issued since. When the
+// clock those tokens followed was ahead (a host whose clock ran fast),
+// the restored journal would issue them again, to other claims, and an
+// agent holding one would be taken for the new holder. The ceiling's
+// witness (journal/witness.go) tells the restored journal from the live
+// one, so its next token starts above the ceiling's files: above every
+// token issued since the backup.
+func TestEtcdRestore_TokensStayAboveEveryTokenIssued(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bump uint64 // etcdutl --bump-revision: the revision goes on, not back
+	}{
+		{"snapshot revision", 0},
+		{"bumped revision", 1_000_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newEtcdRig(t, 1, record.Defaults{TTL: time.Minute, MaxAttempts: 3})
+			// A cluster that has had a few elections: restarts, as in
+			// any cluster's life.
+			m := r.c.Members()[0]
+			for range 2 {
+				m.Stop()
+				if err := m.Start(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tree := r.open(t, 10*time.Second)
+			for _, id := range []string{"t0", "t1", "t2", "t3", "t4"} {
+				add(t, tree, id, 0)
+			}
+			before := claim(t, tree, "t0", "a0")
+
+			backup := filepath.Join(t.TempDir(), "backup.db")
+			if err := r.c.Snapshot(backup); err != nil {
+				t.Fatal(err)
+			}
+
+			// After the backup, a host whose clock is ten minutes fast
+			// claims two tasks.
+			fast, err := fence.Open(r.root, fence.Options{Timeout: 10 * time.Second, Clock: func() time.Time { return time.Now().Add(10 * time.Minute) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost := []fence.ClaimResult{claim(t, fast, "t1", "fast"), claim(t, fast, "t2", "fast")}
+			fast.Close()
+			// The long-lived handle reads the journal as it stands now.
+			if _, err := tree.Status(bg); err != nil {
+				t.Fatal(err)
+			}
+			highest := max(before.Token, lost[0].Token, lost[1].Token)
+
+			if err := r.c.Restore(backup, tc.bump); err != nil {
+				t.Fatal(err)
+			}
+
+			// The long-lived handle (first: it saw the journal further on
+			// than the restore put it) and a new agent (its own handle, a
+			// correct clock) claim after the restore: every token is above
+			// every token issued before it.
+			var got []uint64
+			err = untilOK(new(atomic.Int64), func() error {
+				res, err := tree.Claim(bg, fence.ClaimRequest{ID: "t4", Agent: "c"})
+				got = append(got, res.Token)
+				return err
+			})
+			if err != nil {
+				t.Fatalf("claim of the long-lived handle after the restore: %v", err)
+			}
+			fresh := r.open(t, 10*time.Second)
+			err = untilOK(new(atomic.Int64), func() error {
+				res, err := fresh.Claim(bg, fence.ClaimRequest{ID: "t3", Agent: "b"})
+				got = append(got, res.Token)
+				return err
+			})
+			if err != nil {
+				t.Fatalf("claim after the restore: %v", err)
+			}
+			for _, tok := range got {
+				if tok != 0 && tok <= highest {
+					t.Fatalf("a claim after the restore got token %d, not above %d, a token issued before it (issued: %d %d %d)", tok, highest, before.Token, lost[0].Token, lost[1].Token)
+				}
+			}
+
+			// The tasks the fast host claimed after the backup are
+			// available in the restored journal; claimed again, their
+			// new tokens refuse the fast host's old ones.
+			again := claim(t, fresh, "t1", "b")
+			if again.Token <= highest {
+				t.Fatalf("t1 claimed again with token %d, not above %d", again.Token, highest)
+			}
+			_, err = fresh.Complete(bg, fence.FencedRequest{ID: "t1", Token: lost[0].Token})
+			if stale := (*fence.StaleTokenError)(nil); !errors.As(err, &stale) {
+				t.Fatalf("complete of t1 with the token issued before the restore: %v, want a stale token refusal", err)
+			}
+		})
+	}
+}
