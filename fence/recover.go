@@ -18,12 +18,15 @@ import (
 
 // RecoverReport says what Recover did.
 type RecoverReport struct {
-	Root       string               `json:"root"`
-	KeptAside  string               `json:"kept_aside,omitempty"` // where the damaged journal was moved
-	Counts     map[record.State]int `json:"counts"`
-	Freed      []string             `json:"freed"`       // tasks found in claimed/, now available
-	FirstToken uint64               `json:"first_token"` // every new token is above this
-	Findings   []Finding            `json:"findings"`    // entries left alone, copies quarantined
+	Root      string               `json:"root"`
+	KeptAside string               `json:"kept_aside,omitempty"` // where the damaged journal was moved
+	Counts    map[record.State]int `json:"counts"`
+	Freed     []string             `json:"freed"` // tasks found in claimed/, now available
+	// Released are the tasks found in waiting/, now available: what they
+	// waited for (dependencies, a time, a backoff) was in the lost journal.
+	Released   []string  `json:"released"`
+	FirstToken uint64    `json:"first_token"` // every new token is above this
+	Findings   []Finding `json:"findings"`    // entries left alone, copies quarantined
 	// Unfinished says the journal set aside was the one an earlier
 	// recover, cut short, was rebuilding (see recoveringName).
 	Unfinished bool `json:"unfinished,omitempty"`
@@ -73,8 +76,8 @@ var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, re
 // when the journal is lost or unreadable. The damaged file is renamed
 // aside, never deleted. Every task comes back in the state its directory
 // says; tasks in claimed/ have no lease any more, so they come back
-// available (their files move there), and so do tasks in waiting/ (what
-// they waited for was in the lost journal). New tokens start above every
+// available (their files move there), and so do tasks in waiting/, whose
+// reasons to wait were in the lost journal. New tokens start above every
 // token the tree can have issued (tokenFloor): above the token ceiling's
 // files, above whatever the damaged journals still show, and above the
 // clock. d gives the defaults when the old ones cannot be read.
@@ -91,7 +94,7 @@ var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, re
 // Of o, only Backend, Timeout (the wait for the lock) and Clock apply.
 func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	timeout, clock := o.lockTimeout(), o.clock()
-	rep := RecoverReport{Counts: map[record.State]int{}, Freed: []string{}, Findings: []Finding{}}
+	rep := RecoverReport{Counts: map[record.State]int{}, Freed: []string{}, Released: []string{}, Findings: []Finding{}}
 	if err := checkDefaults(d); err != nil {
 		return rep, err
 	}
@@ -204,14 +207,14 @@ func rebuild(rep *RecoverReport, m *fsmirror.Mirror, meta string, lock journal.T
 	}
 	err = inChunks(len(ids), size, func(lo, hi int) error {
 		var (
-			cmoves []move
-			cextra []extraCopy
-			freed  []string
-			counts map[record.State]int
+			cmoves          []move
+			cextra          []extraCopy
+			freed, released []string
+			counts          map[record.State]int
 		)
 		err := db.Update(func(tx journal.Tx) error {
 			// Each run (a store may retry) starts afresh.
-			cmoves, cextra, freed, counts = nil, nil, nil, map[record.State]int{}
+			cmoves, cextra, freed, released, counts = nil, nil, nil, nil, map[record.State]int{}
 			now := tx.Now()
 			for _, id := range ids[lo:hi] {
 				found := sc.where[id]
@@ -231,6 +234,7 @@ func rebuild(rep *RecoverReport, m *fsmirror.Mirror, meta string, lock journal.T
 					// What it waited for was in the lost journal: it is
 					// available again (add it with --after to wait anew).
 					to = record.Available
+					released = append(released, id)
 				}
 				ev := adoptEvent(id, keep, to, d.MaxAttempts, now)
 				ev.Reason = "recover"
@@ -251,7 +255,7 @@ func rebuild(rep *RecoverReport, m *fsmirror.Mirror, meta string, lock journal.T
 			return err
 		}
 		moves, extra = append(moves, cmoves...), append(extra, cextra...)
-		rep.Freed = append(rep.Freed, freed...)
+		rep.Freed, rep.Released = append(rep.Freed, freed...), append(rep.Released, released...)
 		for s, n := range counts {
 			rep.Counts[s] += n
 		}

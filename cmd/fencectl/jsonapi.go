@@ -475,13 +475,14 @@ func newFindings(fs []fence.Finding) []findingJSON {
 }
 
 // recoverJSON is recover's answer: the new journal's counts, the tasks
-// freed from claimed/, where the damaged journal went and the floor of
-// every new token.
+// freed from claimed/ and released from waiting/, where the damaged
+// journal went and the floor of every new token.
 type recoverJSON struct {
 	Root       string         `json:"root"`
 	KeptAside  string         `json:"kept_aside,omitempty"`
 	Counts     map[string]int `json:"counts"`
 	Freed      []string       `json:"freed"`
+	Released   []string       `json:"released"` // found in waiting/, now available
 	FirstToken uint64         `json:"first_token"`
 	Findings   []findingJSON  `json:"findings"`
 	notices
@@ -490,7 +491,7 @@ type recoverJSON struct {
 func newRecover(rep fence.RecoverReport) *recoverJSON {
 	return &recoverJSON{
 		Root: rep.Root, KeptAside: rep.KeptAside, Counts: stateCounts(rep.Counts), Freed: rep.Freed,
-		FirstToken: rep.FirstToken, Findings: newFindings(rep.Findings),
+		Released: rep.Released, FirstToken: rep.FirstToken, Findings: newFindings(rep.Findings),
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,10 +21,13 @@ func recoverCommand(out *output) *cli.Command {
 every task in the state its directory says. Tasks in claimed/ have no lease
 any more: they come back available (their files move to available/), and
 every old token is refused from then on, since new tokens start above any
-the old journal can have issued. Attempts start again at 0. A second copy of
-a task in another state directory goes to .fence/quarantine (the most final
-state wins: done, failed, claimed, available). The old defaults are kept
-when they can still be read; otherwise --ttl and --max-attempts apply.
+the old journal can have issued. Tasks in waiting/ come back available too:
+what they waited for was in the lost journal (the report lists them as no
+longer waiting, "released" in --json; set --after makes one wait again).
+Attempts start again at 0. A second copy of a task in another state
+directory goes to .fence/quarantine (the most final state wins: done,
+failed, claimed, available). The old defaults are kept when they can still
+be read; otherwise --ttl and --max-attempts apply.
 
 New tokens start above the token ceiling (.fence/tokens, and .fence-tokens in
 the root, which survives rm -rf .fence), above what the damaged journal still
@@ -68,6 +72,9 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 					fmt.Fprintf(w, " (%d freed from claimed/)", len(rep.Freed))
 				}
 				fmt.Fprintf(w, "\nnew tokens start above %d; every older token is refused\n", rep.FirstToken)
+				if len(rep.Released) > 0 {
+					fmt.Fprintf(w, "%d no longer waiting (what they waited for was in the lost journal; `fencectl set ID --after ...` makes one wait again): %s\n", len(rep.Released), printable(idList(rep.Released, 10)))
+				}
 				for _, f := range rep.Findings {
 					fmt.Fprintf(w, "%s\n", printable(f.Describe()))
 				}
@@ -75,4 +82,12 @@ not damaged, use that fencectl); a directory that is not a task tree, with no
 			return nil
 		},
 	}
+}
+
+// idList names ids: the first limit of them, then how many more.
+func idList(ids []string, limit int) string {
+	if len(ids) <= limit {
+		return strings.Join(ids, " ")
+	}
+	return fmt.Sprintf("%s and %d more (--json lists all)", strings.Join(ids[:limit], " "), len(ids)-limit)
 }
