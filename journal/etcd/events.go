@@ -89,7 +89,10 @@ func (t *Tx) EventsBackward(fn func(record.Event) (more bool, err error)) error 
 }
 
 // TaskEventsBackward calls fn for each event of task id from the newest
-// back, reading only that task's events.
+// back, reading only that task's events: the newest first on its own
+// (most callers want only that one, and in a write every event read is a
+// check of the commit, which etcd bounds by --max-txn-ops), then 64 a
+// request.
 func (t *Tx) TaskEventsBackward(id string, fn func(record.Event) (more bool, err error)) error {
 	var seqs []string
 	p := t.key(famByTask, id+"\x00")
@@ -101,8 +104,8 @@ func (t *Tx) TaskEventsBackward(id string, fn func(record.Event) (more bool, err
 		return err
 	}
 	slices.Reverse(seqs)
-	for len(seqs) > 0 {
-		n := min(len(seqs), 64) // etcd's default limit is 128 operations a request
+	for batch := 1; len(seqs) > 0; batch = 64 { // etcd's default limit is 128 operations a request
+		n := min(len(seqs), batch)
 		keys := make([]string, n)
 		for i, s := range seqs[:n] {
 			keys[i] = t.key(famEvent, s)

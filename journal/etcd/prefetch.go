@@ -51,6 +51,12 @@ func (t *Tx) beginReading(ids []string, claims bool) error {
 	m := min(len(deps), prefetchMax-n)
 	extra := t.readOps(points[:n], deps[:m])
 	answers, err := t.beginWith(extra)
+	if tooManyOps(err) {
+		// A server started with a --max-txn-ops below begin's reads and
+		// these: begin alone, and read them ahead in smaller requests.
+		t.err, n, m = nil, 0, 0
+		answers, err = t.beginWith(nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -125,7 +131,8 @@ func (t *Tx) keepAhead(points []string, deps []pageKey, answers []*etcdserverpb.
 }
 
 // readAhead reads what of points and deps get and scan would not find
-// without a request, prefetchMax operations a request.
+// without a request, prefetchMax operations a request, or half as many
+// each time a server with a lower --max-txn-ops refuses a request.
 func (t *Tx) readAhead(points []string, deps []pageKey) {
 	var ps []string
 	for _, k := range points {
@@ -139,11 +146,16 @@ func (t *Tx) readAhead(points []string, deps []pageKey) {
 			ds = append(ds, d)
 		}
 	}
+	size := prefetchMax
 	for len(ps)+len(ds) > 0 {
-		n := min(len(ps), prefetchMax)
-		m := min(len(ds), prefetchMax-n)
+		n := min(len(ps), size)
+		m := min(len(ds), size-n)
 		t.requests++
 		resp, err := t.s.b.cli.Txn(t.ctx).Then(t.readOps(ps[:n], ds[:m])...).Commit()
+		if tooManyOps(err) && size > 1 {
+			size /= 2
+			continue
+		}
 		if err != nil {
 			return
 		}

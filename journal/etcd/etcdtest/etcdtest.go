@@ -2,7 +2,9 @@
 // own embed package: no binary to install), one member or a cluster, on
 // loopback ports, with fast ticks so that elections and lease expiry take
 // a fraction of a second. Members can be stopped and started again from
-// their data directories, for fault tests.
+// their data directories, for fault tests. Options set what operators
+// set on a real server and fencectl must live with, such as a lower
+// --max-txn-ops.
 package etcdtest
 
 import (
@@ -22,7 +24,15 @@ import (
 // Cluster is a running etcd cluster.
 type Cluster struct {
 	dir     string
+	opts    Options
 	members []*Member
+}
+
+// Options are server flags a test sets; the zero value is etcd's defaults.
+type Options struct {
+	// MaxTxnOps is --max-txn-ops: the most compares, or writes, one
+	// transaction may hold (0: etcd's default, 128).
+	MaxTxnOps uint
 }
 
 // Member is one etcd server of a Cluster.
@@ -39,7 +49,13 @@ type Member struct {
 // Start starts a cluster of n members for t, stopped at its cleanup.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c, err := StartIn(t.TempDir(), n)
+	return StartWith(t, n, Options{})
+}
+
+// StartWith is Start with server options.
+func StartWith(t testing.TB, n int, o Options) *Cluster {
+	t.Helper()
+	c, err := StartInWith(t.TempDir(), n, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +65,12 @@ func Start(t testing.TB, n int) *Cluster {
 
 // StartIn starts a cluster of n members with its data under dir.
 func StartIn(dir string, n int) (*Cluster, error) {
-	c := &Cluster{dir: dir}
+	return StartInWith(dir, n, Options{})
+}
+
+// StartInWith is StartIn with server options.
+func StartInWith(dir string, n int, o Options) (*Cluster, error) {
+	c := &Cluster{dir: dir, opts: o}
 	for i := range n {
 		client, peer, err := freePorts()
 		if err != nil {
@@ -113,6 +134,9 @@ func (m *Member) Start() error {
 	cfg.Name = m.Name
 	cfg.Dir = m.dir
 	cfg.TickMs, cfg.ElectionMs = 10, 100
+	if m.cluster.opts.MaxTxnOps != 0 {
+		cfg.MaxTxnOps = m.cluster.opts.MaxTxnOps
+	}
 	cfg.Logger, cfg.LogLevel = "zap", "error"
 	cfg.LogOutputs = []string{filepath.Join(m.cluster.dir, m.Name+".log")}
 	lc, _ := url.Parse("http://" + m.ClientURL)
