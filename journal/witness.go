@@ -17,8 +17,8 @@ import (
 // fast), the next claims can issue those tokens again, to other claims.
 //
 // So the files also record a witness: where the store stood when they
-// were last written (etcd's revision and raft term; bbolt's transaction
-// id). A store that stands behind its witness went back in time: etcd
+// were last written (etcd's revision and raft term; bbolt's event
+// sequence). A store that stands behind its witness went back in time: etcd
 // restored from a snapshot (its revision back to the snapshot's, its raft
 // term back to 1 or 2), or a journal.db put back from a copy. Its next
 // token then starts above the ceiling's files, as after a lost journal.
@@ -38,7 +38,7 @@ const WitnessRefresh = 10 * time.Second
 // by a store that keeps none).
 type Witness struct {
 	Store    string    // "etcd" or "bbolt": values of different stores do not compare
-	Revision int64     // etcd's revision of a read; bbolt's transaction id
+	Revision int64     // etcd's revision of a read; bbolt's event sequence
 	Term     uint64    // etcd's raft term at that read; 0 for bbolt
 	At       time.Time // when it was written, by the writer's clock
 }

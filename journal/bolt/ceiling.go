@@ -22,9 +22,9 @@ const keyCeiling = "token_ceiling"
 // journal.WitnessRefresh of a long-lived handle: a journal.db put back
 // from a backup has an old counter and an old copy of the ceiling, and
 // only the files know that tokens above them went out since. Their
-// witness (journal/witness.go) is the transaction id they were written
-// at: a journal.db whose transaction id is behind it is such a copy, even
-// when the backup was taken after the ceiling's last raise.
+// witness (journal/witness.go) is the event sequence they were written
+// at: a journal.db whose sequence is behind it is such a copy, even when
+// the backup was taken after the ceiling's last raise.
 func (t *Tx) reserve(next uint64) (uint64, error) {
 	meta := t.tx.Bucket(bucketMeta)
 	ceiling := getU64(meta.Get([]byte(keyCeiling)))
@@ -42,7 +42,10 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	if t.ceilingChecked != nil {
 		*t.ceilingChecked = now
 	}
-	here := journal.Witness{Store: "bbolt", Revision: int64(t.tx.ID()), At: now}
+	// The event log's sequence, not bbolt's transaction id: compact's
+	// reclaim copies the journal into a new file, whose transaction ids
+	// start again from 1, and would pass for a restored copy.
+	here := journal.Witness{Store: "bbolt", Revision: int64(t.tx.Bucket(bucketEvents).Sequence()), At: now}
 	wentBack := ok && seen.Behind(here)
 	if next <= ceiling && (!ok || onFile <= ceiling) && !wentBack {
 		if ok && seen.Stale(now) {
