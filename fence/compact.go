@@ -23,7 +23,10 @@ import (
 //
 // A finished task's claims go with its events. A token of a folded task is
 // refused as before (Authorize): its last one as stale, with how its lease
-// ended (the record keeps that), an earlier one as not held.
+// ended (the record keeps that), an earlier one as not held. The store
+// counts the events it drops by kind (journal.Tx.Dropped), so that a count
+// of every event ever appended (serve's /metrics: CountEventsAfter) does
+// not fall after a compact.
 
 // CompactRequest asks for a compaction.
 type CompactRequest struct {
@@ -324,4 +327,41 @@ func endedClaim(rec record.Task, token uint64) *record.Claim {
 	}
 	end := *rec.Last
 	return &record.Claim{Token: token, Task: rec.ID, Agent: end.Agent, Ended: &end}
+}
+
+// EventKind is an event's type and the states it moved its task between
+// (journal.EventKind): what CountPage.Dropped counts by.
+type EventKind = journal.EventKind
+
+// CountPage is a page of the log for a count of every event ever
+// appended (serve's /metrics): the events after a seq, heartbeats
+// included, and, read in the same transaction, how many events of each
+// kind compaction has dropped from the log. A count of the log alone
+// falls after a compact.
+type CountPage struct {
+	EventPage
+	Dropped map[EventKind]uint64
+}
+
+// CountEventsAfter reads up to limit events (0: all) whose sequence number
+// is above after, oldest first, and the count of dropped events, in one
+// read transaction.
+func (t *Tree) CountEventsAfter(ctx context.Context, after uint64, limit int) (CountPage, error) {
+	if limit < 0 {
+		return CountPage{}, invalidValue(InputLimit, RuleRange, limit, "must be 0 (all) or more")
+	}
+	var p CountPage
+	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+		p = CountPage{EventPage: EventPage{Last: after}} // a store may run this more than once
+		var err error
+		if p.Dropped, err = tx.Dropped(); err != nil {
+			return err
+		}
+		return tx.Events(after+1, func(ev record.Event) (bool, error) {
+			p.Last = ev.Seq
+			p.Events = append(p.Events, ev)
+			return limit == 0 || len(p.Events) < limit, nil
+		})
+	})
+	return p, err
 }

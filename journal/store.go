@@ -285,9 +285,13 @@ type Tx interface {
 	// FoldedTask returns the folded record of id, if it has one.
 	FoldedTask(id string) (rec record.Task, upTo uint64, ok bool, err error)
 	// DropEvents removes up to limit (0: no limit) of task id's events
-	// with seq at or below upTo, oldest first, and returns them. The
-	// highest seq stays what it was: the next Append gets a new one.
+	// with seq at or below upTo, oldest first, and returns them, counting
+	// them by kind into Dropped. The highest seq stays what it was: the
+	// next Append gets a new one.
 	DropEvents(id string, upTo uint64, limit int) ([]record.Event, error)
+	// Dropped returns how many events of each kind DropEvents has ever
+	// dropped (see EventKind): with the log, every event ever appended.
+	Dropped() (map[EventKind]uint64, error)
 	// DeleteClaim forgets the claim of token (a folded task's).
 	DeleteClaim(token uint64) error
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"os"
 	"sync"
@@ -22,7 +23,8 @@ import (
 // constant metrics, registered for that scrape only), and counts of what
 // happened, folded from the journal's event log into counters that live
 // as long as serve, so they survive a restart of serve: a new serve reads
-// the log from its start once, then only what is new. The process and Go
+// the log from its start once, with the journal's count of the events
+// compact dropped from it, then only what is new. The process and Go
 // runtime collectors come with them (process_*, go_*).
 //
 // The library's package initialisers cost a process about 1.2 ms, so it
@@ -48,35 +50,79 @@ var (
 )
 
 // eventCounts folds the log into counters, reading from where it left
-// off. Folding is done under mu; the read of a page is not, so two
-// catch-ups may read the same page, and the second one skips it.
+// off. compact drops the events of finished tasks from the log, so a count
+// of the log read from its start would fall after it, and a counter that
+// falls across a restart of serve is read by Prometheus as a reset. So
+// every page of the log is read with the journal's count of the events
+// compaction dropped (fence.CountPage), and when that count is not the
+// one the counters hold (at the start, or after a compact) the whole log
+// is counted again with it (recount) and every counter raised to its
+// total, never lowered: the totals of every event ever appended.
 type eventCounts struct {
-	reg     *prometheus.Registry
-	mu      sync.Mutex
-	last    uint64
-	primed  bool // the backlog was read: later events are observed as they come
-	events  *prometheus.CounterVec
-	failed  *prometheus.CounterVec
-	ends    *prometheus.CounterVec
+	reg *prometheus.Registry
+	// mu is held through a whole catch-up: the reads are one at a time
+	// anyway (readGate), and one catch-up finds what another would.
+	mu   sync.Mutex
+	last uint64
+	// dropped is the count of dropped events the counters hold; primed
+	// says the counters hold one (and later events are observed as they
+	// come).
+	dropped map[fence.EventKind]uint64
+	primed  bool
+	// vecs are the counters: fencectl_events_total,
+	// fencectl_tasks_failed_total and fencectl_lease_ends_total (see
+	// labels); held is what each has counted, by label.
+	vecs    [3]*prometheus.CounterVec
+	held    totals
 	latency prometheus.Histogram
 	now     func() time.Time
 }
 
+// totals are counts by label for each of the three counters.
+type totals [3]map[string]float64
+
+func newTotals() totals { return totals{{}, {}, {}} }
+
+// add counts n events of kind k.
+func (s totals) add(k fence.EventKind, n float64) {
+	for i, l := range labels(k) {
+		if l != "" {
+			s[i][l] += n
+		}
+	}
+}
+
+// labels are the labels an event of kind k counts under in each counter,
+// "" where it does not count: every event by its type, an event that
+// moved a task into failed/ and one that ended a lease by theirs.
+func labels(k fence.EventKind) [3]string {
+	l := [3]string{string(k.Type), "", ""}
+	if k.To == record.Failed && k.From != record.Failed {
+		l[1] = string(k.Type)
+	}
+	if k.From == record.Claimed && k.To != record.Claimed {
+		l[2] = string(k.Type)
+	}
+	return l
+}
+
 func newEventCounts() *eventCounts {
+	events := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencectl_events_total",
+		Help: "Events in the journal's log by type (claim, complete, fail, reap, release, revoke, cancel, add, adopt, requeue, put, heartbeat, missing), counted from the log itself and the journal's count of the events compact dropped from it, so a restart of serve loses nothing.",
+	}, []string{"type"})
+	failed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencectl_tasks_failed_total",
+		Help: "Tasks moved to failed/, by the event that moved them: fail or reap at max attempts, cancel, missing. From the journal's log.",
+	}, []string{"by"})
+	ends := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencectl_lease_ends_total",
+		Help: "Leases ended, by how (complete, release, fail, reap, revoke, cancel, missing); from the journal's log. A later call with an ended lease's token is refused (stale_token) and changes nothing, the log included: the journal records no refused call, so refusals themselves are not counted.",
+	}, []string{"by"})
 	c := &eventCounts{
-		reg: prometheus.NewRegistry(),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencectl_events_total",
-			Help: "Events in the journal's log by type (claim, complete, fail, reap, release, revoke, cancel, add, adopt, requeue, put, heartbeat, missing), counted from the log itself, so a restart of serve loses nothing.",
-		}, []string{"type"}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencectl_tasks_failed_total",
-			Help: "Tasks moved to failed/, by the event that moved them: fail or reap at max attempts, cancel, missing. From the journal's log.",
-		}, []string{"by"}),
-		ends: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencectl_lease_ends_total",
-			Help: "Leases ended, by how (complete, release, fail, reap, revoke, cancel, missing); from the journal's log. A later call with an ended lease's token is refused (stale_token) and changes nothing, the log included: the journal records no refused call, so refusals themselves are not counted.",
-		}, []string{"by"}),
+		reg:  prometheus.NewRegistry(),
+		vecs: [3]*prometheus.CounterVec{events, failed, ends},
+		held: newTotals(),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fencectl_commit_observed_seconds",
 			Help:    "For each event committed while serve runs, the time from its commit (the event's journal time) to serve reading it after the journal watch woke it: the commit latency as serve observes it. Events in the log before serve started are not observed; on etcd, clock skew between the committing host and serve adds to it.",
@@ -88,12 +134,12 @@ func newEventCounts() *eventCounts {
 	// start at 0 (Prometheus's advice: a rate() over a series that
 	// appears at its first increment misses that increment).
 	for _, by := range leaseEnders {
-		c.ends.WithLabelValues(string(by))
+		ends.WithLabelValues(string(by))
 	}
 	for _, by := range taskFailers {
-		c.failed.WithLabelValues(string(by))
+		failed.WithLabelValues(string(by))
 	}
-	c.reg.MustRegister(c.events, c.failed, c.ends, c.latency,
+	c.reg.MustRegister(events, failed, ends, c.latency,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector())
 	return c
@@ -102,45 +148,102 @@ func newEventCounts() *eventCounts {
 // eventPage bounds one read of the log while catching up.
 const eventPage = 10000
 
-// catchUp folds every event after the last one folded.
+// page reads the events after seq after, with the count of dropped events.
+func page(ctx context.Context, t *readGate, after uint64) (fence.CountPage, error) {
+	return gated(ctx, t, func() (fence.CountPage, error) { return t.Tree.CountEventsAfter(ctx, after, eventPage) })
+}
+
+// catchUp folds every event after the last one folded, or counts the log
+// again if compaction dropped events since the last read.
 func (c *eventCounts) catchUp(ctx context.Context, t *readGate) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for {
-		c.mu.Lock()
-		from := c.last
-		c.mu.Unlock()
-		p, err := t.EventsAfter(ctx, from, eventPage, true)
+		p, err := page(ctx, t, c.last)
 		if err != nil {
 			return err
 		}
-		c.mu.Lock()
-		if c.last == from { // else another catch-up folded this page
-			at := c.now()
-			for _, e := range p.Events {
-				c.fold(e, at)
-			}
-			c.last = p.Last
+		if !c.primed || !maps.Equal(p.Dropped, c.dropped) {
+			return c.recount(ctx, t)
 		}
-		done := p.Last == from
-		if done {
-			c.primed = true
+		at := c.now()
+		for _, e := range p.Events {
+			c.raise(kindOf(e), 1)
+			c.latency.Observe(max(at.Sub(e.Time), 0).Seconds())
 		}
-		c.mu.Unlock()
+		done := p.Last == c.last
+		c.last = p.Last
 		if done {
 			return nil
 		}
 	}
 }
 
-func (c *eventCounts) fold(e record.Event, at time.Time) {
-	c.events.WithLabelValues(string(e.Type)).Inc()
-	if e.To == record.Failed && e.From != record.Failed {
-		c.failed.WithLabelValues(string(e.Type)).Inc()
+// recount counts the whole log, and the events compaction dropped from
+// it, and raises every counter to its total. The events it reads are not
+// observed for the latency: some may be old.
+func (c *eventCounts) recount(ctx context.Context, t *readGate) error {
+	for {
+		tot, last, dropped, ok, err := countLog(ctx, t)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // a compaction committed meanwhile
+		}
+		for i, vec := range c.vecs {
+			for l, n := range tot[i] {
+				if d := n - c.held[i][l]; d > 0 {
+					vec.WithLabelValues(l).Add(d)
+					c.held[i][l] = n
+				}
+			}
+		}
+		c.last, c.dropped, c.primed = last, dropped, true
+		return nil
 	}
-	if e.From == record.Claimed && e.To != record.Claimed {
-		c.ends.WithLabelValues(string(e.Type)).Inc()
+}
+
+// countLog counts the whole log, page by page, and the dropped events;
+// ok is false if a compaction committed while it read (the count of
+// dropped events is not the same on every page), so that a total it
+// returns is that of one state of the journal.
+func countLog(ctx context.Context, t *readGate) (tot totals, last uint64, dropped map[fence.EventKind]uint64, ok bool, err error) {
+	tot = newTotals()
+	for first := true; ; first = false {
+		p, err := page(ctx, t, last)
+		if err != nil {
+			return tot, 0, nil, false, err
+		}
+		if first {
+			dropped = p.Dropped
+			for k, n := range dropped {
+				tot.add(k, float64(n))
+			}
+		} else if !maps.Equal(p.Dropped, dropped) {
+			return tot, 0, nil, false, nil
+		}
+		for _, e := range p.Events {
+			tot.add(kindOf(e), 1)
+		}
+		if p.Last == last {
+			return tot, last, dropped, true, nil
+		}
+		last = p.Last
 	}
-	if c.primed {
-		c.latency.Observe(max(at.Sub(e.Time), 0).Seconds())
+}
+
+func kindOf(e record.Event) fence.EventKind {
+	return fence.EventKind{Type: e.Type, From: e.From, To: e.To}
+}
+
+// raise counts n more events of kind k.
+func (c *eventCounts) raise(k fence.EventKind, n float64) {
+	for i, l := range labels(k) {
+		if l != "" {
+			c.vecs[i].WithLabelValues(l).Add(n)
+			c.held[i][l] += n
+		}
 	}
 }
 

@@ -21,6 +21,10 @@ import (
 // (journal.EncodeTask). Made on first use.
 var bucketFolded = []byte("folded")
 
+// keyDropped is the meta key of the count of dropped events
+// (journal.EncodeDropped); absent until the first DropEvents.
+const keyDropped = "dropped"
+
 // foldedVersion marks a journal that holds folded records: a fencectl
 // that does not know them would rebuild the tasks from the log alone, in
 // which they have no events, and lose them; it refuses the journal
@@ -87,9 +91,10 @@ func (t *Tx) FoldedTask(id string) (record.Task, uint64, bool, error) {
 }
 
 // DropEvents removes up to limit (0: all) of task id's events with seq at
-// or below upTo, oldest first, and returns them. The events bucket's
-// sequence is bbolt's own counter, which deleting keys never lowers: the
-// next Append still gets a new seq.
+// or below upTo, oldest first, and returns them, counted into Dropped in
+// the same transaction. The events bucket's sequence is bbolt's own
+// counter, which deleting keys never lowers: the next Append still gets a
+// new seq.
 func (t *Tx) DropEvents(id string, upTo uint64, limit int) ([]record.Event, error) {
 	t.wrote()
 	events := t.tx.Bucket(bucketEvents)
@@ -120,7 +125,25 @@ func (t *Tx) DropEvents(id string, upTo uint64, limit int) ([]record.Event, erro
 			return dropped, err
 		}
 	}
-	return dropped, nil
+	if len(dropped) == 0 {
+		return dropped, nil
+	}
+	return dropped, t.countDropped(dropped)
+}
+
+// countDropped adds evs to the count of dropped events.
+func (t *Tx) countDropped(evs []record.Event) error {
+	meta := t.tx.Bucket(bucketMeta)
+	enc, err := journal.AddDropped(meta.Get([]byte(keyDropped)), evs)
+	if err != nil {
+		return err
+	}
+	return meta.Put([]byte(keyDropped), enc)
+}
+
+// Dropped returns how many events of each kind DropEvents has dropped.
+func (t *Tx) Dropped() (map[journal.EventKind]uint64, error) {
+	return journal.DecodeDropped(t.tx.Bucket(bucketMeta).Get([]byte(keyDropped)))
 }
 
 // DeleteClaim forgets the claim of token.

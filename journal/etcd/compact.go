@@ -16,6 +16,10 @@ import (
 // (journal.EncodeTask).
 const famFolded = "/f/"
 
+// The count of dropped events is the meta key P/m/dropped (metaDropped),
+// which begin reads with the others, guarded by the head's compare like
+// the defaults.
+
 // foldedVersion marks a journal that holds folded records: a fencectl
 // that does not know them would rebuild the tasks from the log alone, in
 // which they have no events, and lose them (replay), or read a folded
@@ -66,8 +70,9 @@ func (t *Tx) FoldedTask(id string) (record.Task, uint64, bool, error) {
 }
 
 // DropEvents removes up to limit (0: all) of task id's events with seq at
-// or below upTo, oldest first, and returns them. The head's Seq is not
-// touched: the next Append still gets a new seq.
+// or below upTo, oldest first, and returns them, counted into Dropped in
+// the same commit. The head's Seq is not touched: the next Append still
+// gets a new seq.
 func (t *Tx) DropEvents(id string, upTo uint64, limit int) ([]record.Event, error) {
 	t.wrote()
 	p := t.key(famByTask, id+"\x00")
@@ -107,10 +112,25 @@ func (t *Tx) DropEvents(id string, upTo uint64, limit int) ([]record.Event, erro
 		}
 		seqs = seqs[n:]
 	}
-	if len(dropped) > 0 {
-		t.headMod = true
+	if len(dropped) == 0 {
+		return dropped, nil
 	}
+	enc, err := journal.AddDropped([]byte(t.meta[metaDropped]), dropped)
+	if err != nil {
+		return dropped, err
+	}
+	t.meta[metaDropped] = string(enc)
+	t.put(t.key(famMeta, metaDropped), string(enc))
+	t.headMod = true
 	return dropped, nil
+}
+
+// Dropped returns how many events of each kind DropEvents has dropped.
+func (t *Tx) Dropped() (map[journal.EventKind]uint64, error) {
+	if err := t.begin(); err != nil {
+		return nil, err
+	}
+	return journal.DecodeDropped([]byte(t.meta[metaDropped]))
 }
 
 // DeleteClaim forgets the claim of token.

@@ -12,6 +12,7 @@
 //	P/m/head     sequence, token counter, ceiling, counts, last commit
 //	P/m/floor    the ready index's floor, written with the head (floor.go)
 //	P/m/sweep    while it lives, expired leases were looked for lately (sweep.go)
+//	P/m/dropped  how many events of each kind compaction dropped (compact.go)
 //	P/t/ID       the task's record
 //	P/r/KEY      ready index: priority (descending), then age → ID
 //	P/x/ID       expiry index: the claimed tasks → deadline, token

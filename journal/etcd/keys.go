@@ -34,6 +34,7 @@ const (
 	metaWaiting  = "waiting" // how many tasks are waiting (absent: 0); the head counts the four older states
 	metaFloor    = "floor"   // the ready index's floor, written with the head (floor.go)
 	metaSweep    = "sweep"   // present while a sweep of the expiry index is recent (sweep.go)
+	metaDropped  = "dropped" // how many events of each kind compaction dropped (compact.go)
 )
 
 // families are every key family of a journal, in the order the package

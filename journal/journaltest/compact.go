@@ -11,9 +11,10 @@ import (
 
 // testFold: Fold keeps a task's record as its base, Folded and FoldedTask
 // read it back; DropEvents drops only that task's events up to the seq
-// given, oldest first, a limit at a time, and returns them; DeleteClaim
-// forgets a claim; Reset keeps the folded records; and the seq of the
-// next Append stays above every seq ever appended.
+// given, oldest first, a limit at a time, and returns them, counting
+// them by kind (Dropped); DeleteClaim forgets a claim; Reset keeps the
+// folded records and the count; and the seq of the next Append stays
+// above every seq ever appended.
 func testFold(t *testing.T, s journal.Store) {
 	var seqs []uint64
 	update(t, s, func(tx journal.Tx) error {
@@ -73,8 +74,21 @@ func testFold(t *testing.T, s journal.Store) {
 	if want := []uint64{seqs[0], seqs[2], seqs[3]}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("DropEvents dropped seqs %v, want %v", got, want)
 	}
+	heartbeat := journal.EventKind{Type: record.EvHeartbeat}
+	dropped := func(want uint64) {
+		t.Helper()
+		view(t, s, func(tx journal.Tx) error {
+			got, err := tx.Dropped()
+			if err != nil || len(got) != 1 || got[heartbeat] != want {
+				t.Errorf("Dropped() = %v, %v; want %d heartbeats", got, err, want)
+			}
+			return nil
+		})
+	}
+	dropped(3)
 	update(t, s, func(tx journal.Tx) error { return tx.DeleteClaim(10) })
 	update(t, s, func(tx journal.Tx) error { return tx.Reset() })
+	dropped(3)
 	var left []uint64
 	var last uint64
 	view(t, s, func(tx journal.Tx) error {
@@ -110,6 +124,7 @@ func testFold(t *testing.T, s journal.Store) {
 		_, err := tx.DropEvents("a", seqs[5], 0)
 		return err
 	})
+	dropped(6)
 	update(t, s, func(tx journal.Tx) error {
 		ev, err := tx.Append(record.Event{Time: T0, Type: record.EvAdd, Task: "c", To: record.Available})
 		last = ev.Seq
