@@ -48,7 +48,7 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	}
 	res.Root = abs
 	meta := filepath.Join(abs, string(fsmirror.Meta))
-	if err := checkJournalChoice(abs, meta, o); err != nil {
+	if o.Journal, err = checkJournalChoice(abs, meta, o); err != nil {
 		return res, err
 	}
 	store, owned, err := o.backendFor(meta)
@@ -103,11 +103,14 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	if err != nil {
 		return res, err
 	}
-	// The config first: a crash before Create leaves a tree that names a
-	// journal not there yet (init again makes it), never a tree that
-	// looks like bbolt while its journal is in etcd.
+	// The config first, with the tree id the journal will have: a crash
+	// before Create leaves a tree that names a journal not there yet
+	// (init again makes it), never a tree that looks like bbolt while its
+	// journal is in etcd.
 	if o.Journal != nil && o.Backend == nil {
-		if err := journal.WriteConfig(meta, *o.Journal); err != nil {
+		cfg := *o.Journal
+		cfg.TreeID = newTreeID(lock)
+		if err := journal.WriteConfig(meta, cfg); err != nil {
 			return res, err
 		}
 	}
@@ -140,26 +143,58 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 }
 
 // checkJournalChoice refuses an init that asks for a journal other than
-// the one the tree has: init never moves a journal.
-func checkJournalChoice(root, meta string, o Options) error {
+// the one the tree has: init never moves a journal. It returns the
+// journal to use: o.Journal, with the tree id the tree's config records
+// (so that opening a journal of another tree there is refused).
+func checkJournalChoice(root, meta string, o Options) (*JournalConfig, error) {
 	if o.Journal == nil || o.Backend != nil {
-		return nil
+		return o.Journal, nil
 	}
 	have, found, err := journal.ReadConfig(meta)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if found && !have.SameStore(*o.Journal) {
-		return otherJournal(root, have.URL(), o.Journal.URL())
+		return nil, otherJournal(root, have.URL(), o.Journal.URL())
 	}
 	if !found {
 		if ok, err := (boltstore.Backend{}).Exists(meta); err != nil {
-			return err
+			return nil, err
 		} else if ok {
-			return otherJournal(root, boltstore.Path(meta), o.Journal.URL())
+			return nil, otherJournal(root, boltstore.Path(meta), o.Journal.URL())
 		}
+		return o.Journal, nil
 	}
-	return nil
+	cfg := *o.Journal
+	cfg.TreeID = have.TreeID
+	return &cfg, nil
+}
+
+// newTreeID is the id lock's Create gives a new journal, for the tree's
+// config to record; "" for a store that keeps no config (bbolt: the
+// journal is in the tree).
+func newTreeID(lock journal.TreeLock) string {
+	if l, ok := lock.(interface{ NewTreeID() string }); ok {
+		return l.NewTreeID()
+	}
+	return ""
+}
+
+// recordTreeID writes the id of the journal lock is about to make into
+// the tree's config, where recover (which makes a new journal) needs it:
+// from then on the tree opens only that journal. Nothing to do for a tree
+// with no config (bbolt) or a backend the caller gave.
+func recordTreeID(meta string, lock journal.TreeLock, o Options) error {
+	id := newTreeID(lock)
+	if id == "" || o.Backend != nil {
+		return nil
+	}
+	cfg, found, err := journal.ReadConfig(meta)
+	if err != nil || !found {
+		return err
+	}
+	cfg.TreeID = id
+	return journal.WriteConfig(meta, cfg)
 }
 
 func otherJournal(root, have, ask string) error {

@@ -89,8 +89,10 @@ var recoverOrder = []record.State{record.Done, record.Failed, record.Claimed, re
 //
 // It refuses, changing nothing, a directory that is not a task tree (a
 // mistyped --dir must not plant one), a readable journal (replay is the
-// repair for that) and a journal of another schema version (a newer
-// fencectl's journal is healthy, and rebuilding it would free every lease).
+// repair for that), a journal of another schema version (a newer
+// fencectl's journal is healthy, and rebuilding it would free every lease)
+// and a journal that belongs to another tree (an etcd prefix another
+// tree's init took after this tree's journal was lost there).
 // Of o, only Backend, Timeout (the wait for the lock) and Clock apply.
 func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	timeout, clock := o.lockTimeout(), o.clock()
@@ -138,6 +140,9 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 		}
 		var corrupt *journal.CorruptError
 		if err != nil && !errors.As(err, &corrupt) {
+			if mismatch, ok := errors.AsType[*journal.TreeMismatchError](err); ok {
+				return rep, fmt.Errorf("recover sets aside only this tree's own journal: %w", mismatch)
+			}
 			return rep, err // a *VersionError among them: refused, untouched
 		}
 	} else {
@@ -174,6 +179,11 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 // next recover.
 func rebuild(rep *RecoverReport, m *fsmirror.Mirror, meta string, lock journal.TreeLock, d record.Defaults, seed uint64, o Options) error {
 	timeout, clock := o.lockTimeout(), o.clock()
+	// The new journal's tree id goes in the config first, as init does:
+	// a crash in between leaves a config that names no journal yet.
+	if err := recordTreeID(meta, lock, o); err != nil {
+		return err
+	}
 	if err := lock.Create(d, seed); err != nil {
 		return err
 	}

@@ -35,6 +35,25 @@ type Config struct {
 	CACert string `json:"cacert,omitempty"`
 	Cert   string `json:"cert,omitempty"`
 	Key    string `json:"key,omitempty"`
+	// TreeID is the id of the journal this tree made (init, recover): a
+	// store that finds another tree's journal where the config points
+	// refuses it (*TreeMismatchError) instead of letting this tree act on
+	// it. Empty in configs written before it was recorded: not checked.
+	TreeID string `json:"tree_id,omitempty"`
+}
+
+// TreeMismatchError says the journal a tree's config points to was made
+// by another tree: the tree's own journal was lost there (an etcd prefix
+// wiped) and another tree's init took the place. Nothing was done: acting
+// on it would claim, move and complete the other tree's tasks.
+type TreeMismatchError struct {
+	Journal string // where: the URL
+	Found   string // the tree id of the journal there
+	Want    string // the tree id this tree's config records
+}
+
+func (e *TreeMismatchError) Error() string {
+	return fmt.Sprintf("the journal at %s belongs to another task tree (id %s); this tree expects %s (tree_id in .fence/journal.json), so nothing was done. If this tree's journal was lost and another tree took its prefix, give this tree a prefix of its own in .fence/journal.json and run `fencectl recover`; if .fence/journal.json names the wrong journal, fix it", e.Journal, e.Found, e.Want)
 }
 
 // URL renders c as `--journal` takes it: etcd://h:p,h:p/prefix.

@@ -40,7 +40,9 @@ alone uses (every command then warns).
 With --journal the journal lives in etcd under PREFIX (one prefix per tree),
 so agents on several hosts can share a tree whose files are on a filesystem
 they all mount. The tree records the choice in .fence/journal.json (mode
-0600, never a secret), and every later command uses it with no flag. TLS:
+0600, never a secret), with the new journal's tree id, and every later
+command uses it with no flag; a journal another tree made at the prefix
+(after this tree's was wiped) is refused (exit 1), never acted on. TLS:
 --etcd-cacert, --etcd-cert, --etcd-key (or FENCE_ETCD_CACERT, _CERT, _KEY);
 user and password only from FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD.
 

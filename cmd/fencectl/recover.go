@@ -43,7 +43,10 @@ It refuses, changing nothing: a readable journal (exit 2: use replay); a
 journal of another schema version, written by a newer fencectl (exit 1: it is
 not damaged, use that fencectl); a directory that is not a task tree, with no
 .fence/, no .fence-tokens and not all four state directories (exit 2: check
---dir).
+--dir); on etcd, a journal that another tree made at the prefix after this
+tree's was wiped (exit 1: recover must not set it aside; give this tree a
+prefix of its own in .fence/journal.json, then run recover). On etcd the new
+journal's tree id goes into .fence/journal.json.
 
    fencectl recover && fencectl status`,
 		Flags: []cli.Flag{

@@ -45,9 +45,12 @@ type Backend struct {
 	poolMu  sync.Mutex
 	pool    map[int64]pooled // by TTL: the lease new claims get (leases.go)
 	// metaMu guards seenMeta: the meta keys as Exists last found them,
-	// for the next Open to take instead of reading them again (openMeta).
+	// for the next Open to take instead of reading them again (openMeta),
+	// and treeID: the tree id a journal opened here must have (the
+	// config's, then that of the journal Create made; "" checks nothing).
 	metaMu   sync.Mutex
 	seenMeta *metaKeys
+	treeID   string
 	// metaReads counts the reads of the meta keys Exists and Open sent
 	// (for tests).
 	metaReads atomic.Int64
@@ -61,7 +64,7 @@ func New(c journal.Config) (*Backend, error) {
 	if c.Backend != "etcd" || len(c.Endpoints) == 0 || c.Prefix == "" {
 		return nil, fmt.Errorf("not an etcd journal config: %+v", c)
 	}
-	return &Backend{cfg: c}, nil
+	return &Backend{cfg: c, treeID: c.TreeID}, nil
 }
 
 // SetTimeout bounds the calls that take no timeout of their own (Exists),
@@ -314,8 +317,32 @@ func (b *Backend) Open(dir string, o journal.OpenOptions) (journal.Store, error)
 	if err := b.checkMeta(m.values); err != nil {
 		return nil, err
 	}
+	if err := b.checkTree(dir, m.values); err != nil {
+		return nil, err
+	}
 	s.noteFloor(m.floor)
 	return s, nil
+}
+
+// checkTree refuses a journal that another tree made, by the meta keys
+// Open reads anyway: the prefix this tree's journal was lost from (wiped)
+// and another tree's init took. A journal with no tree id, or a config
+// that records none (written before it did), is not checked. On a
+// mismatch the tree's config (in dir) is read again: a recover by another
+// process since this backend was made (a long-lived one's) recorded the
+// new journal there, and that journal is this tree's.
+func (b *Backend) checkTree(dir string, meta map[string]string) error {
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	got, ok := meta[metaTreeID]
+	if !ok || b.treeID == "" || got == b.treeID {
+		return nil
+	}
+	if c, found, err := journal.ReadConfig(dir); err == nil && found && c.SameStore(b.cfg) && c.TreeID == got {
+		b.treeID = got
+		return nil
+	}
+	return &journal.TreeMismatchError{Journal: b.cfg.URL(), Found: got, Want: b.treeID}
 }
 
 // Close closes the client (and ends the writers' queue session).
@@ -379,7 +406,7 @@ func (b *Backend) LockTree(dir string, timeout time.Duration) (journal.TreeLock,
 		}
 		return nil, b.unreachable(err)
 	}
-	return &treeLock{b: b, dir: dir, sess: sess, m: m, timeout: timeout}, nil
+	return &treeLock{b: b, dir: dir, sess: sess, m: m, timeout: timeout, id: ulid.Make().String()}, nil
 }
 
 type treeLock struct {
@@ -388,7 +415,13 @@ type treeLock struct {
 	sess    *concurrency.Session
 	m       *concurrency.Mutex
 	timeout time.Duration
+	id      string // the tree id Create gives a new journal
 }
+
+// NewTreeID returns the tree id Create gives the journal it makes, so
+// that init and recover can record it in the tree's config before the
+// journal exists.
+func (l *treeLock) NewTreeID() string { return l.id }
 
 func (l *treeLock) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), l.timeout)
@@ -417,7 +450,7 @@ func (l *treeLock) Create(d record.Defaults, seed uint64) error {
 	}
 	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(b.metaKey(metaVersion)), "=", 0)).Then(
 		clientv3.OpPut(b.metaKey(metaVersion), createVersion(d)),
-		clientv3.OpPut(b.metaKey(metaTreeID), ulid.Make().String()),
+		clientv3.OpPut(b.metaKey(metaTreeID), l.id),
 		clientv3.OpPut(b.metaKey(metaDefaults), string(journal.EncodeDefaults(d))),
 		clientv3.OpPut(b.metaKey(metaHead), head{Token: seed}.encode()),
 	).Commit()
@@ -427,6 +460,11 @@ func (l *treeLock) Create(d record.Defaults, seed uint64) error {
 	if !resp.Succeeded {
 		return fmt.Errorf("create journal %s: %w", b.cfg.URL(), fs.ErrExist)
 	}
+	// This backend opens the journal it made from now on (recover's
+	// rebuild), whatever id the config it was made from recorded.
+	b.metaMu.Lock()
+	b.treeID = l.id
+	b.metaMu.Unlock()
 	return nil
 }
 
