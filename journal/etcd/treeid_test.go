@@ -121,3 +121,42 @@ func TestBackend_OpenRefusesAnotherTreesJournal(t *testing.T) {
 		t.Errorf("tree A after its journal was made again: %v", err)
 	}
 }
+
+// TestStore_HandleRefusesAnotherTreesJournal: a handle opened on the tree's
+// own journal (a long-lived process: run --loop, mcp, serve) checks the
+// tree id at every snapshot, not only at Open: once another tree's journal
+// took the wiped prefix, its reads and writes are refused.
+func TestStore_HandleRefusesAnotherTreesJournal(t *testing.T) {
+	base := journal.Config{Backend: "etcd", Endpoints: etcdtest.Start(t, 1).Endpoints(), Prefix: "/held"}
+	dirA := filepath.Join(t.TempDir(), ".fence")
+	dirB := filepath.Join(t.TempDir(), ".fence")
+	for _, d := range []string{dirA, dirB} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgA := makeJournal(t, base, dirA)
+	a, err := etcd.New(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	s, err := a.Open(dirA, journal.OpenOptions{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.View(func(journal.Tx) error { return nil }); err != nil {
+		t.Fatalf("tree A reads its own journal: %v", err)
+	}
+
+	wipe(t, base)
+	makeJournal(t, base, dirB)
+	var mismatch *journal.TreeMismatchError
+	if err := s.View(func(tx journal.Tx) error { _, err := tx.Defaults(); return err }); !errors.As(err, &mismatch) {
+		t.Fatalf("a handle of tree A reads tree B's journal: err = %v, want a *TreeMismatchError", err)
+	}
+	if err := s.Update(func(tx journal.Tx) error { _, err := tx.NextToken(time.Now()); return err }); !errors.As(err, &mismatch) {
+		t.Fatalf("a handle of tree A writes tree B's journal: err = %v, want a *TreeMismatchError", err)
+	}
+}

@@ -161,6 +161,12 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 	if t.err = t.s.b.checkMeta(snap.meta); t.err != nil {
 		return nil, t.err
 	}
+	// Every snapshot, not only Open's: a long-lived handle (run --loop,
+	// mcp, serve) must not act on another tree's journal that took the
+	// prefix after this tree's was wiped.
+	if t.err = t.s.b.checkTree(t.s.dir, snap.meta); t.err != nil {
+		return nil, t.err
+	}
 	h, herr := decodeHead(t.meta[metaHead])
 	if herr != nil {
 		t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: herr.Error()}
