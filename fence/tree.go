@@ -2,6 +2,7 @@ package fence
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -91,8 +92,21 @@ func (e *NoJournalError) Error() string {
 
 func (e *NoJournalError) Unwrap() error { return journal.ErrNoJournal }
 
+// RecoverUnfinishedError refuses to open a tree whose recover began and
+// has not finished: its journal holds only part of the tasks (the
+// rebuild goes in several commits) and the files are not in place.
+type RecoverUnfinishedError struct {
+	Root  string
+	Since time.Time // when that recover began (its mark's time)
+}
+
+func (e *RecoverUnfinishedError) Error() string {
+	return fmt.Sprintf("a recover of %s began at %s and has not finished (it is still running, or it was cut short): the journal does not hold every task yet; wait for it, or run `fencectl recover` to finish it; nothing changed", e.Root, e.Since.UTC().Format(time.RFC3339))
+}
+
 // Open opens the tree at root. It fails with a *NoJournalError, before
-// touching anything, if root has no journal.
+// touching anything, if root has no journal, and with a
+// *RecoverUnfinishedError while a recover has not finished.
 func Open(root string, o Options) (*Tree, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
@@ -111,6 +125,12 @@ func Open(root string, o Options) (*Tree, error) {
 			return nil, err
 		}
 		return nil, &NoJournalError{Path: store.Path(meta)}
+	}
+	if fi, err := os.Lstat(filepath.Join(meta, recoveringName)); err == nil {
+		if owned {
+			closeBackend(store)
+		}
+		return nil, &RecoverUnfinishedError{Root: abs, Since: fi.ModTime()}
 	}
 	m, err := fsmirror.Open(abs)
 	if err != nil {
