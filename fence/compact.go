@@ -21,12 +21,14 @@ import (
 // one issued. Each commit of a compaction appends a compacted event that
 // says what it folded.
 //
-// A finished task's claims go with its events. A token of a folded task is
-// refused as before (Authorize): its last one as stale, with how its lease
-// ended (the record keeps that), an earlier one as not held. The store
-// counts the events it drops by kind (journal.Tx.Dropped), so that a count
-// of every event ever appended (serve's /metrics: CountEventsAfter) does
-// not fall after a compact.
+// A finished task's claims go with its events, but the store keeps which
+// task each token was issued for (journal.Tx.DeleteClaim). A token of a
+// folded task is refused as before (Authorize): its last one as stale,
+// with how its lease ended (the record keeps that), an earlier one as not
+// held; claim --token without an id finds the task too (claimTask), never
+// "never issued". And the store counts the events it drops by kind
+// (journal.Tx.Dropped), so that a count of every event ever appended
+// (serve's /metrics: CountEventsAfter) does not fall after a compact.
 
 // CompactRequest asks for a compaction.
 type CompactRequest struct {
@@ -257,7 +259,7 @@ func dropEvents(tx journal.Tx, f foldable, limit int, got *CompactReport) error 
 		got.LastSeq = max(got.LastSeq, ev.Seq)
 		if ev.Token != 0 && !tokens[ev.Token] {
 			tokens[ev.Token] = true
-			if err := tx.DeleteClaim(ev.Token); err != nil {
+			if err := tx.DeleteClaim(ev.Token, f.id); err != nil {
 				return err
 			}
 			got.Claims++
@@ -327,6 +329,23 @@ func endedClaim(rec record.Task, token uint64) *record.Claim {
 	}
 	end := *rec.Last
 	return &record.Claim{Token: token, Task: rec.ID, Agent: end.Agent, Ended: &end}
+}
+
+// claimTask is the task token was issued for, for claim --token without an
+// id: its claim's (c, if known), else the one compaction kept when it
+// dropped the claim. A token neither names was never issued.
+func claimTask(tx journal.Tx, token uint64, c record.Claim, known bool) (string, error) {
+	if known {
+		return c.Task, nil
+	}
+	id, folded, err := tx.FoldedToken(token)
+	if err != nil {
+		return "", err
+	}
+	if !folded {
+		return "", &StaleTokenError{Reason: ReasonNotHeld, Yours: token}
+	}
+	return id, nil
 }
 
 // EventKind is an event's type and the states it moved its task between

@@ -653,10 +653,9 @@ func restore(tx journal.Tx, req ClaimRequest, now time.Time, defaultTTL time.Dur
 	}
 	id := req.ID
 	if id == "" {
-		if !known {
-			return record.Event{}, record.Task{}, &StaleTokenError{Reason: ReasonNotHeld, Yours: req.Token}
+		if id, err = claimTask(tx, req.Token, c, known); err != nil {
+			return record.Event{}, record.Task{}, err
 		}
-		id = c.Task
 	}
 	rec, ok, err := tx.Task(id)
 	if err != nil {

@@ -292,8 +292,14 @@ type Tx interface {
 	// Dropped returns how many events of each kind DropEvents has ever
 	// dropped (see EventKind): with the log, every event ever appended.
 	Dropped() (map[EventKind]uint64, error)
-	// DeleteClaim forgets the claim of token (a folded task's).
-	DeleteClaim(token uint64) error
+	// DeleteClaim forgets the claim of token, a folded task's, but keeps
+	// which task it was issued for (FoldedToken): an agent back with the
+	// token and no task id is told how that task's lease ended, not that
+	// the token was never issued.
+	DeleteClaim(token uint64, task string) error
+	// FoldedToken returns the task of a token whose claim DeleteClaim
+	// forgot; ok is false for any other token.
+	FoldedToken(token uint64) (task string, ok bool, err error)
 }
 
 // Reclaimer is a Store that can give the space of dropped records back

@@ -21,6 +21,10 @@ import (
 // (journal.EncodeTask). Made on first use.
 var bucketFolded = []byte("folded")
 
+// bucketFoldedTokens maps the token of every claim DeleteClaim forgot
+// (8 bytes, big-endian) to the id of its task. Made on first use.
+var bucketFoldedTokens = []byte("folded_tokens")
+
 // keyDropped is the meta key of the count of dropped events
 // (journal.EncodeDropped); absent until the first DropEvents.
 const keyDropped = "dropped"
@@ -146,10 +150,27 @@ func (t *Tx) Dropped() (map[journal.EventKind]uint64, error) {
 	return journal.DecodeDropped(t.tx.Bucket(bucketMeta).Get([]byte(keyDropped)))
 }
 
-// DeleteClaim forgets the claim of token.
-func (t *Tx) DeleteClaim(token uint64) error {
+// DeleteClaim forgets the claim of token, keeping its task's id.
+func (t *Tx) DeleteClaim(token uint64, task string) error {
 	t.wrote()
+	b, err := t.bucket(bucketFoldedTokens, true)
+	if err != nil {
+		return err
+	}
+	if err := b.Put(u64(token), []byte(task)); err != nil {
+		return err
+	}
 	return t.tx.Bucket(bucketClaims).Delete(u64(token))
+}
+
+// FoldedToken returns the task of a token whose claim DeleteClaim forgot.
+func (t *Tx) FoldedToken(token uint64) (string, bool, error) {
+	b := t.tx.Bucket(bucketFoldedTokens)
+	if b == nil {
+		return "", false, nil
+	}
+	v := b.Get(u64(token))
+	return string(v), v != nil, nil
 }
 
 // Reclaim rewrites the journal into a new file that holds only what is

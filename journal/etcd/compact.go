@@ -11,14 +11,11 @@ import (
 // keeps each transaction well inside etcd's 128 operations a request
 // (DropEvents' limit).
 
-// famFolded holds the folded records: P/f/ID → the seq of the last event
-// the fold covers (8 bytes, big-endian), then the record
-// (journal.EncodeTask).
-const famFolded = "/f/"
-
-// The count of dropped events is the meta key P/m/dropped (metaDropped),
-// which begin reads with the others, guarded by the head's compare like
-// the defaults.
+// The folded records are P/f/ID (famFolded); P/k/TOKEN (famFoldedToken)
+// names the task of each token whose claim DeleteClaim forgot; recover
+// sets both aside with the other families. The count of dropped events is
+// the meta key P/m/dropped (metaDropped), which begin reads with the
+// others, guarded by the head's compare like the defaults.
 
 // foldedVersion marks a journal that holds folded records: a fencectl
 // that does not know them would rebuild the tasks from the log alone, in
@@ -133,13 +130,24 @@ func (t *Tx) Dropped() (map[journal.EventKind]uint64, error) {
 	return journal.DecodeDropped([]byte(t.meta[metaDropped]))
 }
 
-// DeleteClaim forgets the claim of token.
-func (t *Tx) DeleteClaim(token uint64) error {
+// DeleteClaim forgets the claim of token, keeping its task's id.
+func (t *Tx) DeleteClaim(token uint64, task string) error {
 	t.wrote()
 	if err := t.begin(); err != nil {
 		return err
 	}
+	t.put(t.key(famFoldedToken, u64(token)), task)
 	t.del(t.key(famClaim, u64(token)))
 	t.headMod = true
 	return nil
+}
+
+// FoldedToken returns the task of a token whose claim DeleteClaim forgot.
+func (t *Tx) FoldedToken(token uint64) (string, bool, error) {
+	k := t.key(famFoldedToken, u64(token))
+	kvs, err := t.get(k)
+	if err != nil || kvs[k] == nil {
+		return "", false, err
+	}
+	return string(kvs[k].Value), true, nil
 }

@@ -22,6 +22,7 @@
 //	P/e/SEQ      the event log;  P/b/ID\0SEQ  its per-task index
 //	P/d/DEP\0ID  the dependents index;  P/g/LABEL\0KEY  ready per label;  P/n/KEY  due
 //	P/u/ID       a done task whose dependents are still being released (unblock.go)
+//	P/f/ID       a folded task's record;  P/k/TOKEN  the task of a claim compaction forgot
 //	P/lock       the tree lock of init and recover (an etcd mutex)
 //
 // # Transactions

@@ -37,11 +37,17 @@ const (
 	metaDropped  = "dropped" // how many events of each kind compaction dropped (compact.go)
 )
 
+// The families of compaction (compact.go).
+const (
+	famFolded      = "/f/" // ID → the seq of the last event folded (8 bytes, big-endian), then the record
+	famFoldedToken = "/k/" // TOKEN → ID: the task of a token whose claim compaction forgot
+)
+
 // families are every key family of a journal, in the order the package
 // doc lists them: what recover sets aside and deletes. A family missing
 // here would outlive its journal and mislead the next one (a stale
 // label index would hand out tasks by labels they no longer have).
-var families = []string{famMeta, famTask, famReady, famExpiry, famLive, famClaim, famRequest, famEvent, famByTask, famDeps, famLabel, famDue, famUnblock}
+var families = []string{famMeta, famTask, famReady, famExpiry, famLive, famClaim, famRequest, famEvent, famByTask, famDeps, famLabel, famDue, famUnblock, famFolded, famFoldedToken}
 
 // SchemaVersion is the etcd journal's newest layout version: etcd-2 adds
 // V2 records (dependencies, labels, a not-before time; journal.IsV2) and

@@ -12,9 +12,10 @@ import (
 // testFold: Fold keeps a task's record as its base, Folded and FoldedTask
 // read it back; DropEvents drops only that task's events up to the seq
 // given, oldest first, a limit at a time, and returns them, counting
-// them by kind (Dropped); DeleteClaim forgets a claim; Reset keeps the
-// folded records and the count; and the seq of the next Append stays
-// above every seq ever appended.
+// them by kind (Dropped); DeleteClaim forgets a claim but keeps its task
+// (FoldedToken); Reset keeps the folded records, the tokens' tasks and the
+// count; and the seq of the next Append stays above every seq ever
+// appended.
 func testFold(t *testing.T, s journal.Store) {
 	var seqs []uint64
 	update(t, s, func(tx journal.Tx) error {
@@ -86,7 +87,7 @@ func testFold(t *testing.T, s journal.Store) {
 		})
 	}
 	dropped(3)
-	update(t, s, func(tx journal.Tx) error { return tx.DeleteClaim(10) })
+	update(t, s, func(tx journal.Tx) error { return tx.DeleteClaim(10, "a") })
 	update(t, s, func(tx journal.Tx) error { return tx.Reset() })
 	dropped(3)
 	var left []uint64
@@ -99,6 +100,12 @@ func testFold(t *testing.T, s journal.Store) {
 		})
 		if _, known, err := tx.Claim(10); known || err != nil {
 			t.Errorf("Claim(10) after DeleteClaim: %v, %v", known, err)
+		}
+		if task, ok, err := tx.FoldedToken(10); task != "a" || !ok || err != nil {
+			t.Errorf("FoldedToken(10) after DeleteClaim and Reset = %q, %v, %v; want a", task, ok, err)
+		}
+		if task, ok, err := tx.FoldedToken(11); ok || err != nil {
+			t.Errorf("FoldedToken(11) = %q, %v, %v; want none", task, ok, err)
 		}
 		if _, _, ok, err := tx.FoldedTask("a"); !ok || err != nil {
 			t.Errorf("Reset dropped the folded record: %v, %v", ok, err)
