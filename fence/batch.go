@@ -140,7 +140,7 @@ func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (Batch
 		if err != nil {
 			return nil, err
 		}
-		res.Reaped = reaped
+		res.Reaped = t.reapedFor(reaped)
 		before := tx.Writes()
 		var todo []record.Task
 		if len(req.IDs) > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -236,25 +237,94 @@ func hasLabels(rec record.Task, labels []string) bool {
 }
 
 // unblockInline is how many of a task's dependents the commit that makes
-// it done releases on a store whose transactions are bounded
+// it done first releases on a store whose transactions are bounded
 // (journal.Unblocker: etcd); later commits release the rest. Each costs
-// about six operations of a transaction, and etcd takes 128 by default:
-// 8 leave room for the completion itself and the rest of its group.
+// about five operations of a transaction, and etcd takes 128 by default:
+// 8 leave room for the completion itself and the rest of its group. A
+// server started with a lower --max-txn-ops refuses that commit: it is
+// made again releasing none (commitAlone) and the tree releases half as
+// many from then on (fitting).
 const unblockInline = 8
+
+// fitting is what a tree has learned of how much one commit may carry
+// on a store whose transactions are bounded: etcd's --max-txn-ops is
+// 128 by default, and operators lower it (or raise it) on the server,
+// where no client can read it. Commits whose size depends on data start
+// at the sizes that fit the default and halve on a refusal, and the
+// halving is kept, as inChunks keeps its chunk size, so that one tree
+// pays a refused commit per lesson rather than per commit. The zero
+// value knows nothing (the default sizes); the views of a tree
+// (withTimeout) share it.
+type fitting struct {
+	// inline counts halvings of unblockInline: the dependents a
+	// completion's commit releases beside it (down to none).
+	inline atomic.Int32
+	// chunk counts halvings of catchUpChunk: the reaps, promotions and
+	// releases one housekeeping commit carries (down to one).
+	chunk atomic.Int32
+}
+
+// maxHalvings is as many halvings as take the sizes above to their least.
+const maxHalvings = 4
+
+// inlineReleases is how many dependents a completion's commit releases.
+func (f *fitting) inlineReleases() int { return unblockInline >> f.inline.Load() }
+
+// chunkSize is how many items a housekeeping commit carries.
+func (f *fitting) chunkSize() int { return max(catchUpChunk>>f.chunk.Load(), 1) }
+
+// fewerInline halves inlineReleases, from seen (the number refused),
+// for every later commit.
+func (f *fitting) fewerInline(seen int) { atLeast(&f.inline, halvings(unblockInline, seen)) }
+
+// smallerChunk halves chunkSize, from seen (the size refused), for every
+// later commit.
+func (f *fitting) smallerChunk(seen int) { atLeast(&f.chunk, halvings(catchUpChunk, seen)) }
+
+// halvings is how many halvings take start below seen (maxHalvings at
+// most).
+func halvings(start, seen int) int32 {
+	h := int32(0)
+	for start>>h >= seen && h < maxHalvings {
+		h++
+	}
+	return h
+}
+
+// atLeast raises *n to h, unless it is there already: two commits
+// refused at the same size halve it once.
+func atLeast(n *atomic.Int32, h int32) {
+	for {
+		cur := n.Load()
+		if cur >= h || n.CompareAndSwap(cur, h) {
+			return
+		}
+	}
+}
+
+// inlineReleases is how many dependents a completion's commit on this
+// tree releases beside it (see unblockInline); none in a commit made
+// again because it was too large (lean, see commitAlone).
+func (t *Tree) inlineReleases() int {
+	if t.batch.lean {
+		return 0
+	}
+	return t.batch.fit.inlineReleases()
+}
 
 // unblockDependents records, in the transaction that made dep done, that
 // tasks waiting for it no longer do (DepDoneEvent): those that wait for
 // nothing else (and for no time) go to available/ in this commit; it
 // returns the events, for their moves. The reverse index names them, so
 // this reads only dep's dependents. On a bounded store it releases
-// unblockInline of them and notes dep if more wait: the group's leader
-// then releases them before it answers (finishUnblocking), and after a
-// crash the next writer to sweep does (resumeUnblocking).
-func unblockDependents(tx journal.Tx, dep string, now time.Time) ([]record.Event, error) {
+// inline of them (inlineReleases) and notes dep if more wait: the
+// group's leader then releases them before it answers (finishUnblocking),
+// and after a crash the next writer to sweep does (resumeUnblocking).
+func unblockDependents(tx journal.Tx, dep string, now time.Time, inline int) ([]record.Event, error) {
 	u, bounded := tx.(journal.Unblocker)
-	limit := 0
+	limit := -1
 	if bounded {
-		limit = unblockInline
+		limit = inline
 	}
 	evs, more, err := releaseDependents(tx, dep, now, limit)
 	if err == nil && more {
@@ -263,12 +333,12 @@ func unblockDependents(tx journal.Tx, dep string, now time.Time) ([]record.Event
 	return evs, err
 }
 
-// releaseDependents records a dep_done for up to limit (0: all) of the
-// tasks waiting for dep; more says that others are left.
+// releaseDependents records a dep_done for up to limit (below 0: all) of
+// the tasks waiting for dep; more says that others are left.
 func releaseDependents(tx journal.Tx, dep string, now time.Time, limit int) (evs []record.Event, more bool, err error) {
 	var ids []string
 	err = tx.Dependents(dep, func(id string) bool {
-		if limit > 0 && len(ids) == limit {
+		if limit >= 0 && len(ids) == limit {
 			more = true
 			return false
 		}
@@ -322,7 +392,7 @@ func resumeUnblocking(tx journal.Tx, now time.Time, limit int) ([]record.Event, 
 		left := false
 		if ok && rec.State == record.Done {
 			var got []record.Event
-			rest := 0
+			rest := -1
 			if limit > 0 {
 				rest = limit - len(evs)
 			}
@@ -358,7 +428,7 @@ func (t *Tree) finishUnblocking(db journal.Store) {
 		return
 	}
 	t.batch.unblocking = false
-	if err := t.catchUp(db); err != nil {
+	if _, err := t.catchUp(db); err != nil {
 		t.notify(NoticeWarning, string(fsmirror.Waiting), fmt.Sprintf("releasing the dependents of a completed task: %v; the next claim goes on with it", err))
 	}
 }

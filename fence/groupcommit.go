@@ -150,15 +150,16 @@ func (t *Tree) upgraded(from, to string) {
 // An event that makes a task done also records a dep_done for each task
 // waiting for it (commitMore returns those events, whose moves follow).
 func commit(tx journal.Tx, prev *record.Task, ev record.Event) (record.Task, record.Event, error) {
-	rec, ev, _, err := commitMore(tx, prev, ev)
+	rec, ev, _, err := commitMore(tx, prev, ev, unblockInline)
 	return rec, ev, err
 }
 
-// commitMore is commit, returning the dep_done events it recorded too.
-func commitMore(tx journal.Tx, prev *record.Task, ev record.Event) (rec record.Task, _ record.Event, more []record.Event, err error) {
+// commitMore is commit, returning the dep_done events it recorded too;
+// on a bounded store it releases inline dependents (unblockDependents).
+func commitMore(tx journal.Tx, prev *record.Task, ev record.Event, inline int) (rec record.Task, _ record.Event, more []record.Event, err error) {
 	rec, ev, err = commitOne(tx, prev, ev)
 	if err == nil && Unblocks(prev, ev) {
-		more, err = unblockDependents(tx, rec.ID, ev.Time)
+		more, err = unblockDependents(tx, rec.ID, ev.Time, inline)
 	}
 	return rec, ev, more, err
 }
@@ -252,6 +253,12 @@ type batcher struct {
 	// with more dependents than it released (see unblockDependents).
 	// Only the group's leader touches it.
 	unblocking bool
+	// lean says the operation being committed is run again because it
+	// was too large: it releases no dependents beside it, and a claim
+	// reports as its own the leases catchUp reaped for it (caughtUp)
+	// (commitAlone). Only the group's leader touches them.
+	lean     bool
+	caughtUp []Reaped
 	*writerSlot
 }
 
@@ -274,6 +281,8 @@ type writerSlot struct {
 	// readIdle is the read-only handle of the last read, parked for the
 	// next read (see openReader); nil if none.
 	readIdle atomic.Pointer[parked]
+	// fit is what the tree learned of how much one commit may carry.
+	fit fitting
 	// settled is the head (journal.Store.Head) of the last commit whose moves
 	// this Tree finished itself; while it is still the head, settling can
 	// be skipped.
@@ -686,23 +695,37 @@ func (t *Tree) commitAll(db journal.Store, group []*pendingOp) error {
 // be what makes it so (hundreds of leases that ran out together, or of
 // retries due at once: each claim would reap or promote them all, and fail,
 // and no write could get through on etcd): catchUp does it in commits of
-// its own, and the operation runs once more. One too large by itself
-// fails as before.
+// its own, and the operation runs once more, lean: releasing none of the
+// dependents of a task it completes (they are noted, and released in
+// commits of their own: finishUnblocking). If it then notes a task, its
+// dependents were part of what was too large, and the tree releases
+// fewer inline from now on (fitting). A reap is housekeeping itself, and
+// sizes its own commits (Reap). One too large by itself fails as before.
 func (t *Tree) commitAlone(db journal.Store, p *pendingOp) error {
+	inline := t.batch.fit.inlineReleases()
 	_, err := t.commitGroup(db, []*pendingOp{p})
-	if !errors.Is(err, journal.ErrTooLarge) {
+	if !errors.Is(err, journal.ErrTooLarge) || p.op == "reap" {
 		return err
 	}
-	if cerr := t.catchUp(db); cerr != nil {
+	caughtUp, cerr := t.catchUp(db)
+	if cerr != nil {
 		return errors.Join(err, cerr)
 	}
+	t.batch.caughtUp = caughtUp
+	defer func() { t.batch.caughtUp = nil }()
+	noted := t.batch.unblocking
+	t.batch.unblocking, t.batch.lean = false, true
 	_, err = t.commitGroup(db, []*pendingOp{p})
+	if err == nil && t.batch.unblocking && inline > 0 {
+		t.batch.fit.fewerInline(inline)
+	}
+	t.batch.unblocking, t.batch.lean = t.batch.unblocking || noted, false
 	return err
 }
 
 // catchUpChunk is how many reaps or promotions catchUp first puts in one
 // commit: on etcd each costs about ten operations of a transaction, which
-// holds 128 by default (--max-txn-ops). It halves on a refusal.
+// holds 128 by default (--max-txn-ops). It halves on a refusal (fitting).
 const catchUpChunk = 8
 
 // catchUp reaps every expired or dead holder's lease, promotes every due
@@ -710,26 +733,53 @@ const catchUpChunk = 8
 // a few per commit, until none is left: the housekeeping of reapFirst and
 // promoteDue, for when there is more of it than one transaction of the
 // store takes (see commitAlone, finishUnblocking). Each commit
-// is an ordinary write, its file moves made after it.
-func (t *Tree) catchUp(db journal.Store) error {
-	limit := catchUpChunk
-	for {
+// is an ordinary write, its file moves made after it. It returns the
+// leases it reaped.
+func (t *Tree) catchUp(db journal.Store) (out []Reaped, err error) {
+	err = t.inChunksLearned(func(limit int) (bool, error) {
 		more := false
+		var reaped []Reaped
 		p := &pendingOp{op: "reap", fn: func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 			var evs []record.Event
 			var err error
-			_, evs, more, err = t.housekeep(tx, now, limit)
+			reaped, evs, more, err = t.housekeep(tx, now, limit)
 			return evs, err
 		}}
-		_, err := t.commitGroup(db, []*pendingOp{p})
+		if _, err := t.commitGroup(db, []*pendingOp{p}); err != nil {
+			return false, err
+		}
+		if p.committed {
+			out = append(out, reaped...)
+		}
+		return more, p.err
+	})
+	return out, err
+}
+
+// reapedFor is what a claim reports it reaped: reaped, the leases its
+// own commit reaped, after those catchUp reaped for it when it was too
+// large (lean: commitAlone).
+func (t *Tree) reapedFor(reaped []Reaped) []Reaped {
+	if !t.batch.lean {
+		return reaped
+	}
+	return append(slices.Clone(t.batch.caughtUp), reaped...)
+}
+
+// inChunksLearned is inChunks for work whose size is known only as it
+// is done (housekeeping: catchUp, Reap): try commits up to limit items
+// and says whether more are left; it runs until none are. limit is the
+// chunk size the tree learned (fitting), halved, for this and every later
+// call, whenever the store refuses a commit as too large.
+func (t *Tree) inChunksLearned(try func(limit int) (more bool, err error)) error {
+	for {
+		limit := t.batch.fit.chunkSize()
+		more, err := try(limit)
 		switch {
 		case errors.Is(err, journal.ErrTooLarge) && limit > 1:
-			limit /= 2
-			continue
+			t.batch.fit.smallerChunk(limit)
 		case err != nil:
 			return err
-		case p.err != nil:
-			return p.err
 		case !more:
 			return nil
 		}

@@ -259,11 +259,13 @@ func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Re
 	if err != nil {
 		return nil, nil, d, nil, err
 	}
-	released, err := resumeUnblocking(tx, now, unblockInline) // after a crash: see unblockDependents
-	if err != nil {
-		return nil, nil, d, nil, err
+	if n := t.inlineReleases(); n > 0 { // after a crash: see unblockDependents
+		released, err := resumeUnblocking(tx, now, n)
+		if err != nil {
+			return nil, nil, d, nil, err
+		}
+		due = append(due, released...)
 	}
-	due = append(due, released...)
 	evs = append(evs, due...)
 	if d, err = tx.Defaults(); err != nil {
 		return nil, nil, d, nil, err
@@ -311,7 +313,7 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		if err != nil {
 			return nil, err
 		}
-		res.Reaped = reaped
+		res.Reaped = t.reapedFor(reaped)
 		ev, rec, settled, err := t.claimStep(tx, req, now, d.TTL, inClaimed)
 		evs = append(evs, settled.events...)
 		if err != nil {
@@ -784,27 +786,25 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	// reaps a few per commit, as catchUp does, until none is left; on
 	// bbolt all in one commit.
 	var out []Reaped
-	for {
+	err := t.inChunksLearned(func(limit int) (bool, error) {
 		var reaped []Reaped
 		more := false
 		_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
-			limit := 0
+			n := 0
 			if t.batch.shared.Load() {
-				limit = catchUpChunk
+				n = limit
 			}
 			var evs []record.Event
 			var err error
-			reaped, evs, more, err = t.housekeep(tx, now, limit)
+			reaped, evs, more, err = t.housekeep(tx, now, n)
 			return evs, err
 		})
-		if err != nil {
-			return out, err
+		if err == nil {
+			out = append(out, reaped...)
 		}
-		out = append(out, reaped...)
-		if !more {
-			return out, nil
-		}
-	}
+		return more, err
+	})
+	return out, err
 }
 
 // FencedRequest names a task and the token that must hold it.
@@ -903,7 +903,7 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		if out != nil {
 			ev.Staged, ev.Output = staged, out.name
 		}
-		after, ev, unblocked, err := commitMore(tx, &rec, ev)
+		after, ev, unblocked, err := commitMore(tx, &rec, ev, t.inlineReleases())
 		res.Task, res.Event = after, &ev
 		return append(append(due, ev), unblocked...), err
 	})
@@ -1123,7 +1123,7 @@ func (t *Tree) operatorTx(ctx context.Context, typ record.EventType, id string, 
 		if err := t.checkFile(rec.ID, dir, false); err != nil {
 			return nil, err
 		}
-		after, ev, unblocked, err := commitMore(tx, &rec, ev)
+		after, ev, unblocked, err := commitMore(tx, &rec, ev, t.inlineReleases())
 		res.Task, res.Event = after, &ev
 		return append(append(due, ev), unblocked...), err
 	})

@@ -297,7 +297,7 @@ func (t *Tx) commit() error {
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):
-		return fmt.Errorf("%w: %d writes and %d checks in one etcd transaction: %v (etcd takes --max-txn-ops operations in one transaction, 128 by default: do less in one step, such as fewer tasks named in one claim, or start etcd with a higher --max-txn-ops)", journal.ErrTooLarge, len(ops), len(cmps), err)
+		return fmt.Errorf("%w: %d writes and %d checks in one etcd transaction: %v (etcd takes --max-txn-ops operations in one transaction, 128 by default, and fencectl needs %d at least: do less in one step, such as fewer tasks named in one claim, or start etcd with a higher --max-txn-ops)", journal.ErrTooLarge, len(ops), len(cmps), err, MinTxnOps)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		// A pooled lease ran out (a long run of retries): take a new one.
 		for _, o := range t.buf {

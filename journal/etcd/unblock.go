@@ -8,11 +8,13 @@ import (
 
 // Notes of dependents still to release (journal.Unblocker).
 //
-// A dependent costs a commit about six operations, and etcd takes 128 in
-// one transaction by default: a task that twenty others wait for could
-// not be completed at all when its commit had to release them all. fence
-// releases a few in that commit and notes the task under P/u/ID; later
-// commits release the rest and drop the note.
+// A dependent costs a commit about five operations, and etcd takes 128
+// in one transaction by default (fewer where an operator lowered
+// --max-txn-ops): a task that twenty others wait for could not be
+// completed at all when its commit had to release them all. fence
+// releases a few in that commit (none, where even those are too many)
+// and notes the task under P/u/ID; later commits release the rest and
+// drop the note.
 //
 // The notes are looked for when expired leases are (sweep.go): a claim
 // sweeps at most every sweepTTL, and a sweep reads P/u/ too. The scan is
