@@ -2,12 +2,16 @@ package fence_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/record"
 )
 
@@ -23,9 +27,15 @@ func TestEtcdRestore_TokensStayAboveEveryTokenIssued(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		bump uint64 // etcdutl --bump-revision: the revision goes on, not back
+		// longLived: a handle open across the restore claims first; else
+		// only new processes claim, after writes that carry the restored
+		// journal's revision past where it stood.
+		longLived bool
 	}{
-		{"snapshot revision", 0},
-		{"bumped revision", 1_000_000},
+		{"long-lived handle", 0, true},
+		{"bumped revision, long-lived handle", 1_000_000, true},
+		{"writes before the first claim", 0, false},
+		{"bumped revision, writes before the first claim", 1_000_000, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newEtcdRig(t, 1, record.Defaults{TTL: time.Minute, MaxAttempts: 3})
@@ -72,15 +82,24 @@ func TestEtcdRestore_TokensStayAboveEveryTokenIssued(t *testing.T) {
 			// correct clock) claim after the restore: every token is above
 			// every token issued before it.
 			var got []uint64
-			err = untilOK(new(atomic.Int64), func() error {
-				res, err := tree.Claim(bg, fence.ClaimRequest{ID: "t4", Agent: "c"})
-				got = append(got, res.Token)
-				return err
-			})
-			if err != nil {
-				t.Fatalf("claim of the long-lived handle after the restore: %v", err)
+			if tc.longLived {
+				err = untilOK(new(atomic.Int64), func() error {
+					res, err := tree.Claim(bg, fence.ClaimRequest{ID: "t4", Agent: "c"})
+					got = append(got, res.Token)
+					return err
+				})
+				if err != nil {
+					t.Fatalf("claim of the long-lived handle after the restore: %v", err)
+				}
 			}
 			fresh := r.open(t, 10*time.Second)
+			if !tc.longLived {
+				for _, id := range []string{"n1", "n2", "n3", "n4", "n5"} {
+					if err := untilOK(new(atomic.Int64), func() error { _, err := fresh.Add(bg, fence.AddRequest{ID: id}); return err }); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			err = untilOK(new(atomic.Int64), func() error {
 				res, err := fresh.Claim(bg, fence.ClaimRequest{ID: "t3", Agent: "b"})
 				got = append(got, res.Token)
@@ -107,5 +126,76 @@ func TestEtcdRestore_TokensStayAboveEveryTokenIssued(t *testing.T) {
 				t.Fatalf("complete of t1 with the token issued before the restore: %v, want a stale token refusal", err)
 			}
 		})
+	}
+}
+
+// The witness must not cry wolf: claims by several hosts at once, whose
+// clocks pass the witness's refresh again and again, record and read it
+// while each other's commits are in flight. A snapshot older than the
+// commit whose token the files record is read again, not taken for a
+// restored journal: no token jumps over the ceiling (2^32 µs).
+func TestEtcdWitness_NoFalseAlarmsUnderContention(t *testing.T) {
+	r := newEtcdRig(t, 1, record.Defaults{TTL: time.Minute, MaxAttempts: 3})
+	setup := r.open(t, 10*time.Second)
+	const agents, each = 4, 30
+	for i := range agents * each {
+		add(t, setup, fmt.Sprintf("t%03d", i), 0)
+	}
+	// The first claim sets the ceiling, so that the race below is about
+	// the witness (racing raises of the ceiling itself may jump; they
+	// happen once per 2^32 µs of tokens).
+	first := claim(t, setup, "", "setup")
+	// Every reading of the clock moves it on by half a second: the
+	// witness is stale at almost every claim, and the clock stays well
+	// inside the ceiling.
+	var ticks atomic.Int64
+	base := time.Now()
+	clock := func() time.Time { return base.Add(time.Duration(ticks.Add(1)) * time.Second / 2) }
+	var (
+		mu     sync.Mutex
+		tokens []uint64
+		wg     sync.WaitGroup
+	)
+	for a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tree, err := fence.Open(r.root, fence.Options{Timeout: 30 * time.Second, Clock: clock})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer tree.Close()
+			for range each {
+				res, err := tree.Claim(bg, fence.ClaimRequest{Agent: fmt.Sprintf("a%d", a)})
+				if errors.Is(err, fence.ErrNothingToClaim) {
+					return // the first claim took one
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				tokens = append(tokens, res.Token)
+				mu.Unlock()
+				if _, err := tree.Complete(bg, fence.FencedRequest{ID: res.Task.ID, Token: res.Token}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(tokens)
+	for i := 1; i < len(tokens); i++ {
+		if gap := tokens[i] - tokens[i-1]; gap >= journal.CeilingStep/2 {
+			t.Fatalf("tokens jumped by %d between %d and %d: a live journal was taken for a restored one", gap, tokens[i-1], tokens[i])
+		}
+	}
+	if len(tokens) != agents*each-1 {
+		t.Fatalf("%d claims, want %d", len(tokens), agents*each-1)
+	}
+	if tokens[0] <= first.Token {
+		t.Fatalf("token %d issued after %d", tokens[0], first.Token)
 	}
 }

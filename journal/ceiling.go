@@ -150,7 +150,7 @@ func RaiseCeiling(dir string, v uint64) error {
 }
 
 // RaiseCeilingWitnessed is RaiseCeiling that also records w as the
-// files' witness, unless they hold a newer one.
+// files' witness, unless they hold a newer one. v 0 raises nothing.
 func RaiseCeilingWitnessed(dir string, v uint64, w Witness) error {
 	return raiseCeiling(dir, v, &w)
 }
@@ -166,22 +166,19 @@ func raiseCeiling(dir string, v uint64, w *Witness) error {
 	defer unlock()
 	for i, p := range CeilingPaths(dir) {
 		old, err := readCeilingFile(p)
-		// A raise records w as it is (it may be a store that went back in
-		// time, whose witness must replace the old one); a refresh, which
-		// raises nothing, records it only if it is further on.
-		keep, raise := old.witness, err != nil || !old.found || old.value < v
-		switch {
-		case w != nil && raise:
-			keep = *w
-		case w != nil:
+		keep := old.witness
+		if w != nil {
 			keep = keep.newer(*w)
 		}
-		if !raise && keep == old.witness {
+		if err == nil && old.found && old.value >= v && keep == old.witness {
 			continue
 		}
 		write := v
 		if err == nil && old.found {
 			write = max(v, old.value)
+		}
+		if write == 0 {
+			continue // nothing to raise, and no ceiling to write the witness beside
 		}
 		err = writeCeilingFile(p, write, keep)
 		if err != nil && i > 0 && (errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EROFS)) {

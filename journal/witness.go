@@ -11,49 +11,42 @@ import (
 //
 // The token ceiling's files bound every token a lost journal can have
 // issued, but a journal that comes back from a backup is not lost: it
-// opens fine, with the counter and ceiling of the day of the backup. Its
-// counter is behind the tokens issued since, and when the clock that
-// tokens follow was ahead while they were issued (a host whose clock ran
-// fast), the next claims can issue those tokens again, to other claims.
+// opens fine, with the token counter of the day of the backup. Tokens
+// issued since are above that counter, and the next claims can issue them
+// again, to other claims: when tokens follow the counter (for a while
+// after a recover, or after a claim by a host whose clock ran ahead), or
+// when the clock they followed was ahead and is right again.
 //
-// So the files also record a witness: where the store stood when they
-// were last written (etcd's revision and raft term; bbolt's event
-// sequence). A store that stands behind its witness went back in time: etcd
-// restored from a snapshot (its revision back to the snapshot's, its raft
-// term back to 1 or 2), or a journal.db put back from a copy. Its next
-// token then starts above the ceiling's files, as after a lost journal.
+// So the files also record a witness: a token the journal has issued.
+// Only claims move the token counter, and each process's first claim
+// reads the files, so a journal whose counter is below the witness has
+// lost tokens it issued (a restored copy) whatever else was written to it
+// since; its next token then starts above the ceiling's files, as after
+// a lost journal.
 //
-// A backup taken after the witness was written cannot be told apart from
-// the live journal, so writers refresh the witness once it is older than
-// WitnessRefresh: only the tokens issued within that long after a backup
-// stay unknown to a restore of it (and are issued again only if the clock
-// that issued them was ahead).
+// Writing the files at every claim would cost a synced write each, so
+// the witness is refreshed by the first claim once it is WitnessRefresh
+// old: a restore loses sight only of the tokens issued within that long
+// after the last refresh before its backup.
 
-// WitnessRefresh is how old a witness may grow while the journal is in
-// use: a refresh costs the ceiling's two small synced writes.
+// WitnessRefresh is how old a witness may grow while claims go on: a
+// refresh costs the ceiling's two small synced writes.
 const WitnessRefresh = 10 * time.Second
 
-// Witness is where a journal's store stood when the ceiling's files were
-// written. The zero Witness is none (files written before witnesses, or
-// by a store that keeps none).
+// Witness is a token the journal is known to have issued, and when the
+// ceiling's files recorded it. The zero Witness is none (files written
+// before witnesses).
 type Witness struct {
-	Store    string    // "etcd" or "bbolt": values of different stores do not compare
-	Revision int64     // etcd's revision of a read; bbolt's event sequence
-	Term     uint64    // etcd's raft term at that read; 0 for bbolt
-	At       time.Time // when it was written, by the writer's clock
+	Token uint64
+	At    time.Time // by the writer's clock
 }
 
 // IsZero reports whether w is no witness.
-func (w Witness) IsZero() bool { return w.Store == "" }
+func (w Witness) IsZero() bool { return w.Token == 0 }
 
-// Behind reports whether now, a reading of the same store, stands
-// before w: the store went back in time since w was written.
-func (w Witness) Behind(now Witness) bool {
-	if w.IsZero() || now.Store != w.Store {
-		return false
-	}
-	return now.Revision < w.Revision || now.Term < w.Term
-}
+// Behind reports whether a journal whose token counter stands at counter
+// has not issued w's token: it lost tokens it issued.
+func (w Witness) Behind(counter uint64) bool { return counter < w.Token }
 
 // Stale reports whether w should be written again by a writer whose
 // clock says now.
@@ -61,15 +54,10 @@ func (w Witness) Stale(now time.Time) bool {
 	return w.IsZero() || now.Sub(w.At) >= WitnessRefresh || now.Before(w.At.Add(-WitnessRefresh))
 }
 
-// newer returns the later of w and o as a refresh sees it: o when it is
-// of the same store and further on (or w is none), else w.
+// newer returns the later of w and o: the higher token, and the newer
+// time for the same token.
 func (w Witness) newer(o Witness) Witness {
-	switch {
-	case o.IsZero():
-		return w
-	case w.IsZero() || w.Store != o.Store:
-		return o
-	case o.Revision > w.Revision || (o.Revision == w.Revision && o.Term > w.Term):
+	if o.Token > w.Token || (o.Token == w.Token && o.At.After(w.At)) {
 		return o
 	}
 	return w
@@ -80,21 +68,20 @@ func (w Witness) line() string {
 	if w.IsZero() {
 		return ""
 	}
-	return fmt.Sprintf("witness %s %d %d %d\n", w.Store, w.Revision, w.Term, w.At.Unix())
+	return fmt.Sprintf("witness-token %d %d\n", w.Token, w.At.Unix())
 }
 
 // parseWitness reads a witness line; ok is false for any other line
 // (a later version's lines are left for it to read).
 func parseWitness(line string) (w Witness, ok bool) {
 	f := strings.Fields(line)
-	if len(f) != 5 || f[0] != "witness" || (f[1] != "etcd" && f[1] != "bbolt") {
+	if len(f) != 3 || f[0] != "witness-token" {
 		return w, false
 	}
-	rev, err1 := strconv.ParseInt(f[2], 10, 64)
-	term, err2 := strconv.ParseUint(f[3], 10, 64)
-	at, err3 := strconv.ParseInt(f[4], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || rev < 0 {
+	tok, err1 := strconv.ParseUint(f[1], 10, 64)
+	at, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || tok > maxCeiling {
 		return w, false
 	}
-	return Witness{Store: f[1], Revision: rev, Term: term, At: time.Unix(at, 0).UTC()}, true
+	return Witness{Token: tok, At: time.Unix(at, 0).UTC()}, true
 }

@@ -18,27 +18,20 @@ func ceilingDir(t *testing.T) string {
 	return dir
 }
 
-// A store stands behind its witness when its revision or raft term is
-// less: etcd restored from a snapshot. Another store's witness, or none,
-// says nothing.
+// A journal stands behind its witness when its token counter is below
+// the witness's token: it has not issued a token that was issued.
 func TestWitness_Behind(t *testing.T) {
-	w := Witness{Store: "etcd", Revision: 100, Term: 5}
+	w := Witness{Token: 1000}
 	for _, tc := range []struct {
-		now  Witness
-		want bool
-	}{
-		{Witness{Store: "etcd", Revision: 100, Term: 5}, false},
-		{Witness{Store: "etcd", Revision: 250, Term: 9}, false},
-		{Witness{Store: "etcd", Revision: 99, Term: 5}, true},   // restored, revision back
-		{Witness{Store: "etcd", Revision: 5000, Term: 2}, true}, // restored with a bumped revision
-		{Witness{Store: "bbolt", Revision: 1, Term: 0}, false},
-	} {
-		if got := w.Behind(tc.now); got != tc.want {
-			t.Errorf("%+v behind %+v = %v, want %v", tc.now, w, got, tc.want)
+		counter uint64
+		want    bool
+	}{{999, true}, {1000, false}, {5000, false}} {
+		if got := w.Behind(tc.counter); got != tc.want {
+			t.Errorf("counter %d behind %+v = %v, want %v", tc.counter, w, got, tc.want)
 		}
 	}
-	if (Witness{}).Behind(Witness{Store: "etcd"}) {
-		t.Error("no witness: nothing can stand behind it")
+	if (Witness{}).Behind(0) {
+		t.Error("no witness: nothing stands behind it")
 	}
 }
 
@@ -47,13 +40,13 @@ func TestWitness_Stale(t *testing.T) {
 	if !(Witness{}).Stale(now) {
 		t.Error("no witness is stale")
 	}
-	if (Witness{Store: "etcd", At: now.Add(-WitnessRefresh / 2)}).Stale(now) {
+	if (Witness{Token: 1, At: now.Add(-WitnessRefresh / 2)}).Stale(now) {
 		t.Error("a witness half the refresh old is not stale")
 	}
-	if !(Witness{Store: "etcd", At: now.Add(-2 * WitnessRefresh)}).Stale(now) {
+	if !(Witness{Token: 1, At: now.Add(-2 * WitnessRefresh)}).Stale(now) {
 		t.Error("a witness twice the refresh old is stale")
 	}
-	if !(Witness{Store: "etcd", At: now.Add(time.Hour)}).Stale(now) {
+	if !(Witness{Token: 1, At: now.Add(time.Hour)}).Stale(now) {
 		t.Error("a witness from a clock an hour ahead is stale (else it would never be refreshed)")
 	}
 }
@@ -64,7 +57,7 @@ func TestWitness_Stale(t *testing.T) {
 func TestCeilingWitness_RoundTripAndOldReaders(t *testing.T) {
 	dir := ceilingDir(t)
 	at := time.Unix(1_800_000_000, 0).UTC()
-	w := Witness{Store: "etcd", Revision: 4242, Term: 7, At: at}
+	w := Witness{Token: 4242, At: at}
 	if err := RaiseCeilingWitnessed(dir, 5000, w); err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +85,19 @@ func TestCeilingWitness_RoundTripAndOldReaders(t *testing.T) {
 	}
 }
 
-// RaiseCeiling (bbolt, replay) keeps the witness; a refresh only moves it
-// on; a raise records its own witness even when it stands behind the old
-// one: that is the raise of a store found restored, whose witness must
-// replace the old one or every later claim would jump again.
+// RaiseCeiling (replay) keeps the witness; a witness only moves on to a
+// higher token; a refresh (v 0) writes the witness beside the ceiling
+// there, and writes nothing where there is no ceiling yet.
 func TestCeilingWitness_Updates(t *testing.T) {
 	dir := ceilingDir(t)
 	at := time.Unix(1_800_000_000, 0).UTC()
-	old := Witness{Store: "etcd", Revision: 900, Term: 6, At: at}
+	if err := RaiseCeilingWitnessed(dir, 0, Witness{Token: 5, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, _ := ReadCeilingWitness(dir); ok {
+		t.Fatal("a refresh with no ceiling on file wrote a ceiling")
+	}
+	old := Witness{Token: 900, At: at}
 	if err := RaiseCeilingWitnessed(dir, 1000, old); err != nil {
 		t.Fatal(err)
 	}
@@ -117,24 +115,18 @@ func TestCeilingWitness_Updates(t *testing.T) {
 	if c, w := read(); c != 2000 || w != old {
 		t.Fatalf("after RaiseCeiling: %d, %+v; want 2000 and the witness kept", c, w)
 	}
-	behind := Witness{Store: "etcd", Revision: 10, Term: 2, At: at.Add(time.Minute)}
-	if err := RaiseCeilingWitnessed(dir, 2000, behind); err != nil { // a refresh
+	lower := Witness{Token: 10, At: at.Add(time.Minute)}
+	if err := RaiseCeilingWitnessed(dir, 0, lower); err != nil {
 		t.Fatal(err)
 	}
 	if c, w := read(); c != 2000 || w != old {
-		t.Fatalf("a refresh with a witness behind: %d, %+v; want the old witness kept", c, w)
+		t.Fatalf("a witness of a lower token: %d, %+v; want the old witness kept", c, w)
 	}
-	further := Witness{Store: "etcd", Revision: 950, Term: 6, At: at.Add(time.Minute)}
-	if err := RaiseCeilingWitnessed(dir, 2000, further); err != nil {
+	further := Witness{Token: 950, At: at.Add(time.Minute)}
+	if err := RaiseCeilingWitnessed(dir, 0, further); err != nil {
 		t.Fatal(err)
 	}
 	if c, w := read(); c != 2000 || w != further {
 		t.Fatalf("a refresh further on: %d, %+v; want %+v", c, w, further)
-	}
-	if err := RaiseCeilingWitnessed(dir, 3000, behind); err != nil { // a raise
-		t.Fatal(err)
-	}
-	if c, w := read(); c != 3000 || w != behind {
-		t.Fatalf("a raise: %d, %+v; want 3000 and its own witness %+v", c, w, behind)
 	}
 }

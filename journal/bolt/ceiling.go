@@ -22,9 +22,11 @@ const keyCeiling = "token_ceiling"
 // journal.WitnessRefresh of a long-lived handle: a journal.db put back
 // from a backup has an old counter and an old copy of the ceiling, and
 // only the files know that tokens above them went out since. Their
-// witness (journal/witness.go) is the event sequence they were written
-// at: a journal.db whose sequence is behind it is such a copy, even when
-// the backup was taken after the ceiling's last raise.
+// witness (journal/witness.go) is a token issued: a journal.db whose
+// counter is below it is such a copy, even when the backup was taken
+// after the ceiling's last raise. Writers take turns under the lock, so
+// the witness can name the token being issued: no other writer reads the
+// files before this one commits or rolls back.
 func (t *Tx) reserve(next uint64) (uint64, error) {
 	meta := t.tx.Bucket(bucketMeta)
 	ceiling := getU64(meta.Get([]byte(keyCeiling)))
@@ -42,16 +44,12 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	if t.ceilingChecked != nil {
 		*t.ceilingChecked = now
 	}
-	// The event log's sequence, not bbolt's transaction id: compact's
-	// reclaim copies the journal into a new file, whose transaction ids
-	// start again from 1, and would pass for a restored copy.
-	here := journal.Witness{Store: "bbolt", Revision: int64(t.tx.Bucket(bucketEvents).Sequence()), At: now}
-	wentBack := ok && seen.Behind(here)
+	wentBack := ok && seen.Behind(getU64(meta.Get([]byte(keyToken))))
 	if next <= ceiling && (!ok || onFile <= ceiling) && !wentBack {
 		if ok && seen.Stale(now) {
 			// Best effort: a witness left old only widens the window in
 			// which a restored journal goes unnoticed.
-			_ = journal.RaiseCeilingWitnessed(t.dir, onFile, here)
+			_ = journal.RaiseCeilingWitnessed(t.dir, 0, journal.Witness{Token: next, At: now})
 		}
 		return next, nil // the files agree: tokens up to ceiling are ours to issue
 	}
@@ -60,7 +58,7 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	}
 	t.wrote()
 	raised := next + journal.CeilingStep
-	if err := journal.RaiseCeilingWitnessed(t.dir, raised, here); err != nil {
+	if err := journal.RaiseCeilingWitnessed(t.dir, raised, journal.Witness{Token: next, At: now}); err != nil {
 		return 0, err
 	}
 	return next, meta.Put([]byte(keyCeiling), u64(raised))

@@ -54,6 +54,10 @@ type Backend struct {
 	// metaReads counts the reads of the meta keys Exists and Open sent
 	// (for tests).
 	metaReads atomic.Int64
+	// seenCounter is the highest token counter any handle of this
+	// backend saw committed, or read as the ceiling's witness: a snapshot
+	// below it is of a journal that lost tokens it issued (witness.go).
+	seenCounter atomic.Uint64
 }
 
 var _ journal.Backend = (*Backend)(nil)

@@ -16,7 +16,6 @@ import (
 // first page of the indexes most transactions scan, at one revision.
 type snapshot struct {
 	rev     int64
-	term    uint64 // the raft term of the member that answered
 	meta    map[string]string
 	headRev int64
 	verRev  int64 // the version key's mod revision
@@ -78,7 +77,7 @@ func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPa
 		pre = sweptKeys
 	}
 	first := len(pre) + 1
-	s := &snapshot{rev: resp.Header.Revision, term: resp.Header.RaftTerm, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:], swept: resp.Succeeded}
+	s := &snapshot{rev: resp.Header.Revision, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:], swept: resp.Succeeded}
 	for i, k := range pre {
 		s.pages[k] = (*clientv3.GetResponse)(resp.Responses[i+1].GetResponseRange())
 	}

@@ -37,17 +37,16 @@ type Store struct {
 	// tokenFloor is the least token this handle may issue: above the
 	// ceiling's files when it found the journal behind them.
 	tokenFloor atomic.Uint64
-	// checkedAt is when (by the local clock, Unix ns) this handle last
-	// read the ceiling's files: it reads them again, and refreshes their
-	// witness, once that is journal.WitnessRefresh ago (witness.go).
+	// checkedAt is when (by the journal's clock, Unix ns) this handle
+	// last read the ceiling's files: it reads them again, and refreshes
+	// their witness, once that is journal.WitnessRefresh ago (witness.go).
 	checkedAt atomic.Int64
-	// standMu guards standRev and standTerm, the furthest revision and
-	// raft term this handle's reads were answered at: a read behind them
-	// means etcd went back in time under a long-lived handle.
-	standMu   sync.Mutex
-	standRev  int64
-	standTerm uint64
-	committed atomic.Int64 // the revision of this handle's last commit
+	// The witness (witness.go): witnessDue asks the next commit that
+	// issues a token to record it in the files; recheck is a witness the
+	// journal stood behind, to be confirmed on a fresh snapshot.
+	witnessDue atomic.Bool
+	recheck    atomic.Uint64
+	committed  atomic.Int64 // the revision of this handle's last commit
 
 	// The cache: point keys as this handle last read or wrote them, kept
 	// while nobody else writes (cache.go).
@@ -181,6 +180,7 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 			}
 		}
 		if err == nil {
+			t.afterCommit()
 			return nil
 		}
 		var moved *headMoved

@@ -52,31 +52,37 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	onFile, seen, ok, _ := journal.ReadCeilingWitness(t.s.dir)
 	t.s.ceilingChecked.Store(true)
 	t.s.checkedAt.Store(now.UnixNano())
-	here := t.witness(now)
-	wentBack := ok && seen.Behind(here)
-	if next <= t.head.Ceiling && (!ok || onFile <= t.head.Ceiling) && !wentBack {
+	behind, err := t.behindWitness(seen)
+	if err != nil {
+		return 0, err
+	}
+	if next <= t.head.Ceiling && (!ok || onFile <= t.head.Ceiling) && !behind {
 		if ok && seen.Stale(now) {
-			// Best effort: a witness left old only widens the window in
-			// which a restored journal goes unnoticed.
-			_ = journal.RaiseCeilingWitnessed(t.s.dir, onFile, here)
+			t.s.witnessDue.Store(true)
 		}
 		return next, nil
 	}
 	// A ceiling this process wrote in an earlier run of this Update (which
 	// then lost a race) is no sign of a lost journal: adopt it rather than
 	// jump above it again.
-	if ok && !wentBack && onFile > t.head.Ceiling && onFile == t.s.raised.Load() && next <= onFile {
+	if ok && !behind && onFile > t.head.Ceiling && onFile == t.s.raised.Load() && next <= onFile {
 		t.head.Ceiling, t.headMod = onFile, true
 		return next, nil
 	}
-	if ok && (onFile > t.head.Ceiling || wentBack) && onFile >= next {
+	if behind {
+		next = max(next, t.s.b.seenCounter.Load()+1, seen.Token+1)
+	}
+	if ok && (onFile > t.head.Ceiling || behind) && onFile >= next {
 		next = onFile + 1
-		t.s.tokenFloor.Store(next)
+	}
+	if behind || (ok && onFile > t.head.Ceiling) {
+		t.s.tokenFloor.Store(max(t.s.tokenFloor.Load(), next))
 	}
 	raised := next + journal.CeilingStep
-	if err := journal.RaiseCeilingWitnessed(t.s.dir, raised, here); err != nil {
+	if err := journal.RaiseCeiling(t.s.dir, raised); err != nil {
 		return 0, err
 	}
+	t.s.witnessDue.Store(true)
 	t.s.raised.Store(raised)
 	t.head.Ceiling, t.headMod = raised, true
 	return next, nil

@@ -35,7 +35,6 @@ type Tx struct {
 	now   time.Time
 
 	rev     int64            // the snapshot; 0 before the first read
-	term    uint64           // the raft term begin's read was answered in
 	reads   map[string]int64 // key → mod revision seen (0: absent)
 	ranges  [][2]string      // ranges scanned: nothing in them may change
 	buf     map[string]*op   // writes, by key
@@ -143,8 +142,7 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 	if err != nil {
 		return nil, t.fail(err)
 	}
-	t.rev, t.term, t.headRev, t.floor, t.swept = snap.rev, snap.term, snap.headRev, snap.floor, snap.swept
-	t.s.noteStanding(snap.rev, snap.term)
+	t.rev, t.headRev, t.floor, t.swept = snap.rev, snap.headRev, snap.floor, snap.swept
 	if t.pages == nil {
 		t.pages = map[pageKey]*clientv3.GetResponse{}
 	}
@@ -172,6 +170,7 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 		t.err = &journal.CorruptError{Path: t.s.b.cfg.URL(), Detail: herr.Error()}
 	}
 	t.head = h
+	t.s.noteCounter(h.Token)
 	return snap.extra, t.err
 }
 

@@ -1,34 +1,73 @@
 package etcd
 
 import (
-	"time"
-
 	"github.com/fencectl/fencectl/journal"
 )
 
-// The ceiling's witness on etcd (journal/witness.go): the revision and
-// raft term of a transaction's first read. A snapshot restore brings the
-// revision back to the snapshot's and the raft term back to 1 or 2 (a
-// new raft log), so a read behind the witness the ceiling's files record
-// means the journal is a restored copy, which may not know tokens issued
-// after its snapshot was taken.
+// The ceiling's witness on etcd (journal/witness.go): a token this
+// journal issued, recorded in the ceiling's files. Hosts do not take
+// turns here, so a claim records its token after its commit, never
+// before: a token in the files is always one the live journal holds, and
+// a snapshot whose counter is below it is either older than the commit
+// that recorded it (read again: reserve asks for a fresh snapshot once)
+// or a restored copy that lost tokens it issued.
 
-// witness is where this transaction's snapshot stands, written at now.
-func (t *Tx) witness(now time.Time) journal.Witness {
-	return journal.Witness{Store: "etcd", Revision: t.rev, Term: t.term, At: now}
-}
-
-// noteStanding records where a read of this handle was answered; a read
-// behind an earlier one (etcd restored while the handle was open) makes
-// the next token read the ceiling's files again, as a new handle's first
-// does.
-func (s *Store) noteStanding(rev int64, term uint64) {
-	s.standMu.Lock()
-	defer s.standMu.Unlock()
-	if rev < s.standRev || term < s.standTerm {
+// noteCounter records the token counter of a snapshot this handle read: a
+// snapshot whose counter is below one the backend saw before (etcd
+// restored while the process ran) makes the next token read the
+// ceiling's files.
+func (s *Store) noteCounter(counter uint64) {
+	if counter < s.b.seenCounter.Load() {
 		s.ceilingChecked.Store(false)
-		s.standRev, s.standTerm = rev, term
 		return
 	}
-	s.standRev, s.standTerm = max(s.standRev, rev), max(s.standTerm, term)
+	s.b.seen(counter)
+}
+
+// seen raises seenCounter to counter.
+func (b *Backend) seen(counter uint64) {
+	for {
+		old := b.seenCounter.Load()
+		if counter <= old || b.seenCounter.CompareAndSwap(old, counter) {
+			return
+		}
+	}
+}
+
+// behindWitness reports whether this snapshot stands behind the witness
+// seen in the files, or behind a counter this handle saw: the journal
+// lost tokens it issued. A first sighting of a witness ahead of the
+// snapshot spoils the run (errConflict): the snapshot may predate the
+// commit that recorded the witness, and the run again reads a snapshot
+// taken after the files were.
+func (t *Tx) behindWitness(seen journal.Witness) (bool, error) {
+	if t.head.Token < t.s.b.seenCounter.Load() {
+		return true, nil
+	}
+	if !seen.Behind(t.head.Token) {
+		t.s.recheck.Store(0)
+		return false, nil
+	}
+	if t.s.recheck.Swap(seen.Token) != seen.Token {
+		t.s.ceilingChecked.Store(false)
+		return false, t.fail(errConflict)
+	}
+	// The same witness again, on a snapshot read after the files: it is
+	// the journal that is behind. Known from now on, for every handle.
+	t.s.recheck.Store(0)
+	t.s.b.seen(seen.Token)
+	return true, nil
+}
+
+// afterCommit runs after a commit went through: the counter it wrote is
+// seen, and a witness due is recorded (best effort: a witness left old
+// only widens the window in which a restored journal goes unnoticed).
+func (t *Tx) afterCommit() {
+	if len(t.issued) == 0 {
+		return
+	}
+	t.s.noteCounter(t.head.Token)
+	if t.s.witnessDue.Swap(false) {
+		_ = journal.RaiseCeilingWitnessed(t.s.dir, 0, journal.Witness{Token: t.head.Token, At: t.Now()})
+	}
 }
