@@ -17,6 +17,9 @@ type (
 	// MissingDriverError: the tree's journal is in a store this program
 	// does not link.
 	MissingDriverError = journal.MissingDriverError
+	// TLSFileError: a TLS file named for an etcd journal cannot be used;
+	// it says whether a variable or the tree's config named it.
+	TLSFileError = journal.TLSFileError
 )
 
 // ErrBusy means the journal lock was not obtained within the timeout.

@@ -95,3 +95,29 @@ type PrefixOverlapError struct {
 func (e *PrefixOverlapError) Error() string {
 	return fmt.Sprintf("etcd prefix %s overlaps another task tree's keys (%s): a tree's prefix must neither lie inside another tree's prefix nor contain one", e.Prefix, e.Other)
 }
+
+// TLSFileError says a TLS file named for an etcd journal cannot be used.
+// Source says who named it: an environment variable (FENCE_ETCD_CACERT,
+// ...), which wins, or the tree's config (.fence/journal.json), so that
+// the message points at what to fix.
+type TLSFileError struct {
+	What   string // "CA certificate", "client certificate"
+	Path   string
+	Source string // the variable's name, or "" for the tree's config
+	Err    error
+}
+
+// FromEnv reports whether a variable named the file.
+func (e *TLSFileError) FromEnv() bool { return e.Source != "" }
+
+func (e *TLSFileError) Error() string {
+	if e.FromEnv() {
+		return fmt.Sprintf("etcd %s %s (from %s, which wins over the tree's config): %v; fix or unset %s", e.What, e.Path, e.Source, e.Err, e.Source)
+	}
+	return fmt.Sprintf("etcd %s %s (recorded in the tree's .fence/journal.json): %v; put the file back, or name another with %s", e.What, e.Path, e.Err, tlsVariable[e.What])
+}
+
+func (e *TLSFileError) Unwrap() error { return e.Err }
+
+// tlsVariable is the variable that names each TLS file.
+var tlsVariable = map[string]string{"CA certificate": "FENCE_ETCD_CACERT", "client certificate": "FENCE_ETCD_CERT", "client key": "FENCE_ETCD_KEY"}

@@ -31,6 +31,7 @@ func classify(err error) errorObject {
 		readable *fence.JournalReadableError
 		file     *fence.TaskFileError
 		batch    *fence.BatchError
+		tlsFile  *fence.TLSFileError
 	)
 	switch {
 	case errors.As(err, &batch):
@@ -82,6 +83,9 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 		obj.Message = err.Error() + "; to bring the tree in line with it run `fencectl replay`"
 	case errors.As(err, &usage):
+		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
+	case errors.As(err, &tlsFile) && tlsFile.FromEnv():
+		// A variable named it: bad input, as any malformed FENCE_* is.
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 	case errors.As(err, &version):
 		// Not damage: the message names both versions and never advises

@@ -85,14 +85,18 @@ func (b *Backend) callTimeout() time.Duration {
 // Config returns the journal config the backend was made from.
 func (b *Backend) Config() journal.Config { return b.cfg }
 
+// tlsFile is a TLS file and who named it: a FENCE_ETCD_* variable (which
+// wins) or the tree's config ("").
+type tlsFile struct{ path, source string }
+
 // tlsFiles are the TLS files: the environment's FENCE_ETCD_* over the
 // tree's config.
-func (b *Backend) tlsFiles() (ca, cert, key string) {
-	pick := func(env, conf string) string {
+func (b *Backend) tlsFiles() (ca, cert, key tlsFile) {
+	pick := func(env, conf string) tlsFile {
 		if v := os.Getenv(env); v != "" {
-			return v
+			return tlsFile{v, env}
 		}
-		return conf
+		return tlsFile{conf, ""}
 	}
 	return pick("FENCE_ETCD_CACERT", b.cfg.CACert), pick("FENCE_ETCD_CERT", b.cfg.Cert), pick("FENCE_ETCD_KEY", b.cfg.Key)
 }
@@ -112,7 +116,7 @@ func (b *Backend) connect() (*clientv3.Client, error) {
 			AutoSyncInterval:     0,
 		}
 		ca, cert, key := b.tlsFiles()
-		if ca != "" || cert != "" {
+		if ca.path != "" || cert.path != "" {
 			t, err := tlsConfig(ca, cert, key)
 			if err != nil {
 				b.cliErr = err
@@ -125,26 +129,34 @@ func (b *Backend) connect() (*clientv3.Client, error) {
 	return b.cli, b.cliErr
 }
 
-func tlsConfig(ca, cert, key string) (*tls.Config, error) {
+func tlsConfig(ca, cert, key tlsFile) (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
+	if ca.path != "" {
+		pem, err := os.ReadFile(ca.path)
 		if err != nil {
-			return nil, fmt.Errorf("etcd CA certificate: %w", err)
+			return nil, &journal.TLSFileError{What: "CA certificate", Path: ca.path, Source: ca.source, Err: errors.Unwrap(err)}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("etcd CA certificate %s holds no PEM certificate", ca)
+			return nil, &journal.TLSFileError{What: "CA certificate", Path: ca.path, Source: ca.source, Err: errors.New("holds no PEM certificate")}
 		}
 		t.RootCAs = pool
 	}
-	if cert != "" || key != "" {
-		if cert == "" || key == "" {
+	if cert.path != "" || key.path != "" {
+		if cert.path == "" || key.path == "" {
 			return nil, errors.New("etcd client certificate: give both --etcd-cert and --etcd-key (or FENCE_ETCD_CERT and FENCE_ETCD_KEY)")
 		}
-		pair, err := tls.LoadX509KeyPair(cert, key)
+		for _, f := range []struct {
+			what string
+			f    tlsFile
+		}{{"client certificate", cert}, {"client key", key}} {
+			if _, err := os.Stat(f.f.path); err != nil {
+				return nil, &journal.TLSFileError{What: f.what, Path: f.f.path, Source: f.f.source, Err: errors.Unwrap(err)}
+			}
+		}
+		pair, err := tls.LoadX509KeyPair(cert.path, key.path)
 		if err != nil {
-			return nil, fmt.Errorf("etcd client certificate: %w", err)
+			return nil, &journal.TLSFileError{What: "client certificate", Path: cert.path, Source: cert.source, Err: err}
 		}
 		t.Certificates = []tls.Certificate{pair}
 	}
@@ -388,6 +400,10 @@ type watcher struct {
 func (w *watcher) C() <-chan struct{} { return w.c }
 func (w *watcher) Close() error       { w.cancel(); return nil }
 
+// treeLockTTL is the lease, in seconds, of the tree lock's session: how
+// long an init or recover that died holds the others up.
+const treeLockTTL = 10
+
 // LockTree takes the tree lock of init and recover: an etcd mutex under
 // the prefix, on a session whose lease ends it if the holder dies.
 func (b *Backend) LockTree(dir string, timeout time.Duration) (journal.TreeLock, error) {
@@ -398,7 +414,7 @@ func (b *Backend) LockTree(dir string, timeout time.Duration) (journal.TreeLock,
 	timeout = timeoutOf(timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	sess, err := newSession(ctx, cli, 10)
+	sess, err := newSession(ctx, cli, treeLockTTL)
 	if err != nil {
 		return nil, b.unreachable(err)
 	}
@@ -406,7 +422,7 @@ func (b *Backend) LockTree(dir string, timeout time.Duration) (journal.TreeLock,
 	if err := m.Lock(ctx); err != nil {
 		sess.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w: another init or recover holds %s", journal.ErrBusy, b.cfg.Prefix+keyLock)
+			return nil, fmt.Errorf("%w: another init or recover holds %s (one that died lets go when its etcd session's lease runs out, within %d s: then run this again)", journal.ErrBusy, b.cfg.Prefix+keyLock, treeLockTTL)
 		}
 		return nil, b.unreachable(err)
 	}
