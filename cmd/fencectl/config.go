@@ -265,16 +265,30 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 		return nil, err
 	}
 	o := fence.Options{Timeout: timeout, Notify: out.notice, Clock: testClock, Boot: testBoot}
-	// FENCE_LOCK_MODE=bbolt is for benchmarks only (see README): it drops
-	// the blocking flock to show what bbolt's 50 ms lock polling costs.
-	if os.Getenv("FENCE_LOCK_MODE") == "bbolt" {
-		o.Backend = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
+	if err := setLockMode(&o); err != nil {
+		return nil, err
 	}
 	t, err := fence.Open(c.String("dir"), o)
 	if err == nil {
 		treeNow = t.Now
 	}
 	return t, err
+}
+
+// setLockMode sets the store FENCE_LOCK_MODE asks for: the tree's own
+// when unset; "bbolt", for benchmarks only (see README), drops the
+// blocking flock to show what bbolt's 50 ms lock polling costs. Any other
+// value is refused: a mistyped mode must not pass for the default, as
+// every process on a tree must use the same one.
+func setLockMode(o *fence.Options) error {
+	switch v := os.Getenv("FENCE_LOCK_MODE"); v {
+	case "":
+	case "bbolt":
+		o.Backend = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
+	default:
+		return usagef("invalid FENCE_LOCK_MODE=%q: the only mode is bbolt (benchmarks only); unset it", v)
+	}
+	return nil
 }
 
 // withTree opens the tree, runs fn and closes it (CloseAtExit when the

@@ -18,7 +18,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fencectl/fencectl/fence"
-	boltstore "github.com/fencectl/fencectl/journal/bolt"
 	"github.com/fencectl/fencectl/journal/record"
 )
 
@@ -77,8 +76,8 @@ func openServeTree(c *cli.Context, out *output, timeout time.Duration, live *ato
 			out.flushNotices()
 		}
 	}}
-	if os.Getenv("FENCE_LOCK_MODE") == "bbolt" {
-		o.Backend = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
+	if err := setLockMode(&o); err != nil {
+		return nil, err
 	}
 	return fence.Open(c.String("dir"), o)
 }
