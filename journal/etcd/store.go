@@ -33,7 +33,6 @@ type Store struct {
 	onUpgrade func(from, to string)
 
 	ceilingChecked atomic.Bool
-	raised         atomic.Uint64 // the ceiling this handle last wrote to the files
 	// tokenFloor is the least token this handle may issue: above the
 	// ceiling's files when it found the journal behind them.
 	tokenFloor atomic.Uint64

@@ -33,10 +33,11 @@ func (t *Tx) NextToken(now time.Time) (uint64, error) {
 
 // reserve returns next, or a token above it, kept below a ceiling the
 // files record. The first token of a handle (and a long-lived handle's
-// first after journal.WitnessRefresh, or after etcd went back in time
-// under it) compares the files with the journal: a journal restored from
-// a snapshot, or a cluster that lost its data, starts above every token
-// issued since (witness.go).
+// first after journal.WitnessRefresh, or after the counter went back
+// under it) compares the files with the journal: a journal behind the
+// files' witness (restored from a snapshot) starts above the ceiling,
+// above every token issued since (witness.go). A cluster that lost the
+// journal whole is recover's (tokenFloor).
 func (t *Tx) reserve(next uint64) (uint64, error) {
 	// A jump an earlier run of this Update decided (its commit then lost
 	// a race) stands: the journal read now is as far behind as before.
@@ -62,20 +63,23 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 		}
 		return next, nil
 	}
-	// A ceiling this process wrote in an earlier run of this Update (which
-	// then lost a race) is no sign of a lost journal: adopt it rather than
-	// jump above it again.
-	if ok && !behind && onFile > t.head.Ceiling && onFile == t.s.raised.Load() && next <= onFile {
+	// Files above the journal, and the journal not behind its witness: a
+	// raise whose commit lost a race (this host's or another's), or is
+	// still on its way. Hosts do not take turns, so a raise in the files
+	// alone is no sign of a lost journal (the witness is: a raise that
+	// committed is witnessed after its commit): take the files' ceiling
+	// as the journal's rather than jump above it.
+	if ok && !behind && onFile > t.head.Ceiling && next <= onFile {
 		t.head.Ceiling, t.headMod = onFile, true
 		return next, nil
 	}
 	if behind {
 		next = max(next, t.s.b.seenCounter.Load()+1, seen.Token+1)
 	}
-	if ok && (onFile > t.head.Ceiling || behind) && onFile >= next {
+	if ok && behind && onFile >= next {
 		next = onFile + 1
 	}
-	if behind || (ok && onFile > t.head.Ceiling) {
+	if behind {
 		t.s.tokenFloor.Store(max(t.s.tokenFloor.Load(), next))
 	}
 	raised := next + journal.CeilingStep
@@ -83,7 +87,6 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 		return 0, err
 	}
 	t.s.witnessDue.Store(true)
-	t.s.raised.Store(raised)
 	t.head.Ceiling, t.headMod = raised, true
 	return next, nil
 }
