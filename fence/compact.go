@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/fencectl/fencectl/journal"
@@ -64,12 +64,17 @@ type CompactReport struct {
 // compactBatch is how many tasks one commit folds where one writer holds
 // the journal (bbolt: the events are dropped in the same commit), and
 // compactBatchShared where writers commit side by side (etcd, whose
-// transactions hold at most 128 operations: the events are dropped in
-// later commits, compactDrop at a time).
+// transactions hold at most --max-txn-ops operations, 128 by default:
+// the events are dropped in later commits, see dropFolded). On etcd both
+// sizes halve until a commit fits.
 const (
 	compactBatch       = 5000
 	compactBatchShared = 32
-	compactDrop        = 32
+	// dropsPerItem is how many folded events a commit drops for each
+	// item a housekeeping commit carries (fitting): an event costs two
+	// deletes and a check, its claim two writes more, about a quarter of
+	// a reap. At etcd's default limit that is 32 events a commit.
+	dropsPerItem = 4
 )
 
 // foldable is a task to fold: its events up to upTo.
@@ -119,17 +124,17 @@ func (t *Tree) Compact(ctx context.Context, req CompactRequest) (CompactReport, 
 	if shared {
 		size = compactBatchShared
 	}
-	for len(todo) > 0 {
+	// Tasks with long histories cost more checks each: inChunks folds
+	// fewer per commit when one is refused (nothing of it committed).
+	err = inChunks(len(todo), size, func(lo, hi int) error {
 		if err := ctx.Err(); err != nil {
-			return rep, err
+			return err
 		}
-		batch := todo[:min(size, len(todo))]
-		todo = todo[len(batch):]
 		var got CompactReport
 		var folded []foldable
 		err := db.Update(func(tx journal.Tx) error {
 			got, folded = CompactReport{}, folded[:0] // a store may run this more than once
-			for _, f := range batch {
+			for _, f := range todo[lo:hi] {
 				ok, err := foldOne(tx, f, rep.Cutoff, !shared, &got)
 				if err != nil {
 					return err
@@ -144,28 +149,28 @@ func (t *Tree) Compact(ctx context.Context, req CompactRequest) (CompactReport, 
 			_, err := tx.Append(record.Event{Time: tx.Now(), Type: record.EvCompacted, Agent: req.Agent, Reason: compactReason(len(folded), got, rep.Cutoff, shared)})
 			return err
 		})
-		if errors.Is(err, journal.ErrTooLarge) && len(batch) > 1 {
-			// Tasks with long histories cost more checks each: fold
-			// fewer per commit (nothing of this one committed).
-			size = len(batch) / 2
-			todo = slices.Concat(batch, todo)
-			continue
-		}
 		if err != nil {
-			return rep, fmt.Errorf("fold finished tasks: %w", err)
+			return fmt.Errorf("fold finished tasks: %w", err)
 		}
 		rep.add(got)
 		crashAt("compact:after-fold")
 		if shared {
 			for _, f := range folded {
-				if err := dropFolded(db, f, &rep); err != nil {
-					return rep, err
+				if err := t.dropFolded(db, f, &rep); err != nil {
+					return dropError{err}
 				}
 			}
 		}
 		if req.Progress != nil {
-			req.Progress(rep.Tasks, rep.Tasks+len(todo))
+			req.Progress(rep.Tasks, rep.Tasks+len(todo)-hi)
 		}
+		return nil
+	})
+	if drop, ok := errors.AsType[dropError](err); ok {
+		err = drop.err
+	}
+	if err != nil {
+		return rep, err
 	}
 	if r, ok := db.(journal.Reclaimer); ok {
 		res, err := r.Reclaim(journal.ReclaimOptions{Crash: crashAt})
@@ -236,7 +241,7 @@ func foldOne(tx journal.Tx, f foldable, cutoff time.Time, drop bool, got *Compac
 	}
 	got.Tasks++
 	if drop {
-		if err := dropEvents(tx, f, 0, got); err != nil {
+		if _, err := dropEvents(tx, f, 0, nil, got); err != nil {
 			return false, err
 		}
 	}
@@ -244,11 +249,12 @@ func foldOne(tx journal.Tx, f foldable, cutoff time.Time, drop bool, got *Compac
 }
 
 // dropEvents drops up to limit of f's folded events and the claims their
-// tokens name; it reports how many events it dropped in got.
-func dropEvents(tx journal.Tx, f foldable, limit int, got *CompactReport) error {
+// tokens name, but those in gone (an earlier commit dropped them); it
+// reports how many it dropped in got and returns the tokens of the claims.
+func dropEvents(tx journal.Tx, f foldable, limit int, gone map[uint64]bool, got *CompactReport) (map[uint64]bool, error) {
 	evs, err := tx.DropEvents(f.id, f.upTo, limit)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tokens := map[uint64]bool{}
 	for _, ev := range evs {
@@ -257,36 +263,57 @@ func dropEvents(tx journal.Tx, f foldable, limit int, got *CompactReport) error 
 			got.FirstSeq = ev.Seq
 		}
 		got.LastSeq = max(got.LastSeq, ev.Seq)
-		if ev.Token != 0 && !tokens[ev.Token] {
+		if ev.Token != 0 && !gone[ev.Token] && !tokens[ev.Token] {
 			tokens[ev.Token] = true
 			if err := tx.DeleteClaim(ev.Token, f.id); err != nil {
-				return err
+				return nil, err
 			}
 			got.Claims++
 		}
 	}
-	return nil
+	return tokens, nil
 }
 
 // dropFolded drops the events of a folded task a few at a time, each
 // bunch in a commit of its own (etcd bounds a transaction): replay skips
 // the folded ones still there, so every step leaves the journal whole.
-func dropFolded(db journal.Store, f foldable, rep *CompactReport) error {
-	for {
+// How many a commit drops follows what the tree has learned a
+// housekeeping commit carries (inChunksLearned): dropsPerItem events an
+// item, down to one event a commit.
+func (t *Tree) dropFolded(db journal.Store, f foldable, rep *CompactReport) error {
+	gone := map[uint64]bool{} // tokens whose claims are dropped
+	err := t.inChunksLearned(func(limit int) (bool, error) {
+		n := 1
+		if limit > 1 {
+			n = limit * dropsPerItem
+		}
 		var got CompactReport
+		var tokens map[uint64]bool
 		err := db.Update(func(tx journal.Tx) error {
 			got = CompactReport{}
-			return dropEvents(tx, f, compactDrop, &got)
+			var err error
+			tokens, err = dropEvents(tx, f, n, gone, &got)
+			return err
 		})
 		if err != nil {
-			return fmt.Errorf("drop the folded events of %s: %w", f.id, err)
+			return false, err
 		}
+		maps.Copy(gone, tokens)
 		rep.add(CompactReport{Events: got.Events, Claims: got.Claims, FirstSeq: got.FirstSeq, LastSeq: got.LastSeq})
-		if got.Events < compactDrop {
-			return nil
-		}
+		return got.Events == n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("drop the folded events of %s: %w", f.id, err)
 	}
+	return nil
 }
+
+// dropError is a failure to drop folded events, carried out of the
+// folding's inChunks as is: inChunks would take a refusal as too large
+// for the fold, which has committed, and fold the same tasks again.
+type dropError struct{ err error }
+
+func (e dropError) Error() string { return e.err.Error() }
 
 // add counts what one commit folded into the report.
 func (r *CompactReport) add(got CompactReport) {

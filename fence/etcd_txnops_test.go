@@ -272,3 +272,80 @@ func TestEtcdSmallTxnOps_BelowTheMinimum(t *testing.T) {
 	}
 	unchanged(t, tree, before, "a claim refused as too large")
 }
+
+// Compact on an etcd at the minimum: thirty finished tasks with long
+// histories (claimed twice, heartbeats under each claim) are folded a few
+// per commit and their events dropped a few per commit, each commit
+// inside the limit. The journal reads as before: replay --check agrees,
+// the last token of a folded task is refused as it was (stale, and how
+// its lease ended), and an earlier one as not held, naming its task.
+func TestEtcdSmallTxnOps_CompactLongHistories(t *testing.T) {
+	const n, beats = 30, 10
+	const perTask = 1 + 2*(beats+2) // add; twice: claim, heartbeats, release or complete
+	s := newSmallEtcd(t)
+	type tokens struct{ early, last uint64 }
+	tok := map[string]tokens{}
+	for i := range n {
+		id := fmt.Sprintf("t%02d", i)
+		add(t, s.tree, id, 0)
+		var tk tokens
+		for round, agent := range []string{"a", "b"} {
+			c := claim(t, s.tree, id, agent)
+			req := fence.FencedRequest{ID: id, Token: c.Token, Agent: agent}
+			for range beats {
+				if _, err := s.tree.Heartbeat(bg, req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			if round == 0 {
+				_, err = s.tree.Release(bg, req)
+				tk.early = c.Token
+			} else {
+				_, err = s.tree.Complete(bg, req)
+				tk.last = c.Token
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok[id] = tk
+	}
+	refusal := func(token uint64) fence.StaleTokenError {
+		t.Helper()
+		_, err := s.tree.Claim(bg, fence.ClaimRequest{Token: token, Agent: "x"})
+		stale, ok := errors.AsType[*fence.StaleTokenError](err)
+		if !ok {
+			t.Fatalf("claim --token %d: %v, want a stale token refusal", token, err)
+		}
+		return *stale
+	}
+	before := map[uint64]fence.StaleTokenError{}
+	for _, tk := range tok {
+		before[tk.last] = refusal(tk.last)
+	}
+
+	rep, err := s.tree.Compact(bg, fence.CompactRequest{Agent: "ops"})
+	if err != nil {
+		t.Fatalf("compact of %d tasks of %d events each: %v", n, perTask, err)
+	}
+	if rep.Tasks != n || rep.Events != n*perTask || rep.Claims != 2*n {
+		t.Errorf("compact folded %d tasks, dropped %d events and %d claims; want %d, %d and %d", rep.Tasks, rep.Events, rep.Claims, n, n*perTask, 2*n)
+	}
+	check, err := s.tree.Replay(bg, true)
+	if err != nil {
+		t.Fatalf("replay --check after compact: %v", err)
+	}
+	for _, f := range check.Findings {
+		t.Errorf("replay --check after compact: %s", f.Describe())
+	}
+	for id, tk := range tok {
+		if got := refusal(tk.last); got != before[tk.last] {
+			t.Errorf("claim --token %d (%s's last) after compact: %+v, before it: %+v", tk.last, id, got, before[tk.last])
+		}
+		if got := refusal(tk.early); got.Reason != fence.ReasonNotHeld || got.Task != id {
+			t.Errorf("claim --token %d (%s's first) after compact: %+v, want not held, naming %s", tk.early, id, got, id)
+		}
+	}
+	checkInvariants(t, s.tree)
+}

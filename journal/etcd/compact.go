@@ -7,9 +7,10 @@ import (
 
 // Compaction: the folded records and the dropping of events. etcd keeps
 // the space of deleted keys until its own compaction and defrag give it
-// back: the store has no Reclaim (journal.Reclaimer), and fence's compact
-// keeps each transaction well inside etcd's 128 operations a request
-// (DropEvents' limit).
+// back: the store has no Reclaim (journal.Reclaimer). fence's compact
+// keeps each transaction inside what the server takes (--max-txn-ops, 128
+// by default): it folds fewer tasks, and drops fewer events (DropEvents'
+// limit), a commit while etcd refuses one as too large (ErrTooLarge).
 
 // The folded records are P/f/ID (famFolded); P/k/TOKEN (famFoldedToken)
 // names the task of each token whose claim DeleteClaim forgot; recover
