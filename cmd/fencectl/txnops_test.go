@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,4 +118,169 @@ func TestEtcdSmallTxnOps_Commands(t *testing.T) {
 		t.Errorf("after reap: %v, want all %d available", got, n)
 	}
 	agree("reap")
+}
+
+// TestEtcdSmallTxnOps_RecoverUnfinished runs recover, through the real
+// binary, on an etcd that takes etcd.MinTxnOps operations a transaction,
+// where a journal is already there, one an earlier recover did not
+// finish: whole (a move failed after it), then a part of the tasks (a
+// crash after the first commit). Each recover sets that journal aside
+// (its checks, its copy a page at a time, its delete, each a request etcd
+// takes) and rebuilds it, and the last one finishes as at etcd's default.
+func TestEtcdSmallTxnOps_RecoverUnfinished(t *testing.T) {
+	if testClock == nil {
+		t.Skip("needs the crash points: go test -tags fencetest")
+	}
+	c := etcdtest.StartWith(t, 1, etcdtest.Options{MaxTxnOps: etcd.MinTxnOps})
+	journal := "etcd://" + strings.Join(c.Endpoints(), ",") + "/small"
+	dir := filepath.Join(t.TempDir(), "tree")
+	fencectl := func(env []string, args ...string) (string, error) {
+		cmd := fencectlCmd(dir, args...)
+		cmd.Env = append(cmd.Env, append(env, "FENCE_JOURNAL="+journal)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := fencectl(nil, args...)
+		if err != nil {
+			t.Fatalf("fencectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	run("init")
+	run("add", "--id", "c00")
+	var old struct {
+		Token uint64 `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(run("claim", "c00", "--json")), &old); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]int{"available": 100, "claimed": 20, "done": 10, "waiting": 5}
+	for sub, n := range files {
+		for i := range n {
+			if err := os.WriteFile(filepath.Join(dir, sub, fmt.Sprintf("%c%03d", sub[0], i)), []byte("job\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	del := func(prefix string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del("/small/") // the journal is lost
+
+	// The first recover rebuilds the whole journal, but a move after it
+	// fails: the tree says a recover has not finished.
+	if out, err := fencectl([]string{"FENCE_TEST_RENAME_FAULT=claimed/c00=EACCES"}, "recover"); err == nil || !strings.Contains(out, "recover stopped before it finished") {
+		t.Fatalf("recover with a move that fails: %v, want it cut short\n%s", err, out)
+	}
+	// The second sets that journal aside (more keys than a request of
+	// etcd.MinTxnOps holds) and dies after the first chunk of its own:
+	// the journal holds a part of the tasks.
+	if out, err := fencectl([]string{"FENCE_CRASH=recover:after-chunk"}, "recover"); err == nil || err.Error() != "exit status 99" {
+		t.Fatalf("recover with a crash after its first chunk: %v, want exit 99\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".fence", "recovering")); err != nil {
+		t.Fatalf("the recover cut short left no mark: %v", err)
+	}
+	// The dead process's tree lock goes, as when its session's lease
+	// runs out.
+	del("/small/lock/")
+
+	out := run("recover", "--json")
+	var rep struct {
+		Counts     map[string]int `json:"counts"`
+		Freed      []string       `json:"freed"`
+		Released   []string       `json:"released"`
+		FirstToken uint64         `json:"first_token"`
+		KeptAside  string         `json:"kept_aside"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("recover --json: %v\n%s", err, out)
+	}
+	if rep.Counts["available"] != 126 || rep.Counts["done"] != 10 || len(rep.Freed) != 21 || len(rep.Released) != 5 || rep.KeptAside == "" {
+		t.Errorf("recover of the unfinished journal: %s\nwant 126 available (21 freed, 5 released), 10 done, the unfinished journal kept aside", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".fence", "recovering")); err == nil {
+		t.Error("recover finished but left its mark")
+	}
+	if out := run("replay", "--check"); !strings.Contains(out, "tree and journal agree") {
+		t.Errorf("replay --check after recover:\n%s", out)
+	}
+	if out, err := fencectl(nil, "heartbeat", "c00", "--token", fmt.Sprint(old.Token)); err == nil || !strings.Contains(out, "nothing changed") {
+		t.Errorf("heartbeat with the token from before the journal was lost: %v\n%s", err, out)
+	}
+	var next struct {
+		Token uint64 `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(run("claim", "c00", "--json")), &next); err != nil {
+		t.Fatal(err)
+	}
+	if next.Token <= old.Token || next.Token <= rep.FirstToken {
+		t.Errorf("a claim after recover got token %d, not above the old %d and the first %d", next.Token, old.Token, rep.FirstToken)
+	}
+}
+
+// TestEtcdSmallTxnOps_RecoverBelowTheMinimum: on an etcd that takes fewer
+// than etcd.MinTxnOps operations a transaction, a recover that would set
+// a journal aside is refused before it writes anything, saying what
+// fencectl needs: the journal is as it was, and no copy was made.
+func TestEtcdSmallTxnOps_RecoverBelowTheMinimum(t *testing.T) {
+	c := etcdtest.StartWith(t, 1, etcdtest.Options{MaxTxnOps: 8})
+	journal := "etcd://" + strings.Join(c.Endpoints(), ",") + "/small"
+	dir := filepath.Join(t.TempDir(), "tree")
+	fencectl := func(args ...string) (string, error) {
+		cmd := fencectlCmd(dir, args...)
+		cmd.Env = append(cmd.Env, "FENCE_JOURNAL="+journal)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, args := range [][]string{{"init"}, {"add", "--id", "t1"}} {
+		if out, err := fencectl(args...); err != nil {
+			t.Fatalf("fencectl %s on etcd --max-txn-ops 8: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// A recover that did not finish: the next one sets the journal aside.
+	if err := os.WriteFile(filepath.Join(dir, ".fence", "recovering"), []byte("a recover began and has not finished: run fencectl recover\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	keys := func() map[string]string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, "/small", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, kv := range resp.Kvs {
+			if !strings.HasPrefix(string(kv.Key), "/small/lock/") { // recover's own lock, gone when it ends
+				out[string(kv.Key)] = string(kv.Value)
+			}
+		}
+		return out
+	}
+	before := keys()
+	out, err := fencectl("recover")
+	if err == nil || !strings.Contains(out, fmt.Sprintf("fencectl needs %d at least", etcd.MinTxnOps)) {
+		t.Errorf("recover on etcd --max-txn-ops 8: %v, want a refusal saying fencectl needs %d\n%s", err, etcd.MinTxnOps, out)
+	}
+	if after := keys(); !maps.Equal(before, after) {
+		t.Errorf("the refused recover changed etcd: %d keys before, %d after", len(before), len(after))
+	}
 }

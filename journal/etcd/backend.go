@@ -528,24 +528,41 @@ func (b *Backend) refuseOverlap(ctx context.Context) error {
 
 // refuseNested refuses to set aside a journal inside one of whose key
 // families another tree lives (made before init refused overlaps: /n and
-// /n/t): deleting the family would delete that tree's journal.
+// /n/t): deleting the family would delete that tree's journal. It reads
+// MinTxnOps keys a request, which every server fencectl works with takes:
+// one that takes fewer refuses the first, and recover stops there, having
+// written nothing.
 func (b *Backend) refuseNested(ctx context.Context) error {
-	var ops []clientv3.Op
 	var at []string
 	for _, fam := range append(slices.Clone(families), keyLock+"/", keyWriters+"/") {
 		at = append(at, b.cfg.Prefix+strings.TrimSuffix(fam, "/"))
-		ops = append(ops, clientv3.OpGet(at[len(at)-1]+famMeta+metaVersion, clientv3.WithKeysOnly()))
 	}
-	resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return b.unreachable(err)
-	}
-	for i, r := range resp.Responses {
-		if len(r.GetResponseRange().Kvs) > 0 {
-			return &journal.PrefixOverlapError{Prefix: b.cfg.Prefix, Other: at[i]}
+	for lo := 0; lo < len(at); lo += MinTxnOps {
+		var ops []clientv3.Op
+		for _, p := range at[lo:min(lo+MinTxnOps, len(at))] {
+			ops = append(ops, clientv3.OpGet(p+famMeta+metaVersion, clientv3.WithKeysOnly()))
+		}
+		resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return b.refused(err, len(ops))
+		}
+		for i, r := range resp.Responses {
+			if len(r.GetResponseRange().Kvs) > 0 {
+				return &journal.PrefixOverlapError{Prefix: b.cfg.Prefix, Other: at[lo+i]}
+			}
 		}
 	}
 	return nil
+}
+
+// refused is the error for a failed request of n operations, n no more
+// than MinTxnOps: etcd refused it as too many only if the server takes
+// less than fencectl needs, and the error says so.
+func (b *Backend) refused(err error, n int) error {
+	if tooManyOps(err) {
+		return fmt.Errorf("%w: %d operations in one etcd request: %v (etcd takes --max-txn-ops operations in one transaction, 128 by default, and fencectl needs %d at least: start etcd with a higher --max-txn-ops)", journal.ErrTooLarge, n, err, MinTxnOps)
+	}
+	return b.unreachable(err)
 }
 
 // asidePrefix is where SetAside copies a journal: beside the prefix, so
@@ -554,8 +571,12 @@ func (b *Backend) asidePrefix(now time.Time) string {
 	return b.cfg.Prefix + ".aside-" + now.UTC().Format("20060102T150405.000000000Z")
 }
 
-// SetAside copies the journal to a prefix beside it (a page at a time:
-// it may be larger than one etcd transaction), then deletes it.
+// SetAside copies the journal to a prefix beside it, a page at a time
+// (it may be larger than one etcd transaction), then deletes it in one
+// transaction (a journal half deleted would pass for whole): a delete a
+// family, len(families) operations, within MinTxnOps. A page is 64 keys,
+// halved while etcd refuses it as too many operations (a lower
+// --max-txn-ops), down to MinTxnOps.
 func (l *treeLock) SetAside(now time.Time) (string, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
@@ -569,11 +590,12 @@ func (l *treeLock) SetAside(now time.Time) (string, error) {
 	}
 	to := b.asidePrefix(now)
 	from := b.cfg.Prefix + "/"
+	page := int64(64)
 	for _, fam := range families {
 		p := b.cfg.Prefix + fam
 		next := p
 		for {
-			resp, err := b.cli.Get(ctx, next, clientv3.WithRange(rangeEnd(p)), clientv3.WithLimit(64))
+			resp, err := b.cli.Get(ctx, next, clientv3.WithRange(rangeEnd(p)), clientv3.WithLimit(page))
 			if err != nil {
 				return "", b.unreachable(err)
 			}
@@ -582,8 +604,13 @@ func (l *treeLock) SetAside(now time.Time) (string, error) {
 				ops = append(ops, clientv3.OpPut(to+"/"+string(kv.Key[len(from):]), string(kv.Value)))
 			}
 			if len(ops) > 0 {
-				if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-					return "", b.unreachable(err)
+				_, err := b.cli.Txn(ctx).Then(ops...).Commit()
+				if tooManyOps(err) && len(ops) > MinTxnOps {
+					page = max(page/2, MinTxnOps)
+					continue // the same page, smaller
+				}
+				if err != nil {
+					return "", b.refused(err, len(ops))
 				}
 			}
 			if !resp.More || len(resp.Kvs) == 0 {
@@ -592,12 +619,17 @@ func (l *treeLock) SetAside(now time.Time) (string, error) {
 			next = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	}
-	ops := []clientv3.Op{clientv3.OpPut(b.cfg.Prefix+".asides/"+to, "")}
+	// The copy is whole: Salvage reads its tokens from here on, even if
+	// the delete does not happen (the next recover copies it again).
+	if _, err := b.cli.Put(ctx, b.cfg.Prefix+".asides/"+to, ""); err != nil {
+		return "", b.unreachable(err)
+	}
+	var ops []clientv3.Op
 	for _, fam := range families {
 		ops = append(ops, clientv3.OpDelete(b.cfg.Prefix+fam, clientv3.WithPrefix()))
 	}
 	if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-		return "", b.unreachable(err)
+		return "", b.refused(err, len(ops))
 	}
 	return "etcd://" + strings.Join(b.cfg.Endpoints, ",") + to, nil
 }
