@@ -82,7 +82,12 @@ func ReadCeilingWitness(dir string) (ceiling uint64, w Witness, found bool, err 
 		}
 		if c.found {
 			ceiling, found = max(ceiling, c.value), true
-			w = w.newer(c.witness)
+			// A witness is a token issued, so below its file's ceiling;
+			// one that is not (edited, copied from another tree) would
+			// make every claim jump: it is no witness.
+			if c.witness.Token < c.value {
+				w = w.newer(c.witness)
+			}
 		}
 	}
 	return ceiling, w, found, err

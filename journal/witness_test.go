@@ -130,3 +130,22 @@ func TestCeilingWitness_Updates(t *testing.T) {
 		t.Fatalf("a refresh further on: %d, %+v; want %+v", c, w, further)
 	}
 }
+
+// A witness at or above its file's ceiling cannot be a token the journal
+// issued (every token is below the ceiling): it is read as no witness, or
+// a hand-edited or copied line would make every claim jump.
+func TestCeilingWitness_AboveTheCeilingIsNone(t *testing.T) {
+	dir := ceilingDir(t)
+	at := time.Unix(1_800_000_000, 0).UTC()
+	if err := RaiseCeilingWitnessed(dir, 1000, Witness{Token: 900, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range CeilingPaths(dir) {
+		if err := os.WriteFile(p, []byte("1000\nwitness-token 5000 1800000000\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, w, ok, err := ReadCeilingWitness(dir); err != nil || !ok || c != 1000 || !w.IsZero() {
+		t.Fatalf("ReadCeilingWitness = %d, %+v, %v, %v; want 1000 and no witness", c, w, ok, err)
+	}
+}

@@ -17,21 +17,22 @@ const keyCeiling = "token_ceiling"
 // commit of an earlier raise was lost), since tokens up to that ceiling
 // may have been issued.
 //
-// The files are read when a token would pass the journal's copy, once
-// per opened handle (a CLI command opens one), and once per
-// journal.WitnessRefresh of a long-lived handle: a journal.db put back
-// from a backup has an old counter and an old copy of the ceiling, and
-// only the files know that tokens above them went out since. Their
-// witness (journal/witness.go) is a token issued: a journal.db whose
-// counter is below it is such a copy, even when the backup was taken
-// after the ceiling's last raise. Writers take turns under the lock, so
-// the witness can name the token being issued: no other writer reads the
-// files before this one commits or rolls back.
+// The files are read when a token would pass the journal's copy, by a
+// handle's first token (a CLI command opens one handle), and whenever the
+// newest witness the handle knows is journal.WitnessRefresh old: a
+// journal.db put back from a backup has an old counter and an old copy of
+// the ceiling, and only the files know that tokens above them went out
+// since. Their witness (journal/witness.go) is a token issued: a
+// journal.db whose counter is below it is such a copy, even when the
+// backup was taken after the ceiling's last raise. The witness is written
+// after the commit (DB.Update), still under the lock, so it never names a
+// token a crash or a rollback took back, and no token this handle issues
+// is more than WitnessRefresh younger than a witness in the files.
 func (t *Tx) reserve(next uint64) (uint64, error) {
 	meta := t.tx.Bucket(bucketMeta)
 	ceiling := getU64(meta.Get([]byte(keyCeiling)))
 	now := t.Now() // the journal's clock: the tests' settable one
-	fresh := t.ceilingChecked != nil && !t.ceilingChecked.IsZero() && now.Sub(*t.ceilingChecked) < journal.WitnessRefresh && !now.Before(*t.ceilingChecked)
+	fresh := t.witnessAt != nil && !t.witnessAt.IsZero() && !(journal.Witness{Token: 1, At: *t.witnessAt}).Stale(now)
 	if next <= ceiling && fresh {
 		return next, nil
 	}
@@ -41,16 +42,17 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	// An unreadable copy is rewritten below: this journal bounds every
 	// token it issued, so only the copy's news (if any) is lost.
 	onFile, seen, ok, _ := journal.ReadCeilingWitness(t.dir)
-	if t.ceilingChecked != nil {
-		*t.ceilingChecked = now
-	}
 	wentBack := ok && seen.Behind(getU64(meta.Get([]byte(keyToken))))
-	if next <= ceiling && (!ok || onFile <= ceiling) && !wentBack {
-		if ok && seen.Stale(now) {
-			// Best effort: a witness left old only widens the window in
-			// which a restored journal goes unnoticed.
-			_ = journal.RaiseCeilingWitnessed(t.dir, 0, journal.Witness{Token: next, At: now})
+	if t.witnessAt != nil {
+		*t.witnessAt = now // no files, or a witness due below: not again at once
+		if ok && !seen.Stale(now) {
+			*t.witnessAt = seen.At
 		}
+	}
+	if ok && seen.Stale(now) || wentBack {
+		t.witness = &journal.Witness{Token: next, At: now}
+	}
+	if next <= ceiling && (!ok || onFile <= ceiling) && !wentBack {
 		return next, nil // the files agree: tokens up to ceiling are ours to issue
 	}
 	if ok && (onFile > ceiling || wentBack) && onFile >= next {
@@ -58,9 +60,10 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	}
 	t.wrote()
 	raised := next + journal.CeilingStep
-	if err := journal.RaiseCeilingWitnessed(t.dir, raised, journal.Witness{Token: next, At: now}); err != nil {
+	if err := journal.RaiseCeiling(t.dir, raised); err != nil {
 		return 0, err
 	}
+	t.witness = &journal.Witness{Token: next, At: now}
 	return next, meta.Put([]byte(keyCeiling), u64(raised))
 }
 

@@ -298,3 +298,49 @@ func TestCeiling_JournalRestoredFromBackup(t *testing.T) {
 		t.Fatalf("token %d after restoring the backup, want above %d, issued after it", tok, issued)
 	}
 }
+
+// The witness names a token issued, never one a rollback (or a crash
+// before the commit) took back: it is written after the commit. A witness
+// of a token never issued would make the next claim take the journal for
+// a restored copy and jump over the ceiling, at every such crash.
+func TestWitness_WrittenOnlyAfterTheCommit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), ".fence")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
+		t.Fatal(err)
+	}
+	clock := t0
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second, Clock: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	first := nextToken(t, db, t0) // raises the ceiling; witnessed after its commit
+	if _, w, _, _ := journal.ReadCeilingWitness(dir); w.Token != first {
+		t.Fatalf("witness %d after the first claim, want its token %d", w.Token, first)
+	}
+	// Long enough later that the witness is due again; the transaction
+	// that issues the token is rolled back.
+	later := t0.Add(time.Minute)
+	clock = later
+	refused := errors.New("refused")
+	var rolledBack uint64
+	err = db.Update(func(tx journal.Tx) (err error) {
+		if rolledBack, err = tx.NextToken(later); err != nil {
+			return err
+		}
+		return refused
+	})
+	if !errors.Is(err, refused) {
+		t.Fatalf("Update = %v, want the refusal", err)
+	}
+	if _, w, _, _ := journal.ReadCeilingWitness(dir); w.Token != first {
+		t.Fatalf("after a rolled-back claim of token %d the witness is %d, want %d (a token issued)", rolledBack, w.Token, first)
+	}
+	// The next claim follows on: no jump over the ceiling.
+	if next := nextToken(t, db, later.Add(time.Second)); next <= first || next-first >= journal.CeilingStep/2 {
+		t.Fatalf("token %d after %d: jumped", next, first)
+	}
+}

@@ -64,12 +64,12 @@ type DB struct {
 	readOnly bool
 	parked   *parkedState // set while parked (see Park)
 	version  string       // the journal's schema version, as opened
-	// ceilingChecked is when this handle last compared the ceiling files
-	// with the journal's copy (see Tx.reserve); zero for a fresh handle,
-	// which checks again.
-	ceilingChecked time.Time
-	clock          func() time.Time // answers Tx.Now: bbolt has no clock of its own
-	onUpgrade      func(from, to string)
+	// witnessAt is when the newest witness this handle knows the ceiling
+	// files hold was written (see Tx.reserve); zero for a fresh handle,
+	// which reads the files before its first token.
+	witnessAt time.Time
+	clock     func() time.Time // answers Tx.Now: bbolt has no clock of its own
+	onUpgrade func(from, to string)
 }
 
 // Path returns the journal file's path inside the meta directory dir.
@@ -336,7 +336,7 @@ func (db *DB) reopen(timeout time.Duration) error {
 		db.file = nil // closed with bbolt: Close must not unlock it again
 		return err
 	}
-	db.b, db.file, db.ceilingChecked = b, file, time.Time{}
+	db.b, db.file, db.witnessAt = b, file, time.Time{}
 	return db.checkVersion()
 }
 
@@ -452,8 +452,10 @@ func (db *DB) Close() error {
 func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 	defer guard(db.path, &err)()
 	to := db.version
+	var witness *journal.Witness
 	err = db.b.Update(func(btx *bbolt.Tx) error {
-		tx := &Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), ceilingChecked: &db.ceilingChecked}
+		tx := &Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), witnessAt: &db.witnessAt}
+		defer func() { witness = tx.witness }()
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -471,6 +473,13 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 		}
 		return tx.finish()
 	})
+	if err == nil && witness != nil {
+		// After the commit, still under the lock: the witness names a
+		// token issued, never one a crash or a rollback took back.
+		if journal.RaiseCeilingWitnessed(filepath.Dir(db.path), 0, *witness) == nil {
+			db.witnessAt = witness.At
+		}
+	}
 	if err == nil && to != db.version {
 		from := db.version
 		db.version = to

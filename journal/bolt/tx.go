@@ -20,12 +20,13 @@ type Tx struct {
 	clock func() time.Time
 	now   time.Time
 	dir   string // the journal's directory: where the token ceiling is (ceiling.go)
-	// ceilingChecked points at its DB's: when the ceiling files were last
-	// compared with the journal's copy (zero: not since the handle was
-	// opened).
-	ceilingChecked *time.Time
-	firstEvent     uint64 // seq of this transaction's first appended event, 0 if none
-	lastEvent      uint64
+	// witnessAt points at its DB's: when the newest witness the ceiling
+	// files are known to hold was written (zero: not read since the handle
+	// was opened). witness is the one to record after the commit, if due.
+	witnessAt  *time.Time
+	witness    *journal.Witness
+	firstEvent uint64 // seq of this transaction's first appended event, 0 if none
+	lastEvent  uint64
 	// writes counts the calls of methods that change state, made or
 	// attempted (a failed Put counts: it may have changed a page). Every
 	// such method calls wrote first, so that Writes can tell a caller

@@ -36,10 +36,12 @@ type Store struct {
 	// tokenFloor is the least token this handle may issue: above the
 	// ceiling's files when it found the journal behind them.
 	tokenFloor atomic.Uint64
-	// checkedAt is when (by the journal's clock, Unix ns) this handle
-	// last read the ceiling's files: it reads them again, and refreshes
-	// their witness, once that is journal.WitnessRefresh ago (witness.go).
-	checkedAt atomic.Int64
+	// witnessAt is when (by the journal's clock, Unix ns) the newest
+	// witness this handle knows the ceiling's files hold was written: the
+	// handle reads them again, and refreshes the witness, once that is
+	// journal.WitnessRefresh old, so that no token it issues is younger
+	// than that by more (witness.go).
+	witnessAt atomic.Int64
 	// The witness (witness.go): witnessDue asks the next commit that
 	// issues a token to record it in the files; recheck is a witness the
 	// journal stood behind, to be confirmed on a fresh snapshot.

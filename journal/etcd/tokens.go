@@ -43,7 +43,7 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	// a race) stands: the journal read now is as far behind as before.
 	next = max(next, t.s.tokenFloor.Load())
 	now := t.Now() // the journal's clock: the tests' settable one
-	fresh := t.s.ceilingChecked.Load() && now.UnixNano()-t.s.checkedAt.Load() < int64(journal.WitnessRefresh)
+	fresh := t.s.ceilingChecked.Load() && !(journal.Witness{Token: 1, At: time.Unix(0, t.s.witnessAt.Load())}).Stale(now)
 	if next <= t.head.Ceiling && fresh {
 		return next, nil
 	}
@@ -51,16 +51,18 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 		return 0, errors.New("issue a token: the store does not know its tree's .fence directory")
 	}
 	onFile, seen, ok, _ := journal.ReadCeilingWitness(t.s.dir)
-	t.s.ceilingChecked.Store(true)
-	t.s.checkedAt.Store(now.UnixNano())
 	behind, err := t.behindWitness(seen)
 	if err != nil {
 		return 0, err
 	}
+	t.s.ceilingChecked.Store(true)
+	t.s.witnessAt.Store(now.UnixNano()) // no files, or a witness due: not again at once
+	if ok && !seen.Stale(now) {
+		t.s.witnessAt.Store(seen.At.UnixNano())
+	} else if ok {
+		t.s.witnessDue.Store(true)
+	}
 	if next <= t.head.Ceiling && (!ok || onFile <= t.head.Ceiling) && !behind {
-		if ok && seen.Stale(now) {
-			t.s.witnessDue.Store(true)
-		}
 		return next, nil
 	}
 	// Files above the journal, and the journal not behind its witness: a

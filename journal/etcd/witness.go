@@ -68,6 +68,9 @@ func (t *Tx) afterCommit() {
 	}
 	t.s.noteCounter(t.head.Token)
 	if t.s.witnessDue.Swap(false) {
-		_ = journal.RaiseCeilingWitnessed(t.s.dir, 0, journal.Witness{Token: t.head.Token, At: t.Now()})
+		w := journal.Witness{Token: t.head.Token, At: t.Now()}
+		if journal.RaiseCeilingWitnessed(t.s.dir, 0, w) == nil {
+			t.s.witnessAt.Store(w.At.UnixNano())
+		}
 	}
 }
