@@ -485,6 +485,9 @@ type recoverJSON struct {
 	Released   []string       `json:"released"` // found in waiting/, now available
 	FirstToken uint64         `json:"first_token"`
 	Findings   []findingJSON  `json:"findings"`
+	// Unfinished: the journal set aside was one an earlier recover, cut
+	// short, was rebuilding.
+	Unfinished bool `json:"unfinished,omitempty"`
 	notices
 }
 
@@ -492,6 +495,7 @@ func newRecover(rep fence.RecoverReport) *recoverJSON {
 	return &recoverJSON{
 		Root: rep.Root, KeptAside: rep.KeptAside, Counts: stateCounts(rep.Counts), Freed: rep.Freed,
 		Released: rep.Released, FirstToken: rep.FirstToken, Findings: newFindings(rep.Findings),
+		Unfinished: rep.Unfinished,
 	}
 }
 
