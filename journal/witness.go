@@ -63,19 +63,22 @@ func (w Witness) newer(o Witness) Witness {
 	return w
 }
 
+// witnessWord opens a witness line.
+const witnessWord = "witness-token"
+
 // line renders w as the witness line of a ceiling file ("" for none).
 func (w Witness) line() string {
 	if w.IsZero() {
 		return ""
 	}
-	return fmt.Sprintf("witness-token %d %d\n", w.Token, w.At.Unix())
+	return fmt.Sprintf("%s %d %d\n", witnessWord, w.Token, w.At.Unix())
 }
 
 // parseWitness reads a witness line; ok is false for any other line
 // (a later version's lines are left for it to read).
 func parseWitness(line string) (w Witness, ok bool) {
 	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != "witness-token" {
+	if len(f) != 3 || f[0] != witnessWord {
 		return w, false
 	}
 	tok, err1 := strconv.ParseUint(f[1], 10, 64)

@@ -149,3 +149,31 @@ func TestCeilingWitness_AboveTheCeilingIsNone(t *testing.T) {
 		t.Fatalf("ReadCeilingWitness = %d, %+v, %v, %v; want 1000 and no witness", c, w, ok, err)
 	}
 }
+
+// A damaged witness line is taken for the highest token it could have
+// named (just below the ceiling), so that a restored journal still starts
+// above the ceiling: safety data that cannot be read is not ignored.
+func TestCeilingWitness_DamagedLineIsTheHighest(t *testing.T) {
+	dir := ceilingDir(t)
+	for _, p := range CeilingPaths(dir) {
+		if err := os.WriteFile(p, []byte("1000\nwitness-token 9x9 oops\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, w, ok, err := ReadCeilingWitness(dir)
+	if err != nil || !ok || c != 1000 || w.Token != 999 || !w.Behind(998) {
+		t.Fatalf("ReadCeilingWitness = %d, %+v, %v, %v; want 1000 and a witness of 999", c, w, ok, err)
+	}
+	if !w.Stale(time.Now()) {
+		t.Fatal("a damaged witness is stale: the next claim writes one in its place")
+	}
+	// A line of a later version's own is left alone.
+	for _, p := range CeilingPaths(dir) {
+		if err := os.WriteFile(p, []byte("1000\nwitness-v2 abc\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, w, _, _ := ReadCeilingWitness(dir); !w.IsZero() {
+		t.Fatalf("another kind of line read as a witness: %+v", w)
+	}
+}
