@@ -127,7 +127,7 @@ func (h envHold) read(c *cli.Context) error {
 				continue
 			}
 			if err := c.Set(name, val); err != nil {
-				return usagef("invalid %s=%q (for --%s): %s (see fencectl %s --help)", v, val, name, valueHint([]cli.Flag{f}, name, err.Error()), c.Command.Name)
+				return usagef("invalid %s=%q (for --%s): %s; fix or unset %s, or give --%s (see fencectl %s --help)", v, val, name, valueHint([]cli.Flag{f}, name, err.Error()), v, name, c.Command.Name)
 			}
 			if rule := envRule(c, name); rule != "" {
 				return usagef("invalid %s=%q (for --%s): %s; fix or unset %s, or give --%s", v, val, name, rule, v, name)
