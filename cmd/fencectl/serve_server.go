@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -278,6 +277,3 @@ func (f *feed) close() {
 		close(f.ch)
 	}
 }
-
-// errServeStopped ends a stream when serve stops.
-var errServeStopped = errors.New("serve stopped")
