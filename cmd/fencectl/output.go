@@ -50,15 +50,32 @@ func (o *output) flushNotices() {
 	if o.stdoutIsCMDs {
 		w = o.stderr
 	}
+	shown := map[fence.NoticeKind]int{}
+	var kinds []fence.NoticeKind // in order of first appearance
 	for _, n := range o.notices {
 		if o.json {
 			o.writeJSON(w, newNotice(n))
-		} else {
+			continue
+		}
+		if shown[n.Kind] == 0 {
+			kinds = append(kinds, n.Kind)
+		}
+		if shown[n.Kind]++; shown[n.Kind] <= noticeLines {
 			fmt.Fprintf(o.stderr, "fencectl: %s %s: %s\n", strings.ReplaceAll(string(n.Kind), "_", " "), printable(n.Name), printable(n.Detail))
+		}
+	}
+	for _, k := range kinds {
+		if more := shown[k] - noticeLines; more > 0 {
+			fmt.Fprintf(o.stderr, "fencectl: %s: %d more like these (--json lists every one; `fencectl log` shows them)\n", strings.ReplaceAll(string(k), "_", " "), more)
 		}
 	}
 	o.notices = nil
 }
+
+// noticeLines is how many notices of one kind the text output shows:
+// an inbox of thousands of files adopted at once is one line per file
+// in the journal and with --json, not on a terminal.
+const noticeLines = 10
 
 // result is a one-object --json answer: it carries the pending notices.
 type result interface{ setNotices([]noticeJSON) }
