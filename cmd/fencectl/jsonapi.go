@@ -455,6 +455,8 @@ type replayJSON struct {
 	Findings []findingJSON `json:"findings"`
 	notices
 	Tasks int `json:"tasks"`
+	// TokensAbove: with --restored, new tokens start above it.
+	TokensAbove uint64 `json:"tokens_above,omitempty"`
 }
 
 // findingJSON is one disagreement between the log, the records and the
