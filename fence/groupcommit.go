@@ -110,6 +110,12 @@ func (t *Tree) parkWriter(db journal.Store, healthy bool) { park(&t.batch.idle, 
 // resumeOrOpen takes the handle parked in slot back (see
 // journal.Store.Resume), or opens the journal if none is parked.
 func (t *Tree) resumeOrOpen(slot *atomic.Pointer[parked], readOnly bool) (journal.Store, error) {
+	// A recover begun since this tree was opened (a long-lived process:
+	// run --loop, mcp, serve) and not finished leaves a journal that holds
+	// only part of the tasks: refused, as Open refuses it.
+	if err := t.refuseUnfinishedRecover(); err != nil {
+		return nil, err
+	}
 	if p := slot.Swap(nil); p != nil {
 		if err := p.db.Resume(t.opts.Timeout); err != nil {
 			p.db.Close()

@@ -104,6 +104,17 @@ func (e *RecoverUnfinishedError) Error() string {
 	return fmt.Sprintf("a recover of %s began at %s and has not finished (it is still running, or it was cut short): the journal does not hold every task yet; wait for it, or run `fencectl recover` to finish it; nothing changed", e.Root, e.Since.UTC().Format(time.RFC3339))
 }
 
+// refuseUnfinishedRecover is a *RecoverUnfinishedError while the tree at
+// root (meta its .fence) has a recover that began and has not finished.
+func refuseUnfinishedRecover(root, meta string) error {
+	if fi, err := os.Lstat(filepath.Join(meta, recoveringName)); err == nil {
+		return &RecoverUnfinishedError{Root: root, Since: fi.ModTime()}
+	}
+	return nil
+}
+
+func (t *Tree) refuseUnfinishedRecover() error { return refuseUnfinishedRecover(t.root, t.metaDir) }
+
 // Open opens the tree at root. It fails with a *NoJournalError, before
 // touching anything, if root has no journal, and with a
 // *RecoverUnfinishedError while a recover has not finished.
@@ -126,11 +137,11 @@ func Open(root string, o Options) (*Tree, error) {
 		}
 		return nil, &NoJournalError{Path: store.Path(meta)}
 	}
-	if fi, err := os.Lstat(filepath.Join(meta, recoveringName)); err == nil {
+	if err := refuseUnfinishedRecover(abs, meta); err != nil {
 		if owned {
 			closeBackend(store)
 		}
-		return nil, &RecoverUnfinishedError{Root: abs, Since: fi.ModTime()}
+		return nil, err
 	}
 	m, err := fsmirror.Open(abs)
 	if err != nil {
