@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -265,7 +266,7 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 		return nil, err
 	}
 	o := fence.Options{Timeout: timeout, Notify: out.notice, Clock: testClock, Boot: testBoot}
-	if err := setLockMode(&o); err != nil {
+	if err := setLockMode(&o, c.String("dir")); err != nil {
 		return nil, err
 	}
 	t, err := fence.Open(c.String("dir"), o)
@@ -280,10 +281,13 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 // blocking flock to show what bbolt's 50 ms lock polling costs. Any other
 // value is refused: a mistyped mode must not pass for the default, as
 // every process on a tree must use the same one.
-func setLockMode(o *fence.Options) error {
+func setLockMode(o *fence.Options, dir string) error {
 	switch v := os.Getenv("FENCE_LOCK_MODE"); v {
 	case "":
 	case "bbolt":
+		if _, err := os.Stat(filepath.Join(dir, ".fence", "journal.json")); err == nil {
+			return usagef("FENCE_LOCK_MODE=bbolt applies to a tree whose journal is .fence/journal.db, and %s keeps its journal elsewhere (.fence/journal.json names it); unset FENCE_LOCK_MODE", dir)
+		}
 		o.Backend = boltstore.Backend{LockMode: boltstore.LockBoltOnly}
 	default:
 		return usagef("invalid FENCE_LOCK_MODE=%q: the only mode is bbolt (benchmarks only); unset it", v)
