@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,10 @@ type Config struct {
 	CACert string `json:"cacert,omitempty"`
 	Cert   string `json:"cert,omitempty"`
 	Key    string `json:"key,omitempty"`
+	// TLSFromFlags: the TLS paths above were given as init's flags just
+	// now, and win over the FENCE_ETCD_* variables (which win over paths
+	// a tree's config recorded). Never written.
+	TLSFromFlags bool `json:"-"`
 	// TreeID is the id of the journal this tree made (init, recover): a
 	// store that finds another tree's journal where the config points
 	// refuses it (*TreeMismatchError) instead of letting this tree act on
@@ -88,8 +93,9 @@ func ParseURL(s string) (Config, error) {
 		return Config{}, fmt.Errorf("journal %q: no endpoint; want etcd://HOST:PORT[,HOST:PORT...]/PREFIX", s)
 	}
 	for _, h := range strings.Split(hosts, ",") {
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			return Config{}, fmt.Errorf("journal %q: endpoint %q is not HOST:PORT", s, h)
+		_, port, err := net.SplitHostPort(h)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return Config{}, fmt.Errorf("journal %q: endpoint %q is not HOST:PORT with a port from 1 to 65535", s, h)
 		}
 		c.Endpoints = append(c.Endpoints, h)
 	}

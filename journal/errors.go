@@ -97,24 +97,34 @@ func (e *PrefixOverlapError) Error() string {
 }
 
 // TLSFileError says a TLS file named for an etcd journal cannot be used.
-// Source says who named it: an environment variable (FENCE_ETCD_CACERT,
-// ...), which wins, or the tree's config (.fence/journal.json), so that
-// the message points at what to fix.
+// Source says who named it: one of init's flags, an environment variable
+// (FENCE_ETCD_CACERT, ...), which wins over the config, or the tree's
+// config (.fence/journal.json), so that the message points at what to
+// fix. Path is "" when the file is missing from a pair (a certificate
+// without its key).
 type TLSFileError struct {
-	What   string // "CA certificate", "client certificate"
+	What   string // "CA certificate", "client certificate", "client key"
 	Path   string
-	Source string // the variable's name, or "" for the tree's config
+	Source string // the flag or variable, or "" for the tree's config
 	Err    error
 }
 
-// FromEnv reports whether a variable named the file.
-func (e *TLSFileError) FromEnv() bool { return e.Source != "" }
+// FromInput reports whether a flag or variable named the file: bad
+// input, not a tree's damage.
+func (e *TLSFileError) FromInput() bool { return e.Source != "" }
 
 func (e *TLSFileError) Error() string {
-	if e.FromEnv() {
-		return fmt.Sprintf("etcd %s %s (from %s, which wins over the tree's config): %v; fix or unset %s", e.What, e.Path, e.Source, e.Err, e.Source)
+	what := "etcd " + e.What
+	if e.Path != "" {
+		what += " " + e.Path
 	}
-	return fmt.Sprintf("etcd %s %s (recorded in the tree's .fence/journal.json): %v; put the file back, or name another with %s", e.What, e.Path, e.Err, tlsVariable[e.What])
+	switch {
+	case strings.HasPrefix(e.Source, "--"):
+		return fmt.Sprintf("%s (from %s): %v", what, e.Source, e.Err)
+	case e.Source != "":
+		return fmt.Sprintf("%s (from %s, which wins over the tree's config): %v; fix or unset %s", what, e.Source, e.Err, e.Source)
+	}
+	return fmt.Sprintf("%s (recorded in the tree's .fence/journal.json): %v; put the file back, or name another with %s", what, e.Err, tlsVariable[e.What])
 }
 
 func (e *TLSFileError) Unwrap() error { return e.Err }

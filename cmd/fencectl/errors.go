@@ -84,8 +84,8 @@ func classify(err error) errorObject {
 		obj.Message = err.Error() + "; to bring the tree in line with it run `fencectl replay`"
 	case errors.As(err, &usage):
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
-	case errors.As(err, &tlsFile) && tlsFile.FromEnv():
-		// A variable named it: bad input, as any malformed FENCE_* is.
+	case errors.As(err, &tlsFile) && tlsFile.FromInput():
+		// A flag or variable named it: bad input, as any malformed FENCE_* is.
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 	case errors.As(err, &version):
 		// Not damage: the message names both versions and never advises

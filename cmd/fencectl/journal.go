@@ -62,16 +62,9 @@ func journalChoice(c *cli.Context) (*fence.JournalConfig, error) {
 	}
 	// The flags given win over the variables (which later commands read
 	// over the recorded paths): init connects with the files it records.
-	for flag, v := range map[string]string{"etcd-cacert": cfg.CACert, "etcd-cert": cfg.Cert, "etcd-key": cfg.Key} {
-		if c.IsSet(flag) {
-			os.Setenv(tlsVariables[flag], v)
-		}
-	}
+	cfg.TLSFromFlags = c.IsSet("etcd-cacert") || c.IsSet("etcd-cert") || c.IsSet("etcd-key")
 	return &cfg, nil
 }
-
-// tlsVariables name the variable of each TLS flag.
-var tlsVariables = map[string]string{"etcd-cacert": "FENCE_ETCD_CACERT", "etcd-cert": "FENCE_ETCD_CERT", "etcd-key": "FENCE_ETCD_KEY"}
 
 // handOff runs the command in fencectl-<backend> when the tree (or
 // init --journal) needs a backend this binary does not link. It runs

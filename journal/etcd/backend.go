@@ -89,16 +89,19 @@ func (b *Backend) Config() journal.Config { return b.cfg }
 // wins) or the tree's config ("").
 type tlsFile struct{ path, source string }
 
-// tlsFiles are the TLS files: the environment's FENCE_ETCD_* over the
-// tree's config.
+// tlsFiles are the TLS files: init's flags, else the environment's
+// FENCE_ETCD_*, else the tree's config.
 func (b *Backend) tlsFiles() (ca, cert, key tlsFile) {
-	pick := func(env, conf string) tlsFile {
+	pick := func(env, flag, conf string) tlsFile {
+		if b.cfg.TLSFromFlags && conf != "" {
+			return tlsFile{conf, flag + " or " + env}
+		}
 		if v := os.Getenv(env); v != "" {
 			return tlsFile{v, env}
 		}
 		return tlsFile{conf, ""}
 	}
-	return pick("FENCE_ETCD_CACERT", b.cfg.CACert), pick("FENCE_ETCD_CERT", b.cfg.Cert), pick("FENCE_ETCD_KEY", b.cfg.Key)
+	return pick("FENCE_ETCD_CACERT", "--etcd-cacert", b.cfg.CACert), pick("FENCE_ETCD_CERT", "--etcd-cert", b.cfg.Cert), pick("FENCE_ETCD_KEY", "--etcd-key", b.cfg.Key)
 }
 
 // connect makes the client. Credentials come from FENCE_ETCD_USERNAME and
@@ -144,7 +147,11 @@ func tlsConfig(ca, cert, key tlsFile) (*tls.Config, error) {
 	}
 	if cert.path != "" || key.path != "" {
 		if cert.path == "" || key.path == "" {
-			return nil, errors.New("etcd client certificate: give both --etcd-cert and --etcd-key (or FENCE_ETCD_CERT and FENCE_ETCD_KEY)")
+			named, missing := cert, "client key"
+			if cert.path == "" {
+				named, missing = key, "client certificate"
+			}
+			return nil, &journal.TLSFileError{What: missing, Source: named.source, Err: errors.New("not given: give both --etcd-cert and --etcd-key (or FENCE_ETCD_CERT and FENCE_ETCD_KEY)")}
 		}
 		for _, f := range []struct {
 			what string
