@@ -76,6 +76,9 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 	}
 	defer m.Close()
 	if exists { // an existing tree: a reader, under the shared lock
+		if err := refuseUnfinishedRecover(abs, meta); err != nil {
+			return res, err
+		}
 		if err := refuseSharedPrefix(meta, o); err != nil {
 			return res, err
 		}
