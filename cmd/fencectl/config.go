@@ -155,6 +155,10 @@ func envRule(c *cli.Context, name string) string {
 		if strings.ContainsFunc(c.String(name), unicode.IsControl) {
 			return "control characters are not allowed"
 		}
+	case "journal":
+		if _, err := fence.ParseJournalURL(c.String(name)); err != nil {
+			return err.Error()
+		}
 	}
 	return ""
 }
