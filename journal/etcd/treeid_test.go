@@ -41,6 +41,21 @@ func makeJournal(t *testing.T, cfg journal.Config, dir string) journal.Config {
 	return cfg
 }
 
+// twoTrees starts an etcd member and returns a config of prefix on it
+// and the .fence directories of two trees that will use it in turn.
+func twoTrees(t *testing.T, prefix string) (base journal.Config, dirA, dirB string) {
+	t.Helper()
+	base = journal.Config{Backend: "etcd", Endpoints: etcdtest.Start(t, 1).Endpoints(), Prefix: prefix}
+	dirA = filepath.Join(t.TempDir(), ".fence")
+	dirB = filepath.Join(t.TempDir(), ".fence")
+	for _, d := range []string{dirA, dirB} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base, dirA, dirB
+}
+
 func wipe(t *testing.T, cfg journal.Config) {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second})
@@ -70,14 +85,7 @@ func openErr(b *etcd.Backend, dir string) error {
 // config records the journal there (a recover by another process), the
 // same backend opens it; a config with no tree id checks nothing.
 func TestBackend_OpenRefusesAnotherTreesJournal(t *testing.T) {
-	base := journal.Config{Backend: "etcd", Endpoints: etcdtest.Start(t, 1).Endpoints(), Prefix: "/shared"}
-	dirA := filepath.Join(t.TempDir(), ".fence")
-	dirB := filepath.Join(t.TempDir(), ".fence")
-	for _, d := range []string{dirA, dirB} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	base, dirA, dirB := twoTrees(t, "/shared")
 	cfgA := makeJournal(t, base, dirA)
 	a, err := etcd.New(cfgA)
 	if err != nil {
@@ -127,14 +135,7 @@ func TestBackend_OpenRefusesAnotherTreesJournal(t *testing.T) {
 // tree id at every snapshot, not only at Open: once another tree's journal
 // took the wiped prefix, its reads and writes are refused.
 func TestStore_HandleRefusesAnotherTreesJournal(t *testing.T) {
-	base := journal.Config{Backend: "etcd", Endpoints: etcdtest.Start(t, 1).Endpoints(), Prefix: "/held"}
-	dirA := filepath.Join(t.TempDir(), ".fence")
-	dirB := filepath.Join(t.TempDir(), ".fence")
-	for _, d := range []string{dirA, dirB} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	base, dirA, dirB := twoTrees(t, "/held")
 	cfgA := makeJournal(t, base, dirA)
 	a, err := etcd.New(cfgA)
 	if err != nil {
