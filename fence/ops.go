@@ -602,7 +602,7 @@ func (t *Tree) finishMove(tx journal.Tx, id string, dir fsmirror.Dir) bool {
 	t.batch.finishedMu.Lock()
 	t.batch.finished = append(t.batch.finished, id)
 	t.batch.finishedMu.Unlock()
-	t.notify(NoticeSettled, id, "finished the move to "+string(dir)+"/ that an interrupted command left undone")
+	t.notify(NoticeSettled, id, settledDetail(from, dir))
 	return true
 }
 

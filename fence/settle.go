@@ -261,7 +261,7 @@ func (t *Tree) settle(db journal.Store) error {
 			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for replay")
 			continue
 		}
-		t.notify(NoticeSettled, m.id, "finished the move to "+string(m.to)+"/ that an interrupted command left undone")
+		t.notify(NoticeSettled, m.id, settledDetail(m.from, m.to))
 	}
 	if err := t.publishPending(last); err != nil {
 		return err
@@ -353,3 +353,12 @@ func (t *Tree) reconcileTasks(db journal.Store, evs []record.Event) {
 // than a few means hosts keep committing changes to the task faster than
 // its file can follow, and the last of them settles it.
 const maxReconcileRounds = 4
+
+// settledDetail says why a task's file moved from one directory to
+// another with no command of the caller's asking: the journal, the truth,
+// has the task there. Either a command was interrupted between its commit
+// and its move, or the journal was put back from a backup and knows
+// nothing of the moves made since.
+func settledDetail(from, to fsmirror.Dir) string {
+	return "moved from " + string(from) + "/ to " + string(to) + "/, where the journal has it (a command interrupted before its move, or a journal restored from a backup)"
+}
