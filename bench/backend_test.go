@@ -185,6 +185,7 @@ func BenchmarkBackend_CLI(b *testing.B) {
 			var dir string
 			if row.etcd {
 				dir = newEtcdTree(b, startEtcd(b), n)
+				servers.addDaemon(b, dir)
 			} else {
 				dir = newTree(b, n)
 			}

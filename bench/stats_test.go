@@ -207,6 +207,50 @@ var servers serverSet
 type serverSet struct {
 	mu   sync.Mutex
 	pids map[int]bool
+	// daemons are the trees whose fencectl daemon (started by the first
+	// command on an etcd tree, and no child of ours) does the commands'
+	// work: its CPU is theirs.
+	daemons map[string]bool
+}
+
+// addDaemon counts the CPU of dir's daemons as the benchmark's from now
+// on; when b ends they are stopped.
+func (s *serverSet) addDaemon(b *testing.B, dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.daemons == nil {
+		s.daemons = map[string]bool{}
+	}
+	s.daemons[dir] = true
+	b.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.daemons, dir)
+		for _, pid := range daemonPids(dir) {
+			_ = unix.Kill(pid, unix.SIGTERM)
+		}
+	})
+}
+
+// daemonPids are the processes that run `fencectl daemon --dir dir`.
+func daemonPids(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := "daemon\x00--dir\x00" + dir + "\x00"
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(cmdline), want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 func (s *serverSet) add(pid int) {
@@ -229,7 +273,14 @@ func (s *serverSet) ticks() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var sum uint64
+	var pids []int
 	for pid := range s.pids {
+		pids = append(pids, pid)
+	}
+	for dir := range s.daemons {
+		pids = append(pids, daemonPids(dir)...)
+	}
+	for _, pid := range pids {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			continue

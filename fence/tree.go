@@ -172,6 +172,11 @@ func Open(root string, o Options) (*Tree, error) {
 	return t, nil
 }
 
+// PermsWarning is what Open warns of the tree's permissions (a state
+// directory others may write), or "": for a process that keeps the tree
+// open and answers many commands, each of which must hear it.
+func (t *Tree) PermsWarning() string { return t.mirror.CheckPerms() }
+
 // CloseAtExit is Close for a process that exits right after: it leaves
 // the journal mapped for the exit to undo. An unmap of a process that is
 // still running costs a TLB shootdown on every CPU its threads ran on, a

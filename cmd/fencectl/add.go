@@ -45,7 +45,7 @@ carry every label asked for. Labels follow the id rule.
 			&cli.StringSliceFlag{Name: "label", Usage: "a label for claim --label (repeatable)"},
 			&cli.StringFlag{Name: "not-before", Usage: "no claim before this time (RFC 3339): it waits in waiting/"},
 			&cli.DurationFlag{Name: "delay", Usage: "no claim before this long from now: it waits in waiting/"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			src, err := optionalArg(c)

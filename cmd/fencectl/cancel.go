@@ -23,7 +23,7 @@ done task, or one that failed for another reason, is refused (exit 4).
 
    fencectl cancel build-42 --reason "superseded by build-43"
    fencectl cancel build-42 --json     # "cancelled_token": the token that died, 0 if none`,
-		Flags: []cli.Flag{agentFlag(), reasonFlag(), jsonFlag},
+		Flags: []cli.Flag{agentFlag(), reasonFlag(), jsonFlag()},
 		Action: func(c *cli.Context) error {
 			id, err := oneArg(c, "task ID")
 			if err != nil {

@@ -70,7 +70,7 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			&cli.BoolFlag{Name: "partial", Usage: "with several named tasks: claim those that can be, report the rest"},
 			&cli.StringSliceFlag{Name: "label", Usage: "only a ready task with this label (repeatable: all of them; the rarest first)"},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, json or env (NAME='value' lines for eval)"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			format := c.String("format")

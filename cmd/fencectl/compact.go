@@ -44,7 +44,7 @@ stderr on a terminal.
 			&cli.StringFlag{Name: "before", Value: "0", Usage: "fold only tasks finished at least this long ago (90m, 24h, 7d; 0: all)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "count what would be folded; change nothing"},
 			agentFlag(),
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

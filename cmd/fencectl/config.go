@@ -27,7 +27,9 @@ func globalFlags() []cli.Flag {
 }
 
 // jsonFlag is --json on each command, so it works after the command too.
-var jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}
+// A new one each time: urfave/cli records on a flag that it was set, and
+// a daemon runs many commands at once.
+func jsonFlag() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "print the result as JSON"} }
 
 func agentFlag() cli.Flag {
 	return &cli.StringFlag{Name: "agent", EnvVars: []string{"FENCE_AGENT"}, Usage: "agent name, recorded in the journal (default user@host); never authorises anything"}
@@ -123,7 +125,7 @@ func (h envHold) read(c *cli.Context) error {
 		}
 		name := f.Names()[0]
 		for _, v := range df.GetEnvVars() {
-			val := os.Getenv(v)
+			val := getenv(c, v)
 			if val == "" || c.IsSet(name) {
 				continue
 			}
@@ -187,10 +189,38 @@ func checkCommand(c *cli.Context) error {
 			return usagef("invalid --%s 0s: must be positive; leave --%s out for the default", name, name)
 		}
 	}
-	if err := checkDir(c.String("dir")); err != nil {
+	if err := checkDir(treeRoot(c)); err != nil {
 		return err
 	}
 	return handOff(c)
+}
+
+// outputKey keeps the command's output in the app's Metadata, for the
+// steps urfave calls with the context alone.
+const outputKey = "output"
+
+// outputOf is the output of the command c runs.
+func outputOf(c *cli.Context) *output {
+	out, _ := c.App.Metadata[outputKey].(*output)
+	return out
+}
+
+// getenv is the variable name of the command's environment: the
+// client's, when a daemon runs it.
+func getenv(c *cli.Context, name string) string {
+	if out := outputOf(c); out != nil && out.served != nil {
+		return out.served.env[name]
+	}
+	return os.Getenv(name)
+}
+
+// treeRoot is the tree --dir / FENCE_DIR names: the client's, as an
+// absolute path, when a daemon runs the command.
+func treeRoot(c *cli.Context) string {
+	if out := outputOf(c); out != nil && out.served != nil {
+		return out.served.root
+	}
+	return c.String("dir")
 }
 
 // checkEmpty refuses a text flag given as "": `--id ""` made a random id,
@@ -269,8 +299,22 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 	if err != nil {
 		return nil, err
 	}
+	if out.served != nil {
+		if err := setLockMode(&fence.Options{}, out.served.root, getenv(c, "FENCE_LOCK_MODE")); err != nil {
+			return nil, err
+		}
+		// The daemon's tree, open since an earlier command: what Open
+		// warns of, this command hears too, as in its own process.
+		t, err := out.served.tree(timeout)
+		if err == nil {
+			if w := t.PermsWarning(); w != "" {
+				out.notice(fence.Notice{Kind: fence.NoticeWarning, Name: out.served.root, Detail: w})
+			}
+		}
+		return t, err
+	}
 	o := fence.Options{Timeout: timeout, Notify: out.notice, Clock: testClock, Boot: testBoot}
-	if err := setLockMode(&o, c.String("dir")); err != nil {
+	if err := setLockMode(&o, c.String("dir"), getenv(c, "FENCE_LOCK_MODE")); err != nil {
 		return nil, err
 	}
 	t, err := fence.Open(c.String("dir"), o)
@@ -285,8 +329,8 @@ func openTree(c *cli.Context, out *output) (*fence.Tree, error) {
 // blocking flock to show what bbolt's 50 ms lock polling costs. Any other
 // value is refused: a mistyped mode must not pass for the default, as
 // every process on a tree must use the same one.
-func setLockMode(o *fence.Options, dir string) error {
-	switch v := os.Getenv("FENCE_LOCK_MODE"); v {
+func setLockMode(o *fence.Options, dir, mode string) error {
+	switch v := mode; v {
 	case "":
 	case "bbolt":
 		if _, err := os.Stat(filepath.Join(dir, ".fence", "journal.json")); err == nil {
@@ -305,6 +349,9 @@ func withTree(c *cli.Context, out *output, fn func(*fence.Tree) error) error {
 	t, err := openTree(c, out)
 	if err != nil {
 		return err
+	}
+	if out.served != nil {
+		return fn(t) // the daemon's: it stays open for the next command
 	}
 	if exitsAfterRun {
 		defer t.CloseAtExit()

@@ -37,7 +37,7 @@ A bad value exits 2 and changes nothing.
 			&cli.IntFlag{Name: "max-attempts", Usage: "default attempts before failed/"},
 			&cli.DurationFlag{Name: "retry-backoff", Usage: "wait after the first failed attempt (0: no backoff)"},
 			&cli.DurationFlag{Name: "retry-backoff-max", Usage: "the backoff's cap (0: 1h)"},
-			agentFlag(), jsonFlag,
+			agentFlag(), jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -12,7 +12,7 @@ import (
 
 // fencedFlags are the flags every token-checked command takes.
 func fencedFlags(extra ...cli.Flag) []cli.Flag {
-	return append([]cli.Flag{tokenFlag(), agentFlag(), jsonFlag}, extra...)
+	return append([]cli.Flag{tokenFlag(), agentFlag(), jsonFlag()}, extra...)
 }
 
 // fencedRequest reads ID, --token, --agent and (where defined) --reason

@@ -52,7 +52,7 @@ user and password only from FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD.
 			&cli.IntFlag{Name: "max-attempts", Value: fence.DefaultMaxAttempts, Usage: "default attempts (fail or expiry) before a task goes to failed/"},
 			&cli.DurationFlag{Name: "retry-backoff", Value: fence.DefaultRetryBackoff, Usage: "wait after a failed attempt before a task may be claimed again, doubled per attempt (0: none)"},
 			&cli.BoolFlag{Name: "allow-network-fs", Usage: "make a bbolt journal even on a network file system (NFS, SMB, FUSE…): only if one host alone uses the tree"},
-			jsonFlag,
+			jsonFlag(),
 		}, journalFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -82,7 +82,7 @@ func handOff(c *cli.Context) error {
 		}
 	}
 	if name == "" {
-		cfg, found, err := fence.TreeJournal(c.String("dir"))
+		cfg, found, err := fence.TreeJournal(treeRoot(c))
 		if err != nil && !errors.Is(err, fs.ErrPermission) {
 			return err
 		}
@@ -90,6 +90,14 @@ func handOff(c *cli.Context) error {
 			return nil
 		}
 		name = cfg.Backend
+		// An etcd tree's everyday steps go to the host's daemon for it,
+		// which keeps one connection and commits in groups (daemon.go).
+		if code, ok, err := forward(c, name); err != nil || ok {
+			if err != nil {
+				return err
+			}
+			return forwarded{code}
+		}
 	}
 	if fence.HasBackend(name) {
 		return nil
@@ -107,26 +115,31 @@ func handOff(c *cli.Context) error {
 // looked for, when bin is not found (or is this very binary, which would
 // run itself again forever).
 func execBeside(bin string, missing error) error {
-	path := ""
+	path, err := besidePath(bin, missing)
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, append([]string{path}, os.Args[1:]...), os.Environ())
+}
+
+// besidePath is where bin is: beside this executable, else on PATH.
+func besidePath(bin string, missing error) (string, error) {
 	exe, _ := os.Executable()
 	if exe != "" {
 		if filepath.Base(exe) == bin {
 			// This is fencectl-<name> built without what it is for:
 			// running itself again would never end.
-			return fmt.Errorf("%w; %s was built without it: build it with `make build`", missing, exe)
+			return "", fmt.Errorf("%w; %s was built without it: build it with `make build`", missing, exe)
 		}
 		if p := filepath.Join(filepath.Dir(exe), bin); isExecutable(p) {
-			path = p
+			return p, nil
 		}
 	}
-	if path == "" {
-		p, err := exec.LookPath(bin)
-		if err != nil {
-			return fmt.Errorf("%w; %s is not beside this fencectl nor on PATH: install it (make install puts it in place)", missing, bin)
-		}
-		path = p
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		return "", fmt.Errorf("%w; %s is not beside this fencectl nor on PATH: install it (make install puts it in place)", missing, bin)
 	}
-	return syscall.Exec(path, append([]string{path}, os.Args[1:]...), os.Environ())
+	return p, nil
 }
 
 func isExecutable(p string) bool {

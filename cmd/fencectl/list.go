@@ -60,7 +60,7 @@ rare state may read far past the cursor before it is full.
 			&cli.StringFlag{Name: "after", Usage: "start after this task id: the last id of the previous page"},
 			&cli.BoolFlag{Name: "blocked", Usage: "only waiting tasks that wait for others"},
 			&cli.StringSliceFlag{Name: "label", Usage: "only tasks with this label (repeatable: all of them)"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -40,7 +40,7 @@ where it cannot watch, it says so and re-reads every 2s.
 			&cli.IntFlag{Name: "limit", Usage: "only the newest N events (0: all)"},
 			&cli.BoolFlag{Name: "heartbeats", Usage: "include heartbeat events"},
 			&cli.BoolFlag{Name: "follow", Usage: "keep printing events as they are committed, until interrupted"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -25,7 +25,13 @@ var exitsAfterRun bool
 // run builds the app, runs it and turns the outcome into an exit code. It
 // is the only place that decides how an error is shown.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	out := &output{stdin: stdin, stdout: stdout, stderr: stderr}
+	return runOut(ctx, args, &output{stdin: stdin, stdout: stdout, stderr: stderr})
+}
+
+// runOut is run with the output made: a daemon (daemon.go) sets what it
+// serves on it.
+func runOut(ctx context.Context, args []string, out *output) (code int) {
+	out.args = args
 	// No Go stack trace ever reaches a user: a fault reading a damaged
 	// journal through mmap becomes a panic here (SetPanicOnFault), and any
 	// panic becomes exit 1 with a message.
@@ -35,6 +41,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code = out.fail(fmt.Errorf("internal error: %v (nothing after the last completed step was changed; `fencectl replay --check` verifies the tree)", r))
 		}
 	}()
+	if out.served != nil {
+		out.parsed = parseAlone()
+		defer out.parsed()
+	}
 	app := newApp(out, args)
 	out.json = wantsJSON(args)
 	args, err := reorderArgs(app, args)
@@ -51,6 +61,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var exit cli.ExitCoder
 	if errors.As(err, &exit) && exit.ExitCode() == 0 {
 		return 0
+	}
+	if f, ok := errors.AsType[forwarded](err); ok {
+		return f.code // a daemon ran it, and its output is written
 	}
 	return out.fail(err)
 }
@@ -83,6 +96,7 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 		OnUsageError:    onUsageError,
 		CommandNotFound: func(_ *cli.Context, name string) { out.notFound = name },
 		HideHelpCommand: true, // ours is helpCommand, in the list with the others
+		Metadata:        map[string]any{outputKey: out},
 	}
 	// Every variable is read after the command line, for the flags it
 	// left out (see envHold).
@@ -93,6 +107,9 @@ claim / not available, 5 busy, 6 no such task, 7 drift.`,
 		c.OnUsageError = onUsageError
 		if c.Name != helpCommandName {
 			c.Before = func(c *cli.Context) error {
+				if out.parsed != nil {
+					out.parsed()
+				}
 				if err := env.read(c); err != nil {
 					return err
 				}
@@ -155,6 +172,7 @@ var commandMakers = []struct {
 	{"run", runCommand},
 	{"put", putCommand},
 	{"mcp", mcpCommand},
+	{"daemon", daemonCommand},
 	{"guide", guideCommand},
 	{helpCommandName, func(*output) *cli.Command { return helpCommand() }},
 }

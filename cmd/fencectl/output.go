@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -37,9 +38,38 @@ type output struct {
 	notices        []fence.Notice
 	reported       error // already printed as an error object (run's summary)
 	stdoutIsCMDs   bool  // run: stdout belongs to CMD, so notices go to stderr
+	// args is the command line run was given, for a daemon to run again.
+	args []string
+	// served is set when a daemon runs this command for a client
+	// (daemon.go): the client's variables and tree, and the daemon's open
+	// trees. nil in a command's own process.
+	served *served
+	// parsed ends this command's turn to parse its command line, in a
+	// daemon (parseAlone); nil elsewhere.
+	parsed func()
+	// noticeMu guards notices where another goroutine may add to them (a
+	// daemon's trees tell every command in flight); nil where none can.
+	noticeMu *sync.Mutex
 }
 
-func (o *output) notice(n fence.Notice) { o.notices = append(o.notices, withHint(n)) }
+func (o *output) notice(n fence.Notice) {
+	if o.noticeMu != nil {
+		o.noticeMu.Lock()
+		defer o.noticeMu.Unlock()
+	}
+	o.notices = append(o.notices, withHint(n))
+}
+
+// pendingNotices takes the notices collected so far.
+func (o *output) pendingNotices() []fence.Notice {
+	if o.noticeMu != nil {
+		o.noticeMu.Lock()
+		defer o.noticeMu.Unlock()
+	}
+	n := o.notices
+	o.notices = nil
+	return n
+}
 
 // flushNotices prints what the command noticed on the way: as text on
 // stderr, or with --json as {"notice",…} objects on stdout after the
@@ -52,7 +82,7 @@ func (o *output) flushNotices() {
 	}
 	shown := map[fence.NoticeKind]int{}
 	var kinds []fence.NoticeKind // in order of first appearance
-	for _, n := range o.notices {
+	for _, n := range o.pendingNotices() {
 		if o.json {
 			o.writeJSON(w, newNotice(n))
 			continue
@@ -69,7 +99,6 @@ func (o *output) flushNotices() {
 			fmt.Fprintf(o.stderr, "fencectl: %s: %d more like these (--json lists every one; `fencectl log` shows them)\n", strings.ReplaceAll(string(k), "_", " "), more)
 		}
 	}
-	o.notices = nil
 }
 
 // noticeLines is how many notices of one kind the text output shows:
@@ -146,9 +175,7 @@ func (o *output) reportError(err error, run *runJSON) {
 }
 
 func (o *output) takeNotices() []noticeJSON {
-	n := newNotices(o.notices)
-	o.notices = nil
-	return n
+	return newNotices(o.pendingNotices())
 }
 
 // printable escapes control characters (ESC, BEL, CR, …) in text meant for

@@ -25,7 +25,7 @@ whose retry backoff is 0.
    fencectl reap --dry-run`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "explain what would be freed; change nothing"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -52,7 +52,7 @@ journal's tree id goes into .fence/journal.json.
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "ttl", Value: fence.DefaultTTL, EnvVars: []string{"FENCE_TTL"}, Usage: "default lease length, if the old one cannot be read"},
 			&cli.IntFlag{Name: "max-attempts", Value: fence.DefaultMaxAttempts, Usage: "default attempts, if the old value cannot be read"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

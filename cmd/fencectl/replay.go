@@ -39,7 +39,7 @@ repairs as replay does. A token issued after the backup is then refused.
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "check", Usage: "report drift and exit 7 if any; change nothing"},
 			&cli.BoolFlag{Name: "restored", Usage: "the tree was put back from a backup whole: first move the token counter above every token issued since"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -20,7 +20,7 @@ while it was blocked) goes to waiting/ instead, and to available/ once its
 dependencies are done. Any other task is refused (exit 4).
 
    fencectl requeue build-42 --reason "flaky runner fixed"`,
-		Flags: []cli.Flag{agentFlag(), reasonFlag(), jsonFlag},
+		Flags: []cli.Flag{agentFlag(), reasonFlag(), jsonFlag()},
 		Action: func(c *cli.Context) error {
 			id, err := oneArg(c, "task ID")
 			if err != nil {

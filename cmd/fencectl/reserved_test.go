@@ -51,7 +51,7 @@ func reservedWords() []string {
 
 // commandsWithoutID are the commands that take no task id anywhere: the
 // reserved-word steps need not cover them.
-var commandsWithoutID = map[string]bool{"init": true, "reap": true, "status": true, "replay": true, "recover": true, "help": true, "mcp": true, "guide": true, "serve": true, "defaults": true, "compact": true}
+var commandsWithoutID = map[string]bool{"init": true, "reap": true, "status": true, "replay": true, "recover": true, "help": true, "mcp": true, "guide": true, "serve": true, "defaults": true, "compact": true, "daemon": true}
 
 // inProcessRunner runs the CLI in this process on tree.
 func inProcessRunner(tree string) clitest.CLIRunner {

@@ -18,7 +18,7 @@ func revokeCommand(out *output) *cli.Command {
 token is dead from then on: its holder is refused with lost_by "revoked".
 
    fencectl revoke build-42 --reason "agent host is gone"`,
-		Flags: []cli.Flag{agentFlag(), reasonFlag(), jsonFlag},
+		Flags: []cli.Flag{agentFlag(), reasonFlag(), jsonFlag()},
 		Action: func(c *cli.Context) error {
 			id, err := oneArg(c, "task ID")
 			if err != nil {

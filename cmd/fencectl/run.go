@@ -83,7 +83,7 @@ a live process; 128+N a signal ended run before CMD started.`,
 			&cli.BoolFlag{Name: "loop", Usage: "keep claiming and running the next task until nothing is ready; a failed command or a lost lease ends that task only"},
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: 1, Usage: "with --loop: run up to N tasks side by side in this one process (each with its own lease and containment; their commits are shared)"},
 			&cli.StringFlag{Name: "request-id", Usage: "idempotency key: repeating the call returns the same claim while it is current (refused while another live process holds it)"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			out.stdoutIsCMDs = true

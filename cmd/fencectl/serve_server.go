@@ -75,7 +75,7 @@ func openServeTree(c *cli.Context, out *output, timeout time.Duration, live *ato
 			out.flushNotices()
 		}
 	}}
-	if err := setLockMode(&o, c.String("dir")); err != nil {
+	if err := setLockMode(&o, c.String("dir"), getenv(c, "FENCE_LOCK_MODE")); err != nil {
 		return nil, err
 	}
 	return fence.Open(c.String("dir"), o)

@@ -35,7 +35,7 @@ done or failed one (requeue it first). Nothing to change: exit 0, "retry".
 			&cli.StringSliceFlag{Name: "after", Usage: "the new dependencies (repeatable; comma-separated): replace the old ones"},
 			&cli.BoolFlag{Name: "clear-labels", Usage: "remove every label"},
 			&cli.BoolFlag{Name: "clear-after", Usage: "wait for nothing: the task is ready"},
-			agentFlag(), jsonFlag,
+			agentFlag(), jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			id, err := oneArg(c, "task ID")

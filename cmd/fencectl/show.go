@@ -17,7 +17,7 @@ func showCommand(out *output) *cli.Command {
 		UsageText: "show ID",
 		Description: `   fencectl show build-42
    fencectl show build-42 --json | jq .lease.token`,
-		Flags: []cli.Flag{jsonFlag},
+		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			id, err := oneArg(c, "task ID")
 			if err != nil {

@@ -34,7 +34,7 @@ every 2s.
    fencectl status --watch --json | jq -c .counts`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "watch", Usage: "keep the table live: redraw after every change, until interrupted"},
-			jsonFlag,
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

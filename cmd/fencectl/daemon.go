@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/fence"
+)
+
+// The daemon: one process per host, user and etcd tree that runs the
+// agents' steps for the commands of that host (daemon_client.go). It
+// runs each command as its own process would, with the client's command
+// line and variables, on trees it keeps open: one etcd connection for
+// every command, and concurrent steps committed in groups, as a library
+// process with many goroutines commits them. It serves only the user
+// that runs it, and leaves when idle, when its tree is made again, or
+// when its program is replaced.
+
+// daemonIdle is how long a daemon stays without a command by default.
+const daemonIdle = 30 * time.Second
+
+func daemonCommand(out *output) *cli.Command {
+	return &cli.Command{
+		Name:      "daemon",
+		Usage:     "run this host's agent steps on an etcd tree over one connection (started on demand)",
+		UsageText: "daemon [--idle D]",
+		Description: `On an etcd tree, claim, heartbeat, verify, complete, release and fail
+go to a daemon: one process per host, user and tree that keeps the etcd
+connection and commits concurrent steps in groups. The first such command
+starts it; it leaves after --idle without a command. Each command is run
+exactly as in its own process (same output, exit code and --json), with the
+caller's command line and FENCE_* variables. You never need to start it;
+FENCE_DAEMON=off runs every command in its own process instead.
+
+   fencectl daemon --idle 5m     # keep one up between bursts of work`,
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "idle", Value: daemonIdle, Usage: "leave after this long without a command"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("daemon takes no arguments: usage: %s", c.Command.UsageText)
+			}
+			if c.Duration("idle") <= 0 {
+				return usagef("invalid --idle %s: must be positive", c.Duration("idle"))
+			}
+			return serveDaemon(c.Context, out, c.String("dir"), c.Duration("idle"))
+		},
+	}
+}
+
+// daemonRun is runOut, set at init: the command table refers to this file.
+var daemonRun func(context.Context, []string, *output) int
+
+func init() { daemonRun = runOut }
+
+// parseMu lets one command at a time parse its command line: urfave/cli
+// writes to its help and version flags, which every app shares, as it
+// parses. The command's Before ends the turn (output.parsed), so that the
+// steps themselves run side by side.
+var parseMu sync.Mutex
+
+// parseAlone takes the turn to parse and returns what gives it back
+// (once, however often it is called).
+func parseAlone() func() {
+	parseMu.Lock()
+	return sync.OnceFunc(parseMu.Unlock)
+}
+
+// served is what a daemon gives a command it runs (output.served).
+type served struct {
+	env  map[string]string // the client's FENCE_* variables
+	root string            // the tree, absolute
+	tree func(timeout time.Duration) (*fence.Tree, error)
+}
+
+// daemon serves one tree.
+type daemon struct {
+	root, exe, name string
+	treeMu          sync.Mutex
+	trees           map[time.Duration]*fence.Tree // by --timeout, opened by the first command that needs one
+	mu              sync.Mutex                    // guards inflight and last
+	inflight        map[*output]bool
+	last            time.Time // the end of the last command
+}
+
+// serveDaemon listens for the commands of dir's clients until idle.
+func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duration) error {
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	cfg, found, err := fence.TreeJournal(root)
+	if err != nil {
+		return err
+	}
+	if !found || cfg.Backend != "etcd" {
+		return usagef("fencectl daemon serves etcd trees, and %s keeps its journal in .fence/journal.db: there every command commits on its own", root)
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return err
+	}
+	name, err := daemonSocket(root, exe)
+	if err != nil {
+		return err
+	}
+	d := &daemon{root: root, exe: exe, name: name, trees: map[time.Duration]*fence.Tree{}, inflight: map[*output]bool{}, last: time.Now()}
+	ln, err := net.Listen("unix", name)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		fmt.Fprintf(out.stdout, "a daemon already serves %s\n", root)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	defer d.closeTrees()
+	fmt.Fprintf(out.stdout, "serving %s at %s\n", root, name)
+	ul := ln.(*net.UnixListener)
+	for {
+		_ = ul.SetDeadline(time.Now().Add(time.Second))
+		conn, err := ul.AcceptUnix()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				if d.done(idle) {
+					return nil
+				}
+				continue
+			}
+			return err
+		}
+		go d.handle(ctx, conn)
+	}
+}
+
+// done reports whether the daemon should leave: no command in flight,
+// and none for idle, or its tree or program is no longer the one its
+// clients would ask for (gone, made again, replaced).
+func (d *daemon) done(idle time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.inflight) > 0 {
+		return false
+	}
+	if time.Since(d.last) > idle {
+		return true
+	}
+	name, err := daemonSocket(d.root, d.exe)
+	return err != nil || name != d.name
+}
+
+// tree returns the open tree for commands given timeout, opening it
+// for the first. What Open warns of, each command hears from served.tree.
+func (d *daemon) tree(timeout time.Duration) (*fence.Tree, error) {
+	d.treeMu.Lock()
+	defer d.treeMu.Unlock()
+	if t, ok := d.trees[timeout]; ok {
+		return t, nil
+	}
+	var opened atomic.Bool
+	notify := func(n fence.Notice) {
+		if opened.Load() {
+			d.notify(n)
+		}
+	}
+	t, err := fence.Open(d.root, fence.Options{Timeout: timeout, Notify: notify, Clock: testClock, Boot: testBoot})
+	if err != nil {
+		return nil, err
+	}
+	opened.Store(true)
+	d.trees[timeout] = t
+	return t, nil
+}
+
+func (d *daemon) closeTrees() {
+	d.treeMu.Lock()
+	defer d.treeMu.Unlock()
+	for k, t := range d.trees {
+		t.Close()
+		delete(d.trees, k)
+	}
+}
+
+// notify tells a notice to every command in flight: a tree shared by
+// several has no way to know whose step it came from.
+func (d *daemon) notify(n fence.Notice) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for out := range d.inflight {
+		out.notice(n)
+	}
+}
+
+// handle runs one client's command.
+func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var req daemonRequest
+	if err := json.NewDecoder(conn).Decode(&req); err != nil {
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	enc := json.NewEncoder(conn)
+	if !samePeer(conn) {
+		_ = enc.Encode(daemonReply{Decline: "another user"})
+		return
+	}
+	if why := d.decline(req); why != "" {
+		_ = enc.Encode(daemonReply{Decline: why})
+		return
+	}
+	// A client that goes away (killed, interrupted) cancels its command,
+	// as its own process would have ended with it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		var b [1]byte
+		_, _ = conn.Read(b[:])
+		cancel()
+	}()
+	var stdout, stderr bytes.Buffer
+	out := &output{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
+		served: &served{env: req.Env, root: d.root, tree: d.tree}, noticeMu: &sync.Mutex{}}
+	d.begin(out)
+	code := daemonRun(ctx, req.Args, out)
+	d.end(out)
+	_ = enc.Encode(daemonReply{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Code: code})
+}
+
+func (d *daemon) begin(out *output) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.inflight[out] = true
+}
+
+func (d *daemon) end(out *output) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.inflight, out)
+	d.last = time.Now()
+}
+
+// decline says why the client must run req itself, or "".
+func (d *daemon) decline(req daemonRequest) string {
+	if req.Root != d.root {
+		return "another tree"
+	}
+	if !daemonServes[commandWord(req.Args)] {
+		return "not a command the daemon runs"
+	}
+	// The connection was made with this process's credentials and TLS
+	// files: a client with others must use its own.
+	for _, k := range []string{"FENCE_ETCD_USERNAME", "FENCE_ETCD_PASSWORD", "FENCE_ETCD_CACERT", "FENCE_ETCD_CERT", "FENCE_ETCD_KEY"} {
+		if req.Env[k] != os.Getenv(k) {
+			return "other etcd credentials"
+		}
+	}
+	return ""
+}
+
+// samePeer reports whether the other end of conn runs as this process's
+// user: an abstract socket has no file mode to keep others out, nor to
+// keep another user from listening where a client looks for its daemon.
+func samePeer(conn *net.UnixConn) bool {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return false
+	}
+	return int(cred.Uid) == os.Getuid()
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+)
+
+// daemonTree is an etcd tree with tasks t1…tN, driven through real
+// processes of this binary; env may switch the daemon off.
+type daemonTree struct {
+	t   *testing.T
+	dir string
+	env []string
+}
+
+var daemonTrees atomic.Int64
+
+func newDaemonTree(t *testing.T, endpoints string, tasks int) *daemonTree {
+	t.Helper()
+	dt := &daemonTree{t: t, dir: filepath.Join(t.TempDir(), "tree")}
+	if err := os.MkdirAll(dt.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopDaemons(dt.dir) })
+	dt.ok(dt.cmd("init", "--journal", fmt.Sprintf("etcd://%s/daemon-%d", endpoints, daemonTrees.Add(1))))
+	for i := 1; i <= tasks; i++ {
+		dt.ok(dt.cmd("add", "--id", fmt.Sprintf("t%d", i)))
+	}
+	return dt
+}
+
+func (dt *daemonTree) cmd(args ...string) *exec.Cmd {
+	c := fencectlCmd(dt.dir, args...)
+	c.Env = append(c.Env, dt.env...)
+	return c
+}
+
+// run runs c and returns its exit code, stdout and stderr.
+func (dt *daemonTree) run(c *exec.Cmd) (int, string, string) {
+	var stdout, stderr strings.Builder
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	return clitest.ExitCode(err), stdout.String(), stderr.String()
+}
+
+func (dt *daemonTree) ok(c *exec.Cmd) string {
+	dt.t.Helper()
+	code, stdout, stderr := dt.run(c)
+	if code != 0 {
+		dt.t.Fatalf("%v: exit %d\n%s%s", c.Args, code, stdout, stderr)
+	}
+	return stdout
+}
+
+// daemonPids are the processes running `fencectl daemon --dir dir`.
+func daemonPids(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	want := "daemon\x00--dir\x00" + dir + "\x00"
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(cmdline), want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func stopDaemons(dir string) {
+	for _, pid := range daemonPids(dir) {
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
+		}
+	}
+}
+
+// TestDaemon_SameAnswersAsOwnProcess runs each of an agent's steps on an
+// etcd tree twice, through the daemon and in its own process
+// (FENCE_DAEMON=off), and compares exit codes and output, refusals
+// included; the first step started a daemon for the tree.
+func TestDaemon_SameAnswersAsOwnProcess(t *testing.T) {
+	endpoints := clitest.Etcd(t)
+	trees := map[string]*daemonTree{"on": newDaemonTree(t, endpoints, 3), "off": newDaemonTree(t, endpoints, 3)}
+	trees["off"].env = []string{"FENCE_DAEMON=off"}
+	type answer struct {
+		code           int
+		stdout, stderr string
+	}
+	step := func(args ...string) map[string]answer {
+		got := map[string]answer{}
+		for mode, dt := range trees {
+			code, stdout, stderr := dt.run(dt.cmd(args...))
+			// What differs between two trees: their paths and tokens.
+			clean := func(s string) string {
+				s = strings.ReplaceAll(s, dt.dir, "TREE")
+				s = regexp.MustCompile(`\b\d{13,20}\b`).ReplaceAllString(s, "TOKEN")
+				return regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+Z`).ReplaceAllString(s, "TIME")
+			}
+			got[mode] = answer{code, clean(stdout), clean(stderr)}
+		}
+		if got["on"] != got["off"] {
+			t.Errorf("%v: through the daemon %+v, in its own process %+v", args, got["on"], got["off"])
+		}
+		return got
+	}
+	token := func(dt *daemonTree, id string) string {
+		var show struct {
+			Lease struct {
+				Token uint64 `json:"token"`
+			} `json:"lease"`
+		}
+		if err := json.Unmarshal([]byte(dt.ok(dt.cmd("show", id, "--json"))), &show); err != nil {
+			t.Fatal(err)
+		}
+		return strconv.FormatUint(show.Lease.Token, 10)
+	}
+	if c := step("claim", "t1", "--agent", "a1", "--json")["on"]; c.code != 0 {
+		t.Fatalf("claim: %+v", c)
+	}
+	if len(daemonPids(trees["on"].dir)) != 1 || len(daemonPids(trees["off"].dir)) != 0 {
+		t.Fatalf("daemons: %v for the tree with them on, %v with them off; want one and none", daemonPids(trees["on"].dir), daemonPids(trees["off"].dir))
+	}
+	for want, args := range map[int][]string{
+		3: {"complete", "t1", "--token", "12345"},
+		6: {"verify", "nope", "--token", "12345"},
+		2: {"heartbeat", "t1"},
+	} {
+		if got := step(args...)["on"].code; got != want {
+			t.Errorf("%v: exit %d, want %d", args, got, want)
+		}
+	}
+	// Steps with the real token, on each tree its own.
+	for _, args := range [][]string{{"verify", "t1"}, {"heartbeat", "t1", "--json"}, {"release", "t1", "--json"}} {
+		got := map[string]int{}
+		for mode, dt := range trees {
+			code, _, stderr := dt.run(dt.cmd(append(args, "--token", token(dt, "t1"))...))
+			if code != 0 {
+				t.Errorf("%s %v: exit %d: %s", mode, args, code, stderr)
+			}
+			got[mode] = code
+		}
+	}
+	step("claim", "--agent", "a2", "--batch", "3", "--json")
+	if got := step("claim", "--agent", "a3")["on"].code; got != 4 {
+		t.Errorf("claim with nothing ready: exit %d, want 4", got)
+	}
+}
+
+// TestDaemon_ClientGoneCancelsItsCommand interrupts a claim --wait that
+// the daemon runs: its own process would have ended with it, so a task
+// added later must stay available.
+func TestDaemon_ClientGoneCancelsItsCommand(t *testing.T) {
+	dt := newDaemonTree(t, clitest.Etcd(t), 0)
+	waiting := dt.cmd("claim", "--agent", "gone", "--wait", "30s")
+	if err := waiting.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(daemonPids(dt.dir)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the claim is waiting in the daemon
+	_ = waiting.Process.Kill()
+	_ = waiting.Wait()
+	time.Sleep(100 * time.Millisecond)
+	dt.ok(dt.cmd("add", "--id", "late"))
+	time.Sleep(500 * time.Millisecond)
+	if out := dt.ok(dt.cmd("show", "late", "--json")); !strings.Contains(out, `"state":"available"`) {
+		t.Fatalf("a claim whose caller was killed took the task added after:\n%s", out)
+	}
+}
+
+// TestDaemon_KilledDaemon kills the daemon while it runs a command and
+// between commands: the command it ran exits 1 saying the step may have
+// happened (never running it again in its own process, which could
+// claim a second task), and the next command starts another daemon.
+func TestDaemon_KilledDaemon(t *testing.T) {
+	dt := newDaemonTree(t, clitest.Etcd(t), 1)
+	dt.ok(dt.cmd("claim", "t1", "--agent", "a"))
+	first := daemonPids(dt.dir)
+	if len(first) != 1 {
+		t.Fatalf("daemons after a claim: %v, want one", first)
+	}
+	waiting := dt.cmd("claim", "--agent", "b", "--wait", "30s")
+	var stderr strings.Builder
+	waiting.Stderr = &stderr
+	if err := waiting.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the claim is waiting in the daemon
+	stopDaemons(dt.dir)
+	done := make(chan error, 1)
+	go func() { done <- waiting.Wait() }()
+	select {
+	case err := <-done:
+		if code := clitest.ExitCode(err); code != 1 || !strings.Contains(stderr.String(), "ended before answering") {
+			t.Fatalf("claim whose daemon was killed: exit %d, %q; want exit 1 saying the daemon ended before answering", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		_ = waiting.Process.Kill()
+		t.Fatal("claim whose daemon was killed did not end")
+	}
+	dt.ok(dt.cmd("add", "--id", "t2"))
+	out := dt.ok(dt.cmd("claim", "--agent", "c"))
+	if !strings.Contains(out, "t2") {
+		t.Fatalf("claim after the daemon was killed: %s", out)
+	}
+	second := daemonPids(dt.dir)
+	if len(second) != 1 || second[0] == first[0] {
+		t.Fatalf("daemons after the kill: %v (the killed one was %v), want one new one", second, first)
+	}
+}
+
+// TestDaemon_StepsFromManyProcesses races 8 processes that claim and
+// complete through one daemon: every task done exactly once, and the
+// daemon really served them (it committed in groups: fewer commits than
+// steps is not asserted, as timing decides it).
+func TestDaemon_StepsFromManyProcesses(t *testing.T) {
+	const tasks, workers = 48, 8
+	dt := newDaemonTree(t, clitest.Etcd(t), tasks)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				code, stdout, stderr := dt.run(dt.cmd("claim", "--agent", fmt.Sprintf("w%d", w), "--json"))
+				if code == 4 {
+					return
+				}
+				if code != 0 {
+					errs <- fmt.Errorf("claim: exit %d: %s", code, stderr)
+					return
+				}
+				var c struct {
+					Task  string `json:"task"`
+					Token uint64 `json:"token"`
+				}
+				if err := json.Unmarshal([]byte(stdout), &c); err != nil {
+					errs <- err
+					return
+				}
+				if code, _, stderr := dt.run(dt.cmd("complete", c.Task, "--token", strconv.FormatUint(c.Token, 10))); code != 0 {
+					errs <- fmt.Errorf("complete %s: exit %d: %s", c.Task, code, stderr)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	done, err := os.ReadDir(filepath.Join(dt.dir, "done"))
+	if err != nil || len(done) != tasks {
+		t.Fatalf("done/ holds %d tasks (%v), want %d", len(done), err, tasks)
+	}
+	if n := len(daemonPids(dt.dir)); n != 1 {
+		t.Fatalf("%d daemons served the tree, want 1", n)
+	}
+	dt.ok(dt.cmd("replay", "--check"))
+}
