@@ -29,8 +29,9 @@
 //	tree_test.go      building trees fast (files + one replay commit)
 //	backend_test.go   the etcd journal beside bbolt: library at 16
 //	                  goroutines (and 16 racing clients: retries/claim), CLI
-//	                  at 8 procs via fencectl-etcd and via fencectl's
-//	                  hand-off, a bbolt tree's start with each binary
+//	                  at 8 procs via fencectl-etcd and via plain fencectl
+//	                  (both through the host's daemon, whose CPU counts),
+//	                  a bbolt tree's start with each binary
 //	etcdbench/        the etcd side, in a process of its own (the etcd
 //	                  member; the etcd library rows) so that this test
 //	                  binary, which the baselines start per step, links no etcd

@@ -68,7 +68,7 @@ type daemonReply struct {
 // nothing twice (daemonRetries) runs here again after a lost answer.
 func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	out := outputOf(c)
-	if backend != "etcd" || !exitsAfterRun || out == nil || out.served != nil || !daemonServes[c.Command.Name] {
+	if out == nil || out.served != nil || !daemonServes[c.Command.Name] {
 		return 0, false, nil
 	}
 	switch v := os.Getenv("FENCE_DAEMON"); v {
@@ -76,7 +76,10 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	case "off":
 		return 0, false, nil
 	default:
-		return 0, false, usagef("invalid FENCE_DAEMON=%q: on (the default) or off", v)
+		return 0, false, usagef("invalid FENCE_DAEMON=%q: on (the default: an etcd tree's steps go to the host's daemon) or off; fix or unset it", v)
+	}
+	if backend != "etcd" || !exitsAfterRun {
+		return 0, false, nil
 	}
 	if c.Command.Name == "complete" && c.IsSet("result") || testHooksSet() {
 		return 0, false, nil
@@ -107,6 +110,10 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return 0, false, nil // not sent: nothing happened
 	}
+	// The step is bounded by --timeout (and claim's --wait) in the daemon
+	// as in its own process; a daemon that hangs past a generous bound is
+	// given up on, as one that died.
+	_ = conn.SetReadDeadline(time.Now().Add(answerWithin(c)))
 	var reply daemonReply
 	if err := json.NewDecoder(conn).Decode(&reply); err != nil {
 		if daemonRetries[c.Command.Name] {
@@ -120,6 +127,20 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	out.stdout.Write(reply.Stdout)
 	out.stderr.Write(reply.Stderr)
 	return reply.Code, true, nil
+}
+
+// answerWithin is how long a client waits for the daemon's answer:
+// three times --timeout (10 s if 0) and claim's --wait, plus 30 s.
+func answerWithin(c *cli.Context) time.Duration {
+	timeout := c.Duration("timeout")
+	if timeout <= 0 {
+		timeout = fence.DefaultTimeout
+	}
+	wait := time.Duration(0)
+	if c.Command.Name == "claim" {
+		wait = c.Duration("wait")
+	}
+	return 3*timeout + wait + 30*time.Second
 }
 
 // testHooksSet reports whether a test hook of the fencetest build is set:

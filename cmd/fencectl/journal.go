@@ -86,20 +86,20 @@ func handOff(c *cli.Context) error {
 		if err != nil && !errors.Is(err, fs.ErrPermission) {
 			return err
 		}
-		if !found {
-			return nil
-		}
 		name = cfg.Backend
-		// An etcd tree's everyday steps go to the host's daemon for it,
-		// which keeps one connection and commits in groups (daemon.go).
-		if code, ok, err := forward(c, name); err != nil || ok {
-			if err != nil {
-				return err
-			}
-			return forwarded{code}
+		if !found {
+			name = "bbolt"
 		}
 	}
-	if fence.HasBackend(name) {
+	// An etcd tree's everyday steps go to the host's daemon for it, which
+	// keeps one connection and commits in groups (daemon.go).
+	if code, ok, err := forward(c, name); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		return forwarded{code}
+	}
+	if name == "bbolt" || fence.HasBackend(name) {
 		return nil
 	}
 	missing := &fence.MissingDriverError{Backend: name}
