@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,4 +279,137 @@ func TestDaemon_StepsFromManyProcesses(t *testing.T) {
 		t.Fatalf("%d daemons served the tree, want 1", n)
 	}
 	dt.ok(dt.cmd("replay", "--check"))
+}
+
+// impostor runs as another user (TestDaemon_OtherUsers): with
+// FENCECTL_IMPOSTOR=@name and FENCECTL_IMPOSTOR_REQUEST set it sends that
+// request to the daemon at name and prints the reply; with
+// FENCECTL_IMPOSTOR_LOG set it listens at name instead, as a daemon of
+// its own would, and writes what the first client sent to that file.
+func impostor(name string) {
+	addr := &net.UnixAddr{Name: name, Net: "unix"}
+	if req := os.Getenv("FENCECTL_IMPOSTOR_REQUEST"); req != "" {
+		conn, err := net.DialUnix("unix", nil, addr)
+		if err != nil {
+			fmt.Println("dial:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(conn, req)
+		reply, _ := io.ReadAll(conn)
+		fmt.Printf("reply: %s\n", reply)
+		os.Exit(0)
+	}
+	ln, err := net.ListenUnix("unix", addr)
+	if err != nil {
+		fmt.Println("listen:", err)
+		os.Exit(1)
+	}
+	fmt.Println("listening")
+	conn, err := ln.Accept()
+	if err != nil {
+		os.Exit(1)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, _ := io.ReadAll(conn)
+	_ = os.WriteFile(os.Getenv("FENCECTL_IMPOSTOR_LOG"), got, 0o666)
+	os.Exit(0)
+}
+
+// TestDaemon_OtherUsers puts a process of another user at each end of
+// a daemon's socket (abstract: no file mode keeps anyone out): root's
+// daemon declines that user's request, and root's command sends nothing
+// (its credentials) to that user's listener at its daemon's name, but
+// runs in its own process. Needs root, to run as nobody.
+func TestDaemon_OtherUsers(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("running a process as another user needs root (CI runs as root)")
+	}
+	endpoints := clitest.Etcd(t)
+	// This test binary, where nobody may run it.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := os.MkdirTemp("", "fencectl-impostor-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(shared, "impostor")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(env ...string) *exec.Cmd {
+		c := exec.Command(bin)
+		c.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		return c
+	}
+	exe, err := filepath.EvalSymlinks(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Root's daemon, asked by nobody.
+	dt := newDaemonTree(t, endpoints, 2)
+	dt.ok(dt.cmd("claim", "t1", "--agent", "root"))
+	name, err := daemonSocket(dt.dir, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := json.Marshal(daemonRequest{Args: []string{"fencectl", "claim", "t2", "--agent", "nobody"}, Root: dt.dir, Env: map[string]string{}})
+	out, err := asNobody("FENCECTL_IMPOSTOR="+name, "FENCECTL_IMPOSTOR_REQUEST="+string(req)).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"decline":"another user"`) {
+		t.Fatalf("nobody's request to root's daemon: %v\n%s", err, out)
+	}
+	if show := dt.ok(dt.cmd("show", "t2", "--json")); !strings.Contains(show, `"state":"available"`) {
+		t.Fatalf("root's daemon ran nobody's claim:\n%s", show)
+	}
+
+	// Nobody listening where root's command looks for its daemon.
+	other := newDaemonTree(t, endpoints, 1)
+	name, err = daemonSocket(other.dir, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(shared, "sent")
+	listener := asNobody("FENCECTL_IMPOSTOR="+name, "FENCECTL_IMPOSTOR_LOG="+log)
+	stdout, err := listener.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := listener.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Process.Kill()
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "listening\n" {
+		t.Fatalf("nobody's listener: %q", line)
+	}
+	claim := other.cmd("claim", "--agent", "root")
+	claim.Env = append(claim.Env, "FENCE_ETCD_PASSWORD=s3cret")
+	if code, stdout, stderr := other.run(claim); code != 0 || !strings.Contains(stdout, "t1") {
+		t.Fatalf("root's claim beside nobody's listener: exit %d\n%s%s", code, stdout, stderr)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- listener.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("root's command never connected to nobody's listener: the check above checked nothing")
+	}
+	sent, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatalf("nobody's listener wrote no log: %v", err)
+	}
+	if len(sent) > 0 {
+		t.Fatalf("root's command sent nobody's listener %q", sent)
+	}
 }
