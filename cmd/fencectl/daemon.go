@@ -30,6 +30,10 @@ import (
 // that runs it, and leaves when idle, when its tree is made again, or
 // when its program is replaced.
 
+// maxDaemonTrees bounds the trees a daemon keeps open (one per
+// --timeout value); a command with another value runs in its own process.
+const maxDaemonTrees = 4
+
 // daemonIdle is how long a daemon stays without a command by default.
 const daemonIdle = 30 * time.Second
 
@@ -264,6 +268,15 @@ func (d *daemon) decline(req daemonRequest) string {
 	}
 	if !daemonServes[commandWord(req.Args)] {
 		return "not a command the daemon runs"
+	}
+	// Each --timeout value has a tree of its own, with its own etcd
+	// connection: a few, not one per value a script may compute.
+	d.treeMu.Lock()
+	_, open := d.trees[req.Timeout]
+	full := len(d.trees) >= maxDaemonTrees
+	d.treeMu.Unlock()
+	if !open && full {
+		return "too many --timeout values"
 	}
 	// The connection was made with this process's credentials and TLS
 	// files: a client with others must use its own.

@@ -50,6 +50,9 @@ type daemonRequest struct {
 	Args []string          `json:"args"` // the command line, its program name first
 	Env  map[string]string `json:"env"`  // the client's FENCE_* variables
 	Root string            `json:"root"` // the tree, absolute
+	// Timeout is the command's --timeout (after FENCE_TIMEOUT): the
+	// daemon keeps a tree open per value (daemon.tree).
+	Timeout time.Duration `json:"timeout"`
 }
 
 // daemonReply is what the daemon answers: one JSON line.
@@ -106,7 +109,11 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if !samePeer(conn) {
 		return 0, false, nil
 	}
-	req := daemonRequest{Args: out.args, Env: fenceEnv(), Root: root}
+	timeout, err := lockTimeout(c)
+	if err != nil {
+		return 0, false, err
+	}
+	req := daemonRequest{Args: out.args, Env: fenceEnv(), Root: root, Timeout: timeout}
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return 0, false, nil // not sent: nothing happened
 	}

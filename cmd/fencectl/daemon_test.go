@@ -413,3 +413,42 @@ func TestDaemon_OtherUsers(t *testing.T) {
 		t.Fatalf("root's command sent nobody's listener %q", sent)
 	}
 }
+
+// TestDaemon_ManyTimeouts gives each step another --timeout: the daemon
+// keeps a tree open per value, a few at most, and the steps past that run
+// in their own process, with the same answers.
+func TestDaemon_ManyTimeouts(t *testing.T) {
+	dt := newDaemonTree(t, clitest.Etcd(t), 1)
+	out := dt.ok(dt.cmd("claim", "t1", "--json"))
+	var c struct {
+		Token uint64 `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * maxDaemonTrees {
+		verify := dt.cmd("verify", "t1", "--token", strconv.FormatUint(c.Token, 10), "--timeout", fmt.Sprintf("%ds", 20+i))
+		if code, stdout, stderr := dt.run(verify); code != 0 || !strings.Contains(stdout, "is current") {
+			t.Fatalf("verify with --timeout %ds: exit %d\n%s%s", 20+i, code, stdout, stderr)
+		}
+		if code, _, _ := dt.run(dt.cmd("verify", "t1", "--token", "7", "--timeout", fmt.Sprintf("%ds", 20+i))); code != 3 {
+			t.Fatalf("verify of a stale token with --timeout %ds: exit %d, want 3", 20+i, code)
+		}
+	}
+	// One etcd connection per tree, one listening socket.
+	pids := daemonPids(dt.dir)
+	if len(pids) != 1 {
+		t.Fatalf("daemons: %v, want one", pids)
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pids[0]))
+	sockets := 0
+	for _, fd := range fds {
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pids[0], fd.Name())); strings.HasPrefix(link, "socket:") {
+			sockets++
+		}
+	}
+	t.Logf("the daemon has %d sockets open", sockets)
+	if sockets > maxDaemonTrees+1 {
+		t.Fatalf("the daemon has %d sockets open after %d --timeout values, want at most %d", sockets, 2*maxDaemonTrees, maxDaemonTrees+1)
+	}
+}
