@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,14 +97,16 @@ type served struct {
 type daemon struct {
 	root, exe, name string
 	treeMu          sync.Mutex
-	trees           map[time.Duration]*fence.Tree // by --timeout, opened by the first command that needs one
-	mu              sync.Mutex                    // guards inflight and last
-	inflight        map[*output]bool
-	last            time.Time // the end of the last command
+	trees           map[time.Duration]*treeSlot // by --timeout
+	mu              sync.Mutex                  // guards inflight, conns and last
+	inflight        map[*output]bool            // the commands running, for notices
+	conns           int                         // the clients connected
+	last            time.Time                   // when the last one left
 }
 
 // serveDaemon listens for the commands of dir's clients until idle.
 func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duration) error {
+	closeInherited()
 	root, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -125,7 +129,7 @@ func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duratio
 	if err != nil {
 		return err
 	}
-	d := &daemon{root: root, exe: exe, name: name, trees: map[time.Duration]*fence.Tree{}, inflight: map[*output]bool{}, last: time.Now()}
+	d := &daemon{root: root, exe: exe, name: name, trees: map[time.Duration]*treeSlot{}, inflight: map[*output]bool{}, last: time.Now()}
 	ln, err := net.Listen("unix", name)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		fmt.Fprintf(out.stdout, "a daemon already serves %s\n", root)
@@ -150,6 +154,11 @@ func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duratio
 			}
 			return err
 		}
+		// Counted from the accept: a daemon with a client between its
+		// ready line and its request must not leave.
+		d.mu.Lock()
+		d.conns++
+		d.mu.Unlock()
 		go d.handle(ctx, conn)
 	}
 }
@@ -160,7 +169,7 @@ func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duratio
 func (d *daemon) done(idle time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.inflight) > 0 {
+	if d.conns > 0 {
 		return false
 	}
 	if time.Since(d.last) > idle {
@@ -170,13 +179,29 @@ func (d *daemon) done(idle time.Duration) bool {
 	return err != nil || name != d.name
 }
 
+// treeSlot is the tree of one --timeout value, opened by the first
+// command that needs it; its own lock, so that a tree that takes its
+// whole timeout to open (etcd unreachable) keeps no command of another
+// timeout waiting.
+type treeSlot struct {
+	mu sync.Mutex
+	t  *fence.Tree
+}
+
 // tree returns the open tree for commands given timeout, opening it
 // for the first. What Open warns of, each command hears from served.tree.
 func (d *daemon) tree(timeout time.Duration) (*fence.Tree, error) {
 	d.treeMu.Lock()
-	defer d.treeMu.Unlock()
-	if t, ok := d.trees[timeout]; ok {
-		return t, nil
+	slot, ok := d.trees[timeout]
+	if !ok {
+		slot = &treeSlot{}
+		d.trees[timeout] = slot
+	}
+	d.treeMu.Unlock()
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.t != nil {
+		return slot.t, nil
 	}
 	var opened atomic.Bool
 	notify := func(n fence.Notice) {
@@ -189,15 +214,19 @@ func (d *daemon) tree(timeout time.Duration) (*fence.Tree, error) {
 		return nil, err
 	}
 	opened.Store(true)
-	d.trees[timeout] = t
+	slot.t = t
 	return t, nil
 }
 
 func (d *daemon) closeTrees() {
 	d.treeMu.Lock()
 	defer d.treeMu.Unlock()
-	for k, t := range d.trees {
-		t.Close()
+	for k, slot := range d.trees {
+		slot.mu.Lock()
+		if slot.t != nil {
+			slot.t.Close()
+		}
+		slot.mu.Unlock()
 		delete(d.trees, k)
 	}
 }
@@ -212,20 +241,27 @@ func (d *daemon) notify(n fence.Notice) {
 	}
 }
 
-// handle runs one client's command.
+// maxRequest bounds a request: a command line and its variables.
+const maxRequest = 1 << 20
+
+// handle runs one client's command. The client's user is checked before
+// anything is read from it.
 func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
-	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var req daemonRequest
-	if err := json.NewDecoder(conn).Decode(&req); err != nil {
-		return
-	}
-	_ = conn.SetReadDeadline(time.Time{})
+	defer d.hangUp(conn)
 	enc := json.NewEncoder(conn)
 	if !samePeer(conn) {
 		_ = enc.Encode(daemonReply{Decline: "another user"})
 		return
 	}
+	if err := enc.Encode(daemonReply{Ready: true}); err != nil {
+		return
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var req daemonRequest
+	if err := json.NewDecoder(io.LimitReader(conn, maxRequest)).Decode(&req); err != nil {
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
 	if why := d.decline(req); why != "" {
 		_ = enc.Encode(daemonReply{Decline: why})
 		return
@@ -246,6 +282,15 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 	code := daemonRun(ctx, req.Args, out)
 	d.end(out)
 	_ = enc.Encode(daemonReply{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Code: code})
+}
+
+// hangUp closes a client's connection and counts it gone.
+func (d *daemon) hangUp(conn *net.UnixConn) {
+	conn.Close()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.conns--
+	d.last = time.Now()
 }
 
 func (d *daemon) begin(out *output) {
@@ -286,6 +331,28 @@ func (d *daemon) decline(req daemonRequest) string {
 		}
 	}
 	return ""
+}
+
+// closeInherited closes the descriptors this process was started with
+// besides its standard streams: whatever the first client's own caller
+// left open (a lock file of a cron wrapper, a pipe another reader waits
+// to see closed) must not stay open for as long as the daemon runs.
+// Those are the descriptors without close-on-exec; every one the Go
+// runtime opens has it.
+func closeInherited() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			_ = unix.Close(fd)
+		}
+	}
 }
 
 // samePeer reports whether the other end of conn runs as this process's

@@ -55,8 +55,10 @@ type daemonRequest struct {
 	Timeout time.Duration `json:"timeout"`
 }
 
-// daemonReply is what the daemon answers: one JSON line.
+// daemonReply is what the daemon answers: a line saying it is ready,
+// then one with the command's outcome; each one JSON line.
 type daemonReply struct {
+	Ready   bool   `json:"ready,omitempty"`   // the first line: send the request
 	Decline string `json:"decline,omitempty"` // why the client must run it itself
 	Stdout  []byte `json:"stdout,omitempty"`
 	Stderr  []byte `json:"stderr,omitempty"`
@@ -87,6 +89,11 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if c.Command.Name == "complete" && c.IsSet("result") || testHooksSet() {
 		return 0, false, nil
 	}
+	if relativeTLSFiles() {
+		// The daemon runs in /: a relative path would name another file
+		// there.
+		return 0, false, nil
+	}
 	root, err := filepath.Abs(c.String("dir"))
 	if err != nil {
 		return 0, false, nil
@@ -99,7 +106,28 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if err != nil {
 		return 0, false, nil
 	}
-	conn, err := dialDaemon(name, exe, root)
+	timeout, err := lockTimeout(c)
+	if err != nil {
+		return 0, false, err
+	}
+	code, ok, err = askDaemon(c, name, exe, daemonRequest{Args: out.args, Env: fenceEnv(), Root: root, Timeout: timeout})
+	if !ok && err == nil {
+		// Run here, and in fencectl-etcd if this binary hands the
+		// command on: a daemon that failed or declined once is not
+		// asked again by the same command.
+		_ = os.Setenv("FENCE_DAEMON", "off")
+	}
+	return code, ok, err
+}
+
+// askDaemon runs req in the daemon at name (starting exe as one if none
+// listens) and writes its output. ok is false, with nothing sent, when
+// no daemon of this user said it was ready within daemonWait, or the
+// daemon declined; and after a lost answer to a step that changes nothing
+// twice (daemonRetries).
+func askDaemon(c *cli.Context, name, exe string, req daemonRequest) (code int, ok bool, err error) {
+	out := outputOf(c)
+	conn, err := dialDaemon(name, exe, req.Root)
 	if err != nil {
 		return 0, false, nil
 	}
@@ -109,24 +137,28 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if !samePeer(conn) {
 		return 0, false, nil
 	}
-	timeout, err := lockTimeout(c)
-	if err != nil {
-		return 0, false, err
+	// A daemon says it is ready before anything is sent: the kernel
+	// accepts connections for a daemon that is stopped (SIGSTOP) or
+	// leaving, which would never run the request; this one runs here.
+	dec := json.NewDecoder(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(daemonWait))
+	var hello daemonReply
+	if err := dec.Decode(&hello); err != nil || !hello.Ready {
+		return 0, false, nil
 	}
-	req := daemonRequest{Args: out.args, Env: fenceEnv(), Root: root, Timeout: timeout}
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return 0, false, nil // not sent: nothing happened
+		return 0, false, nil // not sent whole: the daemon runs no half request
 	}
 	// The step is bounded by --timeout (and claim's --wait) in the daemon
 	// as in its own process; a daemon that hangs past a generous bound is
 	// given up on, as one that died.
 	_ = conn.SetReadDeadline(time.Now().Add(answerWithin(c)))
 	var reply daemonReply
-	if err := json.NewDecoder(conn).Decode(&reply); err != nil {
+	if err := dec.Decode(&reply); err != nil {
 		if daemonRetries[c.Command.Name] {
 			return 0, false, nil
 		}
-		return 0, false, fmt.Errorf("the fencectl daemon for %s ended before answering (%v): the %s may or may not have happened; `fencectl show ID` tells (FENCE_DAEMON=off runs every command in its own process)", root, err, c.Command.Name)
+		return 0, false, fmt.Errorf("the fencectl daemon for %s ended before answering (%v): the %s may or may not have happened; `fencectl show ID` tells (FENCE_DAEMON=off runs every command in its own process)", req.Root, err, c.Command.Name)
 	}
 	if reply.Decline != "" {
 		return 0, false, nil
@@ -134,6 +166,17 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	out.stdout.Write(reply.Stdout)
 	out.stderr.Write(reply.Stderr)
 	return reply.Code, true, nil
+}
+
+// relativeTLSFiles reports whether a FENCE_ETCD_* variable names a TLS
+// file by a relative path.
+func relativeTLSFiles() bool {
+	for _, k := range []string{"FENCE_ETCD_CACERT", "FENCE_ETCD_CERT", "FENCE_ETCD_KEY"} {
+		if v := os.Getenv(k); v != "" && !filepath.IsAbs(v) {
+			return true
+		}
+	}
+	return false
 }
 
 // answerWithin is how long a client waits for the daemon's answer:

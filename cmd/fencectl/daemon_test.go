@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+	"github.com/fencectl/fencectl/journal/etcd/etcdtest"
 )
 
 // daemonTree is an etcd tree with tasks t1…tN, driven through real
@@ -294,6 +295,20 @@ func impostor(name string) {
 			fmt.Println("dial:", err)
 			os.Exit(1)
 		}
+		if req == "flood" { // a request that never ends, 256 MiB of it
+			_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			fmt.Fprint(conn, `{"args":["`)
+			chunk := []byte(strings.Repeat("x", 1<<20))
+			sent := 0
+			for range 256 {
+				if _, err := conn.Write(chunk); err != nil {
+					break
+				}
+				sent++
+			}
+			fmt.Printf("flooded %d MiB\n", sent)
+			os.Exit(0)
+		}
 		fmt.Fprintln(conn, req)
 		reply, _ := io.ReadAll(conn)
 		fmt.Printf("reply: %s\n", reply)
@@ -371,6 +386,18 @@ func TestDaemon_OtherUsers(t *testing.T) {
 	}
 	if show := dt.ok(dt.cmd("show", "t2", "--json")); !strings.Contains(show, `"state":"available"`) {
 		t.Fatalf("root's daemon ran nobody's claim:\n%s", show)
+	}
+	// Nor does it read what nobody sends: a request that never ends
+	// must not fill its memory.
+	if out, err := asNobody("FENCECTL_IMPOSTOR="+name, "FENCECTL_IMPOSTOR_REQUEST=flood").CombinedOutput(); err != nil || !strings.Contains(string(out), "flooded") {
+		t.Fatalf("nobody's flood: %v\n%s", err, out)
+	} else {
+		t.Logf("nobody: %s", out)
+	}
+	rss := residentKB(t, daemonPids(dt.dir)[0])
+	t.Logf("root's daemon holds %d kB after nobody's flood", rss)
+	if rss > 100<<10 {
+		t.Fatalf("root's daemon holds %d kB after nobody sent it 256 MiB", rss)
 	}
 
 	// Nobody listening where root's command looks for its daemon.
@@ -450,5 +477,120 @@ func TestDaemon_ManyTimeouts(t *testing.T) {
 	t.Logf("the daemon has %d sockets open", sockets)
 	if sockets > maxDaemonTrees+1 {
 		t.Fatalf("the daemon has %d sockets open after %d --timeout values, want at most %d", sockets, 2*maxDaemonTrees, maxDaemonTrees+1)
+	}
+}
+
+// residentKB is the resident memory of process pid.
+func residentKB(t *testing.T, pid int) int {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// TestDaemon_KeepsNoCallersDescriptor starts the daemon from a command
+// whose caller left a pipe open to it (as `exec 9>lock` or `3>&1` do): the
+// daemon must not keep it open, or the pipe's reader waits (and a lock
+// stays held) for as long as the daemon runs.
+func TestDaemon_KeepsNoCallersDescriptor(t *testing.T) {
+	dt := newDaemonTree(t, clitest.Etcd(t), 1)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	claim := dt.cmd("claim", "--agent", "a")
+	claim.ExtraFiles = []*os.File{w}
+	dt.ok(claim)
+	w.Close()
+	if len(daemonPids(dt.dir)) != 1 {
+		t.Fatal("the claim started no daemon")
+	}
+	_ = r.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := r.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read of the caller's pipe after the command ended: %d, %v; want EOF (the daemon holds it open)", n, err)
+	}
+}
+
+// TestDaemon_StoppedDaemon stops the daemon (SIGSTOP): the kernel still
+// accepts connections for it, but it never says it is ready, so each
+// step runs in its own process within a couple of seconds, and none is
+// left for the daemon to run when it goes on (SIGCONT).
+func TestDaemon_StoppedDaemon(t *testing.T) {
+	dt := newDaemonTree(t, clitest.Etcd(t), 2)
+	out := dt.ok(dt.cmd("claim", "t1", "--json"))
+	var c struct {
+		Token uint64 `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatal(err)
+	}
+	pid := daemonPids(dt.dir)[0]
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	start := time.Now()
+	dt.ok(dt.cmd("complete", "t1", "--token", strconv.FormatUint(c.Token, 10)))
+	dt.ok(dt.cmd("claim", "t2", "--agent", "b"))
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("two steps beside a stopped daemon took %s", took)
+	}
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	time.Sleep(300 * time.Millisecond)
+	show := dt.ok(dt.cmd("show", "t2", "--json"))
+	if !strings.Contains(show, `"agent":"b"`) || strings.Count(show, `"type":"claim"`) != 1 {
+		t.Fatalf("t2 after the daemon went on:\n%s", show)
+	}
+	dt.ok(dt.cmd("replay", "--check"))
+}
+
+// TestDaemon_RelativeTLSFiles keeps a command whose FENCE_ETCD_* names a
+// TLS file by a relative path in its own process: the daemon, in /, would
+// read another file.
+func TestDaemon_RelativeTLSFiles(t *testing.T) {
+	dt := newDaemonTree(t, clitest.Etcd(t), 1)
+	claim := dt.cmd("claim", "--agent", "a")
+	claim.Env = append(claim.Env, "FENCE_ETCD_CACERT=ca.pem")
+	claim.Dir = t.TempDir()
+	code, _, stderr := dt.run(claim)
+	if code != 2 || !strings.Contains(stderr, "FENCE_ETCD_CACERT") {
+		t.Fatalf("claim with a relative CA file that is not there: exit %d, %s", code, stderr)
+	}
+	if pids := daemonPids(dt.dir); len(pids) != 0 {
+		t.Fatalf("a daemon started: %v", pids)
+	}
+}
+
+// TestDaemon_TimeoutsApart stops etcd under a daemon: a step with a new
+// long --timeout spends it opening its tree, and must not hold up a step
+// with a short one, which exits 5 (unreachable) in about its own timeout.
+func TestDaemon_TimeoutsApart(t *testing.T) {
+	cluster := etcdtest.Start(t, 1)
+	dt := newDaemonTree(t, strings.Join(cluster.Endpoints(), ","), 1)
+	dt.ok(dt.cmd("claim", "t1"))
+	cluster.Stop()
+	long := dt.cmd("verify", "t1", "--token", "1", "--timeout", "30s")
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Process.Kill(); _ = long.Wait() }()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	code, _, stderr := dt.run(dt.cmd("verify", "t1", "--token", "1", "--timeout", "2s"))
+	if took := time.Since(start); code != 5 || took > 10*time.Second {
+		t.Fatalf("verify --timeout 2s beside one of 30s, etcd stopped: exit %d after %s, want 5 after about 2s: %s", code, took, stderr)
 	}
 }
