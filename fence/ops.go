@@ -285,14 +285,22 @@ func (t *Tree) reapFirst(tx journal.Tx, now time.Time, keep uint64) (reaped []Re
 // keepsReaps reports whether a refused claim still commits the reaps it
 // made first: when there was nothing to claim (an expired lease whose
 // task backs off would otherwise be reaped, and rolled back, by every
-// claim), and when the refusal is about a task the claim reaped (a
-// restore whose lease ran out is told it was reaped: so it must be).
+// claim), and when the refusal is about a task the claim reaped: a
+// restore whose lease ran out is told it was reaped, so it must be; and
+// a claim of the named task whose holder died or whose lease ran out is
+// told the task now backs off, so it must, or every such claim would
+// reap it again with a new backoff, roll back, and never take it.
 func keepsReaps(err error, reaped []Reaped) bool {
 	if errors.Is(err, ErrNothingToClaim) {
 		return true
 	}
-	var stale *StaleTokenError
-	return errors.As(err, &stale) && slices.ContainsFunc(reaped, func(r Reaped) bool { return r.Task == stale.Task })
+	task := ""
+	if stale, ok := errors.AsType[*StaleTokenError](err); ok {
+		task = stale.Task
+	} else if na, ok := errors.AsType[*NotAvailableError](err); ok {
+		task = na.Task
+	}
+	return task != "" && slices.ContainsFunc(reaped, func(r Reaped) bool { return r.Task == task })
 }
 
 func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
