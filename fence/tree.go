@@ -86,6 +86,11 @@ type Tree struct {
 // NoJournalError says a tree has no journal, and what to do.
 type NoJournalError struct{ Path string }
 
+// ErrNoJournal is in the chain of every error that says the tree has no
+// journal: a *NoJournalError from Open, or the error of a tree opened
+// before its journal went (an etcd prefix wiped under it).
+var ErrNoJournal = journal.ErrNoJournal
+
 func (e *NoJournalError) Error() string {
 	return fmt.Sprintf("no journal at %s: init makes a task tree; recover rebuilds a lost journal from the directories", e.Path)
 }

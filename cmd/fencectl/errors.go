@@ -95,12 +95,18 @@ func classify(err error) errorObject {
 		obj.Reason = fence.ReasonCorruptJournal
 		obj.Message = err.Error() + "; nothing was changed. Next step: `fencectl recover` keeps the damaged file aside (never deleted) and rebuilds the journal from the tree's directories"
 	case errors.As(err, &noJrnl):
-		obj.Message = reword(err, noJrnl, "no journal at "+noJrnl.Path+": run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR); if the journal of an existing tree was lost, `fencectl recover` rebuilds it from the directories")
+		obj.Message = reword(err, noJrnl, "no journal at "+noJrnl.Path+noJournalHint)
+	case errors.Is(err, fence.ErrNoJournal):
+		// Found gone by a tree open since (a daemon's): the same advice.
+		obj.Message = err.Error() + noJournalHint
 	case errors.Is(err, os.ErrPermission):
 		obj.Message = err.Error() + " (check the tree's owner and mode)"
 	}
 	return obj
 }
+
+// noJournalHint follows "no journal at PATH".
+const noJournalHint = ": run `fencectl init` to make a task tree there (or pass --dir / FENCE_DIR); if the journal of an existing tree was lost, `fencectl recover` rebuilds it from the directories"
 
 // reword is err's message with inner's sentence (inner is in err's
 // chain) replaced by the command line's wording of it.
