@@ -376,6 +376,8 @@ func (m Config) steps(s taskState, in opIn, out opOut) []interface{} {
 	var next []taskState
 	if out.Unknown {
 		next = []taskState{s, m.effect(s, in)}
+	} else if reapsMayRollBack(in) {
+		next = []taskState{s, m.reap(s)}
 	} else if ok, after := m.step(s, in, out); ok {
 		next = []taskState{after}
 	}
@@ -392,6 +394,20 @@ func (m Config) steps(s taskState, in opIn, out opOut) []interface{} {
 	return res
 }
 
+// reapsMayRollBack reports whether in is a refused claim on another task
+// whose reaps of this one may have been rolled back with the refusal: a
+// refusal changes nothing unless it is about a task the claim itself
+// reaped (fence.keepsReaps), and this partition cannot see which task
+// the refusal was about. Claim-next's "nothing to claim" commits its
+// reaps.
+func reapsMayRollBack(in opIn) bool {
+	c := in.C
+	if in.Role != roleReapOnly {
+		return false
+	}
+	return c.Code == codeFenced || c.Code == codeNotAvailable && c.Kind != Next
+}
+
 // step is the deterministic part of the model: whether call c, seen by
 // partition in.Part in role in.Role, can answer what it answered in state
 // s, and the state after.
@@ -405,8 +421,9 @@ func (m Config) step(s taskState, in opIn, out opOut) (bool, taskState) {
 	}
 	switch in.Role {
 	case roleReapOnly:
-		// The claim ran on another task; its reaps committed whatever it
-		// answered (0, 3 or 4). Any other code is checked in its own
+		// The claim ran on another task; its reaps committed if it
+		// claimed or found nothing to claim (a refusal's may have rolled
+		// back: reapsMayRollBack). Any other code is checked in its own
 		// partition; here it may or may not have reaped.
 		if c.Code == codeOK || c.Code == codeFenced || c.Code == codeNotAvailable {
 			return true, m.reap(s)
