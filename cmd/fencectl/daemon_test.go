@@ -152,13 +152,11 @@ func TestDaemon_SameAnswersAsOwnProcess(t *testing.T) {
 	}
 	// Steps with the real token, on each tree its own.
 	for _, args := range [][]string{{"verify", "t1"}, {"heartbeat", "t1", "--json"}, {"release", "t1", "--json"}} {
-		got := map[string]int{}
 		for mode, dt := range trees {
 			code, _, stderr := dt.run(dt.cmd(append(args, "--token", token(dt, "t1"))...))
 			if code != 0 {
 				t.Errorf("%s %v: exit %d: %s", mode, args, code, stderr)
 			}
-			got[mode] = code
 		}
 	}
 	step("claim", "--agent", "a2", "--batch", "3", "--json")
