@@ -265,6 +265,9 @@ type batcher struct {
 	// (commitAlone). Only the group's leader touches them.
 	lean     bool
 	caughtUp []Reaped
+	// holders is the liveness scan of the transaction being run (see
+	// holderScan).
+	holders holderScan
 	*writerSlot
 }
 
@@ -851,6 +854,8 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 	err = update(func(tx journal.Tx) error {
 		reset() // the store may run this more than once: each run afresh
 		now := tx.Now()
+		t.batch.holders.begin(tx)
+		defer t.batch.holders.end()
 		defer func() { noted = notedUnblocking(tx) }()
 		start := tx.Writes()
 		for _, p := range ops {

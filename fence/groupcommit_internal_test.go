@@ -394,3 +394,60 @@ func TestGroup_AnsweredBeforeTheReconcileCheck(t *testing.T) {
 	close(release)
 	<-led
 }
+
+// A group of claims looks at .fence/live once: the first claim reaps the
+// claim whose holder died, and the others, in the same transaction, see
+// it reaped and do not reap it again. The next group looks again.
+func TestGroup_ClaimsShareOneLivenessScan(t *testing.T) {
+	tree, tokens := groupTree(t)
+	ctx := context.Background()
+	for _, id := range []string{"d", "e", "f", "g", "h"} {
+		if _, err := tree.Add(ctx, AddRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a's holder tied its claim to a process that is gone: its liveness
+	// file is there, and nobody holds its lock.
+	live := filepath.Join(tree.metaDir, liveDirName)
+	if err := os.MkdirAll(live, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(live, fmt.Sprintf("%d.gone", tokens["a"])), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	claims := func(n int) []ClaimResult {
+		got := make([]ClaimResult, n)
+		calls := make([]GroupCall, n)
+		for i := range calls {
+			calls[i] = GroupCall{Ctx: ctx, Fn: func(ctx context.Context) {
+				c, err := tree.Claim(ctx, ClaimRequest{Agent: "batch"})
+				if err != nil {
+					t.Errorf("claim %d: %v", i, err)
+				}
+				got[i] = c
+			}}
+		}
+		tree.Together(calls...)
+		return got
+	}
+	before := tree.batch.holders.scans.Load()
+	first := claims(3)
+	if n := tree.batch.holders.scans.Load() - before; n != 1 {
+		t.Errorf("a group of 3 claims scanned .fence/live %d times, want 1", n)
+	}
+	reaps := 0
+	for _, c := range first {
+		for _, r := range c.Reaped {
+			if r.Task == "a" {
+				reaps++
+			}
+		}
+	}
+	if rec, evs := taskState(t, tree, "a"); reaps != 1 || rec.State == record.Claimed && rec.Lease.Token == tokens["a"] {
+		t.Errorf("a reaped %d times by the group (want 1); now %s, events %v", reaps, rec.State, evs)
+	}
+	claims(2)
+	if n := tree.batch.holders.scans.Load() - before; n != 2 {
+		t.Errorf("two groups scanned .fence/live %d times, want 2", n)
+	}
+}

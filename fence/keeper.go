@@ -111,7 +111,9 @@ type LeaseKeeper struct {
 	lastErr   error
 	lostErr   error
 
-	untie func() // drops the liveness file (TieToProcess)
+	untie    func() // drops the liveness file (TieToProcess)
+	keepTie  bool   // StopKeepingTie: the loop leaves untie to the caller
+	untieOne sync.Once
 	// watchChecks counts the checks a journal write woke, and
 	// watchMinGap is the shortest time between two of them (for tests).
 	watchChecks atomic.Int64
@@ -266,6 +268,29 @@ func (k *LeaseKeeper) Stop() {
 	}
 }
 
+// StopKeepingTie is Stop, except that the claim stays tied to this
+// process (TieToProcess) until the caller calls the function it returns
+// (safe to call twice): a holder whose work is over stops heartbeats and
+// checks at once, but keeps the tie until its complete has committed, so
+// that if it dies before that its claim is still reaped at once ("holder
+// died"), not when the lease runs out.
+func (k *LeaseKeeper) StopKeepingTie() (untie func()) {
+	k.mu.Lock()
+	k.keepTie = true
+	k.mu.Unlock()
+	k.Stop()
+	return k.dropTie
+}
+
+// dropTie drops the liveness file, once.
+func (k *LeaseKeeper) dropTie() {
+	k.untieOne.Do(func() {
+		if k.untie != nil {
+			k.untie()
+		}
+	})
+}
+
 // Lost is closed when the lease ends: lost, at risk, or settled by a
 // complete, release or fail with its own token (see SettledByHolder); Err
 // then says why.
@@ -289,9 +314,14 @@ func (k *LeaseKeeper) Deadline() time.Time {
 
 func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-chan struct{}) {
 	defer close(k.done)
-	if k.untie != nil {
-		defer k.untie()
-	}
+	defer func() {
+		k.mu.Lock()
+		keep := k.keepTie
+		k.mu.Unlock()
+		if !keep {
+			k.dropTie()
+		}
+	}()
 	defer func() {
 		if w != nil {
 			w.Close()

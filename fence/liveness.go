@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -103,6 +106,63 @@ func (t *Tree) deadHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 	if t.store.Name() != "bbolt" {
 		return nil, nil
 	}
+	if dead, ok := t.batch.holders.get(tx); ok {
+		return dead, nil
+	}
+	t.batch.holders.scans.Add(1)
+	dead, err := t.scanHolders(tx, tidy)
+	if err == nil {
+		t.batch.holders.put(tx, dead)
+	}
+	return dead, err
+}
+
+// holderScan keeps the liveness scan (deadHolders) of the one transaction
+// a group commit is running, for the other operations of the group: a
+// commit of eight claims looks at .fence/live once, not eight times. Each
+// later operation judges the tokens by its own view of the transaction
+// (leaseOf): those an earlier one reaped hold no lease any more. A holder
+// that dies meanwhile is found by the next commit, as one that dies just
+// after the scan always is.
+type holderScan struct {
+	mu   sync.Mutex
+	tx   journal.Tx // the group's transaction while it runs, else nil
+	dead map[uint64]bool
+	done bool
+	// scans counts the scans made, for tests.
+	scans atomic.Int64
+}
+
+// begin starts keeping the scan of tx; end forgets it.
+func (h *holderScan) begin(tx journal.Tx) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tx, h.dead, h.done = tx, nil, false
+}
+
+func (h *holderScan) end() { h.begin(nil) }
+
+// get returns a copy of the scan kept for tx, if any.
+func (h *holderScan) get(tx journal.Tx) (map[uint64]bool, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done || h.tx == nil || h.tx != tx {
+		return nil, false
+	}
+	return maps.Clone(h.dead), true
+}
+
+// put keeps dead as tx's scan, if tx is the group's transaction.
+func (h *holderScan) put(tx journal.Tx, dead map[uint64]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tx != nil && h.tx == tx {
+		h.dead, h.done = maps.Clone(dead), true
+	}
+}
+
+// scanHolders is deadHolders without the group's scan.
+func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 	dir := filepath.Join(t.metaDir, liveDirName)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,16 @@ SIGINT, SIGTERM, SIGHUP or SIGQUIT to run is passed on to CMD (SIGKILL after
 --grace if CMD ignores it), the task is then released, not failed, and run
 exits with CMD's status. A signal while run waits for a task (--wait) ends it
 at once without claiming (exit 128+N).
+
+--loop after a short command (under 50 ms) claims ahead, so that tasks
+share commits: with a core spare it keeps one more task in hand and
+completes each task beside the next one's command; on a busy machine it
+claims up to 8 tasks in one commit and completes them together in the next.
+Tasks in hand have their leases kept, and wait only behind short commands:
+once a command has run 200 ms, the completes that waited are made and the
+tasks claimed ahead are released ("handed back unstarted"). If run dies, a
+task whose command ended but whose complete had not committed is freed at
+once, like one whose command was running, and will be run again.
 
 --loop --jobs N runs up to N tasks at once in this one process, each
 under its own lease, token and containment (a cgroup or a PID namespace of
@@ -293,7 +304,7 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 	// interrupted, or an error) is handed back, once the last task's
 	// settle, if it still runs, has ended.
 	defer func() {
-		s.finishBehind()
+		s.settleDue(ctx)
 		for {
 			next, ok := s.takeAhead()
 			if !ok {
@@ -440,6 +451,7 @@ type supervisor struct {
 	claimCtx context.Context
 	held     []claimed
 	prev     *behind
+	pending  []settling
 }
 
 // claimed is the outcome of a claim. A claim made ahead has its keeper
@@ -461,33 +473,43 @@ type claimed struct {
 // keep nothing in hand: a task is not held from other agents for long.
 const pipelineBelow = 50 * time.Millisecond
 
-// behind is a task whose command has ended and whose settle (complete,
-// and the claim of the task after next) runs beside the next command.
-type behind struct {
+// settling is a task whose command has ended, with its settle (its
+// complete) and its outcome once settled.
+type settling struct {
 	claim  fence.ClaimResult
-	done   chan struct{}
-	ahead  []claimed      // the settle's claims, once done
-	finish func() taskRun // the task's outcome, once done
+	settle func(context.Context)
+	finish func() taskRun // the task's outcome, once settled; nil: not reported
 }
 
-// settleAndClaim runs settle (this task's complete) and, with --loop, n
-// claims of the next tasks alongside it, in one group commit (see
-// fence.Tree.Together): one lock, one journal commit, one fsync per
-// directory for all, instead of one each. The claims come after settle,
-// so a task that this completion unblocks is claimable to them. It
-// returns the claims: the first whatever its outcome, the others only if
-// they went through. Claims from inHand on are kept in hand, their
-// keepers started at once; the one before (if any) is run next, and
+// behind is tasks whose commands have ended and whose settle (and the
+// claim of the task after next) runs beside the next command.
+type behind struct {
+	tasks []settling
+	done  chan struct{}
+	ahead []claimed // the settle's claims, once done
+}
+
+// settleAndClaim runs the settles of tasks (their completes, in order)
+// and, with --loop, n claims of the next tasks alongside them, in one
+// group commit (see fence.Tree.Together): one lock, one journal commit,
+// one fsync per directory for all, instead of one each. The claims come
+// after the settles, so a task that a completion unblocks is claimable to
+// them. It returns the claims: the first whatever its outcome, the others
+// only if they went through. Claims from inHand on are kept in hand,
+// their keepers started at once; the one before (if any) is run next, and
 // supervise starts its keeper as for any claim. It touches nothing of s
 // but what stays put while a task runs: settleBehind runs it beside the
 // next command.
-func (s *supervisor) settleAndClaim(ctx context.Context, settle func(context.Context), n, inHand int) []claimed {
-	if !s.loop || n <= 0 {
-		settle(ctx)
+func (s *supervisor) settleAndClaim(ctx context.Context, tasks []settling, n, inHand int) []claimed {
+	if len(tasks) == 1 && (!s.loop || n <= 0) {
+		tasks[0].settle(ctx)
 		return nil
 	}
-	got := make([]claimed, n)
-	calls := []fence.GroupCall{{Ctx: ctx, Fn: settle}}
+	calls := make([]fence.GroupCall, 0, len(tasks)+max(n, 0))
+	for _, task := range tasks {
+		calls = append(calls, fence.GroupCall{Ctx: ctx, Fn: task.settle})
+	}
+	got := make([]claimed, max(n, 0))
 	for i := range got {
 		calls = append(calls, fence.GroupCall{Ctx: s.claimCtx, Fn: func(cctx context.Context) {
 			c, err := s.t.Claim(cctx, fence.ClaimRequest{Agent: s.cfg.agent, TTL: s.cfg.ttl})
@@ -516,19 +538,19 @@ func (s *supervisor) settleAndClaim(ctx context.Context, settle func(context.Con
 	return ahead
 }
 
-// settleBehind runs settle, and the claim of one more task, beside the
-// next task's command; finishBehind reports it.
-func (s *supervisor) settleBehind(ctx context.Context, claim fence.ClaimResult, settle func(context.Context), finish func() taskRun) {
-	b := &behind{claim: claim, done: make(chan struct{}), finish: finish}
+// settleBehind runs the settles of tasks, and n claims of more tasks,
+// beside the next task's command; finishBehind reports them.
+func (s *supervisor) settleBehind(ctx context.Context, tasks []settling, n int) {
+	b := &behind{tasks: tasks, done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
-		b.ahead = s.settleAndClaim(ctx, settle, 1, 0)
+		b.ahead = s.settleAndClaim(ctx, tasks, n, 0)
 	}()
 	s.prev = b
 }
 
-// finishBehind waits for the last task's settle, if one runs, keeps its
-// claims and prints the task's summary (or its refusal).
+// finishBehind waits for the last tasks' settle, if one runs, keeps its
+// claims and prints the tasks' summaries (or their refusals).
 func (s *supervisor) finishBehind() {
 	b := s.prev
 	if b == nil {
@@ -537,13 +559,116 @@ func (s *supervisor) finishBehind() {
 	<-b.done
 	s.prev = nil
 	s.held = append(s.held, b.ahead...)
-	r := b.finish()
-	r.containment = s.cont.mode
-	s.out.summary(b.claim, r)
-	if r.err != nil {
-		s.out.fail(r.err) // a refused complete ends that task only
+	s.report(b.tasks)
+}
+
+// report prints the summaries of tasks that have settled.
+func (s *supervisor) report(tasks []settling) {
+	for _, task := range tasks {
+		if task.finish == nil {
+			continue // handed back unstarted: nothing to say
+		}
+		r := task.finish()
+		r.containment = s.cont.mode
+		s.out.summary(task.claim, r)
+		if r.err != nil {
+			s.out.fail(r.err) // a refused complete ends that task only
+		}
 	}
 }
+
+// settleDue settles every task whose command has ended: it waits for
+// the settle running beside this command (finishBehind), and makes the
+// completes waiting for a commit (see batchSize) in one of their own. The
+// tasks' summaries are printed.
+func (s *supervisor) settleDue(ctx context.Context) {
+	s.finishBehind()
+	if pending := s.takePending(); len(pending) > 0 {
+		s.settleAndClaim(ctx, pending, 0, 0)
+		s.report(pending)
+	}
+}
+
+// holding reports whether run holds tasks for commands yet to come, or
+// completes waiting for a commit.
+func (s *supervisor) holding() bool {
+	return len(s.pending) > 0 || slices.ContainsFunc(s.held, func(c claimed) bool { return c.Err == nil })
+}
+
+// handBack settles the completes waiting for a commit and releases the
+// tasks claimed ahead, beside the command running now, which has turned
+// out long: a task is not held from other agents while a long command
+// runs, nor a finished one left unsettled. The next short command
+// claims ahead again.
+func (s *supervisor) handBack(ctx context.Context) {
+	tasks := s.takePending()
+	var kept []claimed
+	for _, c := range s.held {
+		if c.Err != nil {
+			kept = append(kept, c) // nothing was claimed: the loop's end
+			continue
+		}
+		if c.keeper != nil {
+			c.keeper.Stop()
+		}
+		req := fence.FencedRequest{ID: c.Claim.Task.ID, Token: c.Claim.Token, Agent: s.cfg.agent, Reason: reasonHandedBack}
+		tasks = append(tasks, settling{claim: c.Claim, settle: func(ctx context.Context) { _, _ = s.t.Release(ctx, req) }})
+	}
+	s.held = kept
+	s.settleBehind(ctx, tasks, 0)
+}
+
+// reasonHandedBack is the release reason of a task handBack gave back.
+const reasonHandedBack = "handed back unstarted: the command before it ran long"
+
+// takePending returns the tasks whose settles wait for the next commit,
+// and forgets them.
+func (s *supervisor) takePending() []settling {
+	p := s.pending
+	s.pending = nil
+	return p
+}
+
+// batchSize is how many tasks run --loop claims at once after a command
+// that took took, on a machine with no core to spare: as many as
+// commands that short fit in pipelineBelow, 2 to maxBatch. A batch
+// holds its tasks from other agents for about pipelineBelow at most.
+func batchSize(took time.Duration) int {
+	return min(maxBatch, max(2, int(shortBelow()/max(took, time.Millisecond))))
+}
+
+// handBackAfter is how long a command runs before the tasks held for the
+// commands after it are handed back (see handBack): four times the
+// longest command that claims ahead, so that commands of about that
+// length do not keep handing tasks back.
+func handBackAfter() time.Duration {
+	if testHandBackAfter > 0 {
+		return testHandBackAfter
+	}
+	return 4 * pipelineBelow
+}
+
+// shortBelow is pipelineBelow, or in the test build what a test asks for,
+// so that its commands count as short however long the machine takes to
+// start them.
+func shortBelow() time.Duration {
+	if testShortBelow > 0 {
+		return testShortBelow
+	}
+	return pipelineBelow
+}
+
+// testHandBackAfter and testShortBelow, set by the test build, replace
+// handBackAfter and pipelineBelow.
+var testHandBackAfter, testShortBelow time.Duration
+
+const (
+	// maxBatch bounds the tasks run --loop holds at once.
+	maxBatch = 8
+	// batchLeaseRoom is how much lease a task must have left for its
+	// complete to wait for the next commit.
+	batchLeaseRoom = 2 * time.Second
+)
 
 // behindDone is closed once the last task's settle has ended (nil: none
 // runs).
@@ -618,7 +743,7 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 		// The watch is up before CMD starts: a revoke cannot slip in between.
 		keeper, watchErr, err = s.startKeeper(ctx, claim, false)
 		if err != nil {
-			s.finishBehind()
+			s.settleDue(ctx)
 			return taskRun{code: exitUsage, outcome: "not started", err: err}
 		}
 	}
@@ -647,7 +772,7 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 		}
 		select {
 		case <-keeper.Lost():
-			s.finishBehind()
+			s.settleDue(ctx)
 			return taskRun{code: exitFenced, outcome: "lease lost before the command started", err: keeper.Err()}
 		default:
 		}
@@ -689,7 +814,7 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 	}
 	if err != nil {
 		keeper.Stop()
-		s.finishBehind()
+		s.settleDue(ctx)
 		if s.halt != nil {
 			s.halt() // before the release: no other job is to claim it again
 		}
@@ -729,12 +854,28 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 			tick.Stop()
 		}
 	}()
+	// Tasks claimed ahead, and completes waiting for a commit, are for
+	// short commands: once this one has run longer than that, they are
+	// settled and handed back beside it (see handBack).
+	var longC <-chan time.Time
+	if s.holding() {
+		long := time.NewTimer(handBackAfter())
+		defer long.Stop()
+		longC = long.C
+	}
 
 wait:
 	for {
 		select {
 		case waitErr = <-waitc:
 			break wait
+		case <-longC:
+			if s.prev != nil { // the last settle is still running: after it
+				longC = time.After(10 * time.Millisecond)
+				continue
+			}
+			longC = nil
+			s.handBack(ctx)
 		case <-lostC:
 			lostC = nil
 			ended = keeper.Err()
@@ -775,7 +916,17 @@ wait:
 		}
 	}
 	forget()
-	keeper.Stop()
+	// The claim stays tied to this process until it is settled: if run
+	// dies before that, the task is freed at once, not when its lease
+	// runs out (a complete may wait for the next commit: see batchSize).
+	untie := keeper.StopKeepingTie()
+	tied := true
+	defer func() {
+		if tied {
+			untie()
+		}
+	}()
+	deadline := keeper.Deadline()
 	took := time.Since(start)
 	s.finishBehind()
 	code := exitCodeOf(cmd.ProcessState, waitErr)
@@ -791,6 +942,11 @@ wait:
 		}
 	}
 	interrupted := sig != nil
+	if settled != "" || ended != nil || sig != nil {
+		// Only a complete or a fail settles beside the completes waiting
+		// for a commit (see batchSize): they get one of their own first.
+		s.settleDue(ctx)
+	}
 	if settled != "" {
 		r := settledRun(settled, code, stopped)
 		r.took, r.interrupted = took, interrupted
@@ -819,29 +975,46 @@ wait:
 		reason = "killed by " + st.Signal().String()
 	}
 	if code == 0 {
-		complete := func(ctx context.Context) { _, err2 = t.Complete(ctx, req) }
+		tied = false // untied once settled
+		cur := settling{claim: claim, settle: func(ctx context.Context) {
+			_, err2 = t.Complete(ctx, req)
+			untie()
+		}, finish: func() taskRun { return done(completed(err2)) }}
+		short := s.loop && s.gauge != nil && took < shortBelow()
 		// Pipelined only when the command was short and a core is spare:
 		// otherwise the task kept in hand is extra work that overlaps
 		// nothing (see cpuGauge).
-		pipeline := s.loop && s.gauge != nil && took < pipelineBelow && s.gauge.Spare()
+		pipeline := short && s.gauge.Spare()
 		if pipeline && s.hasNext() {
 			// The next task is in hand: run it now, and this commit
 			// beside it.
-			s.settleBehind(ctx, claim, complete, func() taskRun { return done(completed(err2)) })
+			s.settleBehind(ctx, append(s.takePending(), cur), 1)
+			return taskRun{behind: true}
+		}
+		batch := short && !pipeline
+		if batch && s.hasNext() && deadline.Sub(now()) > batchLeaseRoom {
+			s.pending = append(s.pending, cur)
 			return taskRun{behind: true}
 		}
 		want := 1
-		if pipeline {
+		switch {
+		case pipeline:
 			want = 2 // one to run next, one to keep in hand
+		case batch:
+			want = batchSize(took)
 		}
 		// With nothing in hand, the first claim is run next.
-		s.held = append(s.held, s.settleAndClaim(ctx, complete, want-len(s.held), min(1, 1-len(s.held)))...)
+		pending := s.takePending()
+		s.held = append(s.held, s.settleAndClaim(ctx, append(pending, cur), want-len(s.held), min(1, 1-len(s.held)))...)
+		s.report(pending)
 	} else {
 		// Not alongside the next claim: a task failed back to available
 		// has its file moved only after the commit, and a claim in the
 		// same transaction would find it still in claimed/ and skip it.
 		req.Reason = reason
-		res, err2 = t.Fail(ctx, req)
+		pending := s.takePending()
+		s.settleAndClaim(ctx, append(pending, settling{settle: func(ctx context.Context) { res, err2 = t.Fail(ctx, req) }}), 0, 0)
+		s.report(pending)
 	}
 	switch {
 	case code == 0:

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+)
+
+// batchTree is a tree of t1 to t4 whose run --loop never finds a core
+// spare and counts every command as short: with t1's complete, it claims
+// t2, t3 and t4 at once, and t2's complete waits for the commit after
+// t4's command (see batchSize), or for handBackAfter (here handBack) of
+// a command that runs long.
+func batchTree(t *testing.T, handBack string) *clitest.RunTree {
+	rt := newRunTree(t)
+	rt.Env = append(rt.Env, "FENCE_TEST_SPARE_CPU=no", "FENCE_TEST_SHORT_BELOW=10s", "FENCE_TEST_HAND_BACK_AFTER="+handBack)
+	for _, id := range []string{"t1", "t2", "t3", "t4"} {
+		rt.OK("add", "--id", id)
+	}
+	return rt
+}
+
+// t3Waits is a command that records its token and, for t3 only, says it
+// started and then runs the rest.
+func t3Waits(marks, rest string) string {
+	return `echo "$FENCE_TOKEN" >> ` + marks + `/$FENCE_TASK; if [ "$FENCE_TASK" = t3 ]; then echo x > ` + marks + `/started; ` + rest + `; fi`
+}
+
+// A command that runs long does not keep the batch waiting: the
+// completes that waited for company are made, and the tasks claimed
+// ahead handed back, while it runs. t3's command waits to see t2 done:
+// without that, it would wait for itself.
+func TestRun_LoopBatchLongCommandHandsBack(t *testing.T) {
+	rt := batchTree(t, "300ms")
+	marks := t.TempDir()
+	waitT2 := `i=0; while [ $i -lt 200 ]; do if "$FC" show t2 --json | grep -q '"state": *"done"'; then echo saw > ` + marks + `/t2done; exit 0; fi; sleep 0.05; i=$((i+1)); done; echo timeout > ` + marks + `/t2done`
+	out := rt.OK("run", "--loop", "--agent", "looper", "--", "sh", "-c", t3Waits(marks, waitT2))
+	if b, _ := os.ReadFile(filepath.Join(marks, "t2done")); strings.TrimSpace(string(b)) != "saw" {
+		t.Fatalf("t3's command did not see t2 done while it ran (%q)\n%s", b, out)
+	}
+	for _, id := range []string{"t1", "t2", "t3", "t4"} {
+		if st := rt.Show(id)["state"]; st != "done" {
+			t.Errorf("%s is %v, want done\n%s", id, st, out)
+		}
+		b, _ := os.ReadFile(filepath.Join(marks, id))
+		if runs := strings.Fields(string(b)); len(runs) != 1 {
+			t.Errorf("%s's command ran %d times, want once", id, len(runs))
+		}
+	}
+	if log := rt.OK("log", "--task", "t4"); !strings.Contains(log, reasonHandedBack) {
+		t.Errorf("t4, claimed ahead of the long t3, was not handed back:\n%s", log)
+	}
+}
+
+// A run killed while a complete waits for company leaves nothing held:
+// the task stays tied to run until its complete commits, so it is freed
+// at once ("holder died"), as a task whose command was still running is,
+// not when its lease runs out. Its command ran; it will run again: the
+// window this leaves is the batch's (see batchSize).
+func TestRun_LoopBatchKilledFreesItsTasks(t *testing.T) {
+	rt := batchTree(t, "1h")
+	marks := t.TempDir()
+	run, out := rt.StartRun("--loop", "--agent", "looper", "--", "sh", "-c", t3Waits(marks, "sleep 60"))
+	clitest.WaitFile(t, marks+"/started")
+	if st := rt.Show("t2")["state"]; st != "claimed" {
+		t.Fatalf("t2 is %v while t3 runs, want claimed (its complete waits for the batch)\n%s", st, out)
+	}
+	if err := run.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	clitest.WaitExit(t, run)
+	rt.OK("reap")
+	for _, id := range []string{"t2", "t3", "t4"} {
+		if st := rt.Show(id)["state"]; st != "available" {
+			t.Errorf("%s is %v after run was killed and a reap, want available\n%s", id, st, rt.OK("log", "--task", id))
+		}
+	}
+}
+
+// A signal while a complete waits for company makes the complete: the
+// command that ran is not run again. The task interrupted is released,
+// and the tasks claimed ahead are handed back.
+func TestRun_LoopBatchSignalCompletesWhatRan(t *testing.T) {
+	rt := batchTree(t, "1h")
+	marks := t.TempDir()
+	run, out := rt.StartRun("--loop", "--agent", "looper", "--", "sh", "-c", t3Waits(marks, "sleep 60"))
+	clitest.WaitFile(t, marks+"/started")
+	if err := run.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := clitest.WaitExit(t, run); code != 130 {
+		t.Fatalf("run --loop after SIGINT exited %d, want 130\n%s", code, out)
+	}
+	for id, want := range map[string]string{"t1": "done", "t2": "done", "t3": "available", "t4": "available"} {
+		if st := rt.Show(id)["state"]; st != want {
+			t.Errorf("%s is %v after run ended, want %s\n%s", id, st, want, out)
+		}
+	}
+	if !strings.Contains(out.String(), "t2 token") {
+		t.Errorf("run did not report t2's complete:\n%s", out)
+	}
+}
