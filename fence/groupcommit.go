@@ -298,6 +298,9 @@ type writerSlot struct {
 	settled atomic.Pointer[string]
 	// watch is the journal watch the Tree's keepers share (keeperwatch.go).
 	watch sharedWatch
+	// live is the anchor of the liveness files of the Tree's claims
+	// (liveness.go).
+	live liveAnchor
 	// moving holds, while a group's function runs, where each task that an
 	// earlier operation of the group changed has its file until the
 	// group's moves (see groupPlace). Only the group's leader touches it.

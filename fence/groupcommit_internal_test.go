@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
 	"time"
 
@@ -449,5 +450,87 @@ func TestGroup_ClaimsShareOneLivenessScan(t *testing.T) {
 	claims(2)
 	if n := tree.batch.holders.scans.Load() - before; n != 2 {
 		t.Errorf("two groups scanned .fence/live %d times, want 2", n)
+	}
+}
+
+// The claims one Tree ties to its process are links to one anchor, so a
+// reaper tries one lock for all of them; while the Tree is open they are
+// alive, and once it is closed (as when its process dies) every one is
+// reaped as "holder died", and the next reap leaves .fence/live empty.
+func TestLiveness_ClaimsOfATreeShareOneAnchor(t *testing.T) {
+	tree, tokens := groupTree(t)
+	ctx := context.Background()
+	var keepers []*LeaseKeeper
+	for _, id := range []string{"a", "b", "c"} {
+		k, err := tree.NewKeeper(KeeperConfig{Task: id, Token: tokens[id], Agent: "agent-" + id, TTL: time.Minute, Deadline: time.Now().Add(time.Minute), TieToProcess: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		keepers = append(keepers, k)
+	}
+	live := filepath.Join(tree.metaDir, liveDirName)
+	entries, err := os.ReadDir(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[uint64][]string{}
+	for _, e := range entries {
+		info, err := os.Lstat(filepath.Join(live, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ino := info.Sys().(*syscall.Stat_t).Ino
+		inodes[ino] = append(inodes[ino], e.Name())
+	}
+	if len(entries) != 4 || len(inodes) != 1 {
+		t.Fatalf(".fence/live holds %v; want 3 claims' links and their anchor, one file", inodes)
+	}
+
+	other, err := Open(tree.Root(), Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Add(ctx, AddRequest{ID: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := other.Claim(ctx, ClaimRequest{Agent: "other"})
+	if err != nil || c.Task.ID != "d" || len(c.Reaped) != 0 {
+		t.Fatalf("claim while the holders live: %+v, %v; want d, nothing reaped", c, err)
+	}
+
+	// The holders' keepers end without untying (their process "dies"):
+	// closing the Tree lets the anchor's lock go.
+	for _, k := range keepers {
+		k.mu.Lock()
+		k.keepTie = true
+		k.mu.Unlock()
+		k.Stop()
+	}
+	tree.Close()
+	if _, err := other.Add(ctx, AddRequest{ID: "e"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err = other.Claim(ctx, ClaimRequest{Agent: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped := map[string]string{}
+	for _, r := range c.Reaped {
+		reaped[r.Task] = r.Reason
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if reaped[id] != ReasonHolderDied {
+			t.Errorf("%s after its Tree closed: reaped %q, want %q (all reaped: %v)", id, reaped[id], ReasonHolderDied, reaped)
+		}
+	}
+	if _, err := other.Reap(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(live); len(left) != 0 {
+		t.Errorf(".fence/live after the reap: %v, want empty", left)
 	}
 }

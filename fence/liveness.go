@@ -27,12 +27,13 @@ import (
 // the task for ten minutes while nobody works on it. Where the holder's
 // death means the work stopped (run, whose command dies with it; a
 // library user who asks for it with KeeperConfig.TieToProcess), the
-// holder also keeps a liveness file, .fence/live/<token>.<holder>, with an
-// exclusive flock on it for as long as its process lives. The kernel drops
-// the lock when the process dies, however it dies: every reap (each claim,
-// `reap`) tries the lock, and a claim all of whose liveness files can be
-// locked has no live holder: it is reaped at once, reason "holder died",
-// and the attempt counts.
+// holder also keeps a liveness file, .fence/live/<token>.<holder>: a hard
+// link to its process's anchor (liveAnchor), on which it holds an
+// exclusive flock for as long as its process lives (and its Tree is
+// open). The kernel drops the lock when the process dies, however it
+// dies: every reap (each claim, `reap`) tries the lock, and a claim all
+// of whose liveness files can be locked has no live holder: it is reaped
+// at once, reason "holder died", and the attempt counts.
 //
 // Only on a tree whose journal is on this host (bbolt): on an etcd tree
 // the holder may be on another host, where its flock means nothing here,
@@ -56,18 +57,68 @@ const (
 // a reaper removes it: younger, it may be one a holder is about to lock.
 const liveTmpAge = time.Minute
 
-// holdLiveness ties the claim of token to this process: it creates a
-// liveness file, locked before it gets its name (a reaper never sees it
-// unlocked while this process lives), opened close-on-exec so that no
-// command this process starts keeps it alive. release removes it.
+// holdLiveness ties the claim of token to this process: it links the
+// process's liveness anchor (see liveAnchor), a file locked before it
+// got any name a reaper reads, under the token's name: one link() per
+// claim. The anchor is opened close-on-exec, so that no command this
+// process starts keeps it alive. release removes the link.
 func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
 	dir := filepath.Join(t.metaDir, liveDirName)
+	for range 2 {
+		a, err := t.batch.live.get(dir)
+		if err != nil {
+			return nil, err
+		}
+		name := filepath.Join(dir, strconv.FormatUint(token, 10)+"."+a.suffix)
+		err = unix.Linkat(unix.AT_FDCWD, a.path, unix.AT_FDCWD, name, 0)
+		if err == nil {
+			return func() { os.Remove(name) }, nil
+		}
+		if err != unix.ENOENT {
+			return nil, &os.LinkError{Op: "link", Old: a.path, New: name, Err: err}
+		}
+		// The anchor's name is gone (a hand cleared .fence/live): a new
+		// anchor; the old one stays locked for the claims linked to it.
+		t.batch.live.lost(a)
+	}
+	return nil, fmt.Errorf("liveness anchor in %s vanished twice", dir)
+}
+
+// liveAnchor is the one locked file behind every liveness file of this
+// Tree's claims: each claim's file is a hard link to it, named
+// <token>.<suffix>, all with the anchor's suffix. A reaper tries one
+// lock per suffix, not one per claim (see scanHolders): a process that
+// holds hundreds of claims (run --jobs, a library) costs one open, not
+// hundreds, in every claim's scan. The anchor is locked before it gets
+// its name, .anchor-<suffix>, as the links are: an anchor a reaper can
+// lock was left by a process that died, and is removed at once.
+type liveAnchor struct {
+	mu      sync.Mutex
+	current *anchor
+	all     []*anchor // every anchor made, kept open (locked) until close
+}
+
+// anchorPrefix begins the name of a liveness anchor in .fence/live.
+const anchorPrefix = ".anchor-"
+
+type anchor struct {
+	fd           int
+	path, suffix string
+}
+
+// get returns the current anchor, making one in dir first if need be.
+func (l *liveAnchor) get(dir string) (*anchor, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.current != nil {
+		return l.current, nil
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
 	suffix := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	tmp := filepath.Join(dir, ".tmp-"+suffix)
-	name := filepath.Join(dir, strconv.FormatUint(token, 10)+"."+suffix)
+	path := filepath.Join(dir, anchorPrefix+suffix)
 	fd, err := unix.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, &os.PathError{Op: "create", Path: tmp, Err: err}
@@ -77,17 +128,36 @@ func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
 		os.Remove(tmp)
 		return nil, &os.PathError{Op: "lock", Path: tmp, Err: err}
 	}
-	if err := os.Rename(tmp, name); err != nil {
+	if err := os.Rename(tmp, path); err != nil {
 		unix.Close(fd)
 		os.Remove(tmp)
 		return nil, err
 	}
-	return func() {
-		// Unlinked before the lock goes: never an unlocked file under a
-		// claim's name while its holder is alive and well.
-		os.Remove(name)
-		unix.Close(fd)
-	}, nil
+	l.current = &anchor{fd: fd, path: path, suffix: suffix}
+	l.all = append(l.all, l.current)
+	return l.current, nil
+}
+
+// lost forgets a as the current anchor (its name is gone).
+func (l *liveAnchor) lost(a *anchor) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.current == a {
+		l.current = nil
+	}
+}
+
+// close lets every anchor go: the claims still linked to them count as
+// their holder's death from now on, as when the process ends. Each
+// anchor's own name is removed before its lock goes.
+func (l *liveAnchor) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.all {
+		os.Remove(a.path)
+		unix.Close(a.fd)
+	}
+	l.current, l.all = nil, nil
 }
 
 func flockRetry(fd, how int) error {
@@ -173,22 +243,29 @@ func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 	}
 	alive := map[uint64]bool{}
 	files := map[uint64][]string{}
+	bySuffix := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
 		path := filepath.Join(dir, name)
+		if suffix, ok := strings.CutPrefix(name, anchorPrefix); ok {
+			if tidy && !liveSuffix(bySuffix, suffix, path) {
+				os.Remove(path) // its process is gone
+			}
+			continue
+		}
 		if strings.HasPrefix(name, ".tmp-") {
 			if info, err := e.Info(); tidy && err == nil && time.Since(info.ModTime()) > liveTmpAge && !locked(path) {
 				os.Remove(path)
 			}
 			continue
 		}
-		tok, _, ok := strings.Cut(name, ".")
+		tok, suffix, ok := strings.Cut(name, ".")
 		token, err := strconv.ParseUint(tok, 10, 64)
 		if !ok || err != nil || !e.Type().IsRegular() {
 			continue // not ours: left alone
 		}
 		files[token] = append(files[token], path)
-		if locked(path) {
+		if liveSuffix(bySuffix, suffix, path) {
 			alive[token] = true
 		}
 	}
@@ -210,6 +287,18 @@ func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 		}
 	}
 	return dead, nil
+}
+
+// liveSuffix reports whether the holder of the liveness files of suffix
+// lives, trying path's lock unless memo knows: the files of one suffix
+// are links to one anchor (liveAnchor), and one lock tells for all.
+func liveSuffix(memo map[string]bool, suffix, path string) bool {
+	live, tried := memo[suffix]
+	if !tried {
+		live = locked(path)
+		memo[suffix] = live
+	}
+	return live
 }
 
 // locked reports whether path's holder may still live: another open file

@@ -190,6 +190,9 @@ func (t *Tree) PermsWarning() string { return t.mirror.CheckPerms() }
 // parked or closed after every write). Never use it in a process that goes
 // on: the mapping and a file descriptor would leak.
 func (t *Tree) CloseAtExit() error {
+	if t.batch.writerSlot != nil {
+		t.batch.live.close() // its name, or it is left for a reaper to tidy
+	}
 	t.batch.idle.Store(nil)
 	t.batch.readIdle.Store(nil)
 	return t.mirror.Close()
@@ -205,6 +208,7 @@ func (t *Tree) Close() error {
 	}
 	if t.batch.writerSlot != nil {
 		t.batch.watch.close()
+		t.batch.live.close()
 	}
 	if t.owned {
 		closeBackend(t.store)
