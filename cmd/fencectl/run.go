@@ -975,10 +975,15 @@ wait:
 		reason = "killed by " + st.Signal().String()
 	}
 	if code == 0 {
-		tied = false // untied once settled
+		tied = false // untied by its settle
 		cur := settling{claim: claim, settle: func(ctx context.Context) {
 			_, err2 = t.Complete(ctx, req)
-			untie()
+			// Settled, or refused (not ours any more): untied. A complete
+			// that failed otherwise (the disk) leaves the claim tied, so
+			// that it is freed at once when run ends, not at its TTL.
+			if _, refused := errors.AsType[*fence.StaleTokenError](err2); err2 == nil || refused {
+				untie()
+			}
 		}, finish: func() taskRun { return done(completed(err2)) }}
 		short := s.loop && s.gauge != nil && took < shortBelow()
 		// Pipelined only when the command was short and a core is spare:

@@ -104,3 +104,40 @@ func TestRun_LoopBatchSignalCompletesWhatRan(t *testing.T) {
 		t.Errorf("run did not report t2's complete:\n%s", out)
 	}
 }
+
+// A complete that fails for want of the journal (held by another process
+// past --timeout) leaves the claim tied to run: when run then ends, the
+// task is freed at once ("holder died"), not when its ten-minute lease
+// runs out.
+func TestRun_FailedCompleteStaysTiedUntilRunEnds(t *testing.T) {
+	rt := newRunTree(t)
+	rt.OK("add", "--id", "t1")
+	marks := t.TempDir()
+	script := `echo x > ` + marks + `/started; while [ ! -e ` + marks + `/go ]; do sleep 0.02; done`
+	run, out := rt.StartRun("t1", "--ttl", "10m", "--timeout", "300ms", "--", "sh", "-c", script)
+	clitest.WaitFile(t, marks+"/started")
+	f, err := os.OpenFile(filepath.Join(rt.Dir, ".fence", "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marks+"/go", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := clitest.WaitExit(t, run); code != exitBusy {
+		t.Fatalf("run whose complete found the journal held exited %d, want %d\n%s", code, exitBusy, out)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if st := rt.Show("t1")["state"]; st != "claimed" {
+		t.Fatalf("t1 is %v after its complete failed, want still claimed", st)
+	}
+	out2 := rt.OK("claim", "--agent", "other", "--json")
+	if !strings.Contains(out2, `"task":"t1"`) || !strings.Contains(rt.OK("log", "--task", "t1"), "holder died") {
+		t.Errorf("t1 was not freed at once after run ended (want a reap, reason holder died, and a claim):\n%s\n%s", out2, rt.OK("log", "--task", "t1"))
+	}
+}
