@@ -71,10 +71,13 @@ const deathSamples = 50
 // BenchmarkRun_KillToClaimable measures instant death detection: from
 // SIGKILL of `fencectl run` (lease TTL ten minutes) to another agent's
 // `fencectl claim` of the same task returning success, claims tried one
-// after another. Without death detection this is the TTL.
+// after another. Without death detection this is the TTL. The tree has no
+// retry backoff: a death counts as an attempt, and on a tree with the
+// default backoff (1s) the task would wait that long in waiting/ after its
+// instant reap, so the row would measure the backoff, not the detection.
 func BenchmarkRun_KillToClaimable(b *testing.B) {
 	dir := filepath.Join(b.TempDir(), "tree")
-	fencectl(b, dir, "init")
+	fencectl(b, dir, "init", "--retry-backoff", "0s")
 	self, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
