@@ -313,14 +313,11 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 			if next.Err != nil {
 				continue
 			}
-			if next.keeper != nil { // the claim to run next has none yet
-				next.keeper.Stop()
-			}
 			reason := "run ended before the command started"
 			if s := caught(); s != 0 {
 				reason = "interrupted by " + s.String() + " before the command started"
 			}
-			_, _ = t.Release(ctx, fence.FencedRequest{ID: next.Claim.Task.ID, Token: next.Claim.Token, Agent: cfg.agent, Reason: reason})
+			_ = s.releaseUnstarted(ctx, next, reason)
 		}
 	}()
 	// With --loop the next task is claimed alongside this one's
@@ -347,19 +344,17 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 		for _, r := range claim.Reaped {
 			out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})
 		}
-		if s := caught(); s != 0 {
+		if sig := caught(); sig != 0 {
 			// Interrupted while claiming: hand back a claim that came
 			// through anyway, and start nothing.
 			out.flushNotices()
 			if err == nil {
-				if cur.keeper != nil {
-					cur.keeper.Stop()
-				}
-				if _, err := t.Release(ctx, fence.FencedRequest{ID: claim.Task.ID, Token: claim.Token, Agent: cfg.agent, Reason: "interrupted by " + s.String() + " before the command started"}); err != nil {
+				cur.Claim = claim
+				if err := s.releaseUnstarted(ctx, cur, "interrupted by "+sig.String()+" before the command started"); err != nil {
 					return err
 				}
 			}
-			return exitStatus{code: 128 + int(s)}
+			return exitStatus{code: 128 + int(sig)}
 		}
 		if s.loop && errors.Is(err, fence.ErrNothingToClaim) {
 			return nil
@@ -608,14 +603,34 @@ func (s *supervisor) handBack(ctx context.Context) {
 			kept = append(kept, c) // nothing was claimed: the loop's end
 			continue
 		}
-		if c.keeper != nil {
-			c.keeper.Stop()
-		}
-		req := fence.FencedRequest{ID: c.Claim.Task.ID, Token: c.Claim.Token, Agent: s.cfg.agent, Reason: reasonHandedBack}
-		tasks = append(tasks, settling{claim: c.Claim, settle: func(ctx context.Context) { _, _ = s.t.Release(ctx, req) }})
+		tasks = append(tasks, settling{claim: c.Claim, settle: func(ctx context.Context) { _ = s.releaseUnstarted(ctx, c, reasonHandedBack) }})
 	}
 	s.held = kept
 	s.settleBehind(ctx, tasks, 0)
+}
+
+// releaseUnstarted hands back a claim that no command has run under. Its
+// keeper stops at once, but the claim stays tied to run until the release
+// has an answer (see untieOnAnswer).
+func (s *supervisor) releaseUnstarted(ctx context.Context, c claimed, reason string) error {
+	untie := func() {}
+	if c.keeper != nil { // the claim to run next has none yet
+		untie = c.keeper.StopKeepingTie()
+	}
+	_, err := s.t.Release(ctx, fence.FencedRequest{ID: c.Claim.Task.ID, Token: c.Claim.Token, Agent: s.cfg.agent, Reason: reason})
+	untieOnAnswer(err, untie)
+	return err
+}
+
+// untieOnAnswer unties a claim from run once its settle has an answer:
+// it committed, or it was refused (the task is not run's any more). A
+// settle that failed otherwise (the journal held past --timeout, a full
+// disk) leaves the claim tied, so that the task is freed the moment run
+// ends ("holder died"), not when its lease runs out.
+func untieOnAnswer(err error, untie func()) {
+	if _, refused := errors.AsType[*fence.StaleTokenError](err); err == nil || refused {
+		untie()
+	}
 }
 
 // reasonHandedBack is the release reason of a task handBack gave back.
@@ -920,7 +935,7 @@ wait:
 	// dies before that, the task is freed at once, not when its lease
 	// runs out (a complete may wait for the next commit: see batchSize).
 	untie := keeper.StopKeepingTie()
-	tied := true
+	tied := true // until a settle below has its say (see untieOnAnswer)
 	defer func() {
 		if tied {
 			untie()
@@ -968,7 +983,9 @@ wait:
 	)
 	if sig != nil {
 		_, err2 = t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "interrupted by " + sig.String()})
-		return done(taskRun{code: code, outcome: "released (" + sig.String() + ")", err: err2})
+		tied = false
+		untieOnAnswer(err2, untie)
+		return done(taskRun{code: code, outcome: settleOutcome("release", err2, "released ("+sig.String()+")"), err: err2})
 	}
 	reason := "exit status " + strconv.Itoa(code)
 	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && st.Signaled() {
@@ -978,12 +995,7 @@ wait:
 		tied = false // untied by its settle
 		cur := settling{claim: claim, settle: func(ctx context.Context) {
 			_, err2 = t.Complete(ctx, req)
-			// Settled, or refused (not ours any more): untied. A complete
-			// that failed otherwise (the disk) leaves the claim tied, so
-			// that it is freed at once when run ends, not at its TTL.
-			if _, refused := errors.AsType[*fence.StaleTokenError](err2); err2 == nil || refused {
-				untie()
-			}
+			untieOnAnswer(err2, untie)
 		}, finish: func() taskRun { return done(completed(err2)) }}
 		short := s.loop && s.gauge != nil && took < shortBelow()
 		// Pipelined only when the command was short and a core is spare:
@@ -1018,14 +1030,18 @@ wait:
 		// same transaction would find it still in claimed/ and skip it.
 		req.Reason = reason
 		pending := s.takePending()
-		s.settleAndClaim(ctx, append(pending, settling{settle: func(ctx context.Context) { res, err2 = t.Fail(ctx, req) }}), 0, 0)
+		tied = false
+		s.settleAndClaim(ctx, append(pending, settling{settle: func(ctx context.Context) {
+			res, err2 = t.Fail(ctx, req)
+			untieOnAnswer(err2, untie)
+		}}), 0, 0)
 		s.report(pending)
 	}
 	switch {
 	case code == 0:
 		return done(completed(err2))
 	case err2 != nil:
-		return done(taskRun{code: exitFenced, outcome: "fail refused", err: err2})
+		return done(taskRun{code: exitFenced, outcome: settleOutcome("fail", err2, ""), err: err2})
 	}
 	return done(taskRun{code: code, outcome: fmt.Sprintf("fail (%s; attempt %d of %d, now %s)", reason, res.Task.Attempts, res.Task.MaxAttempts, res.Task.State)})
 }
@@ -1034,9 +1050,24 @@ wait:
 // complete's error.
 func completed(err error) taskRun {
 	if err != nil {
-		return taskRun{code: exitFenced, outcome: "complete refused", err: err}
+		return taskRun{code: exitFenced, outcome: settleOutcome("complete", err, ""), err: err}
 	}
 	return taskRun{code: 0, outcome: "complete"}
+}
+
+// settleOutcome is the outcome of a settle (verb: complete, release,
+// fail): done if it went through, "refused" if the task was no longer
+// run's, and "not recorded" if it did not get through at all (the
+// journal held past --timeout, the disk): the task is then still run's,
+// tied to it until run ends (see untieOnAnswer).
+func settleOutcome(verb string, err error, done string) string {
+	if err == nil {
+		return done
+	}
+	if _, refused := errors.AsType[*fence.StaleTokenError](err); refused {
+		return verb + " refused"
+	}
+	return verb + " not recorded"
 }
 
 // settledRun is the outcome of a task CMD settled itself with its own

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,16 +106,67 @@ func TestRun_LoopBatchSignalCompletesWhatRan(t *testing.T) {
 	}
 }
 
-// A complete that fails for want of the journal (held by another process
+// A settle that fails for want of the journal (held by another process
 // past --timeout) leaves the claim tied to run: when run then ends, the
 // task is freed at once ("holder died"), not when its ten-minute lease
-// runs out.
-func TestRun_FailedCompleteStaysTiedUntilRunEnds(t *testing.T) {
-	rt := newRunTree(t)
-	rt.OK("add", "--id", "t1")
+// runs out. Each settle: the complete of a command that exited 0, the
+// fail of one that exited 1, the release of one run was told to stop.
+func TestRun_FailedSettleStaysTiedUntilRunEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name, exit string
+		signal     bool
+	}{
+		{name: "complete", exit: "0"},
+		{name: "fail", exit: "1"},
+		{name: "release", exit: "0", signal: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.OK("add", "--id", "t1")
+			marks := t.TempDir()
+			script := `echo x > ` + marks + `/started; trap 'exit 143' TERM; while [ ! -e ` + marks + `/go ]; do sleep 0.02; done; exit ` + tc.exit
+			run, out := rt.StartRun("t1", "--ttl", "10m", "--timeout", "300ms", "--", "sh", "-c", script)
+			clitest.WaitFile(t, marks+"/started")
+			f, err := os.OpenFile(filepath.Join(rt.Dir, ".fence", "lock"), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+				t.Fatal(err)
+			}
+			if tc.signal {
+				if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(marks+"/go", []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if code := clitest.WaitExit(t, run); code == 0 {
+				t.Fatalf("run whose %s found the journal held exited 0\n%s", tc.name, out)
+			}
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+				t.Fatal(err)
+			}
+			if st := rt.Show("t1")["state"]; st != "claimed" {
+				t.Fatalf("t1 is %v after its %s failed, want still claimed\n%s", st, tc.name, out)
+			}
+			out2 := rt.OK("claim", "--agent", "other", "--json")
+			if !strings.Contains(out2, `"task":"t1"`) || !strings.Contains(rt.OK("log", "--task", "t1"), "holder died") {
+				t.Errorf("t1 was not freed at once after run ended (want a reap, reason holder died, and a claim):\n%s\n%s", out2, rt.OK("log", "--task", "t1"))
+			}
+		})
+	}
+}
+
+// A signal while the journal is held past --timeout: none of the settles
+// run then makes (t3's release, t2's waiting complete, t4's hand back)
+// gets through, and none of those tasks is left to its lease: each stays
+// tied to run, and is freed as soon as run has ended.
+func TestRun_LoopBatchSettlesThatFailStayTied(t *testing.T) {
+	rt := batchTree(t, "1h")
 	marks := t.TempDir()
-	script := `echo x > ` + marks + `/started; while [ ! -e ` + marks + `/go ]; do sleep 0.02; done`
-	run, out := rt.StartRun("t1", "--ttl", "10m", "--timeout", "300ms", "--", "sh", "-c", script)
+	run, out := rt.StartRun("--loop", "--agent", "looper", "--timeout", "300ms", "--", "sh", "-c", t3Waits(marks, "sleep 60"))
 	clitest.WaitFile(t, marks+"/started")
 	f, err := os.OpenFile(filepath.Join(rt.Dir, ".fence", "lock"), os.O_RDWR, 0)
 	if err != nil {
@@ -124,20 +176,25 @@ func TestRun_FailedCompleteStaysTiedUntilRunEnds(t *testing.T) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(marks+"/go", []byte("x"), 0o600); err != nil {
+	if err := run.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if code := clitest.WaitExit(t, run); code != exitBusy {
-		t.Fatalf("run whose complete found the journal held exited %d, want %d\n%s", code, exitBusy, out)
+	if code := clitest.WaitExit(t, run); code == 0 {
+		t.Fatalf("run --loop whose settles found the journal held exited 0\n%s", out)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
-	if st := rt.Show("t1")["state"]; st != "claimed" {
-		t.Fatalf("t1 is %v after its complete failed, want still claimed", st)
+	// Nothing is said to have happened that did not.
+	for _, line := range []string{"t2 token", "t3 token"} {
+		if !regexp.MustCompile(line + ` .* (complete|release) not recorded`).MatchString(out.String()) {
+			t.Errorf("run's summary of %q does not say the settle was not recorded:\n%s", line, out)
+		}
 	}
-	out2 := rt.OK("claim", "--agent", "other", "--json")
-	if !strings.Contains(out2, `"task":"t1"`) || !strings.Contains(rt.OK("log", "--task", "t1"), "holder died") {
-		t.Errorf("t1 was not freed at once after run ended (want a reap, reason holder died, and a claim):\n%s\n%s", out2, rt.OK("log", "--task", "t1"))
+	rt.OK("reap")
+	for _, id := range []string{"t2", "t3", "t4"} {
+		if st := rt.Show(id)["state"]; st != "available" {
+			t.Errorf("%s is %v after run ended and a reap, want available (freed as its holder died)\n%s\n%s", id, st, rt.OK("log", "--task", id), out)
+		}
 	}
 }
