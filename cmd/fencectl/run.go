@@ -828,12 +828,13 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 		}
 	}
 	if err != nil {
-		keeper.Stop()
+		untie := keeper.StopKeepingTie()
 		s.settleDue(ctx)
 		if s.halt != nil {
 			s.halt() // before the release: no other job is to claim it again
 		}
 		_, rerr := t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "command did not start"})
+		untieOnAnswer(rerr, untie)
 		return taskRun{code: exitNoCommand, outcome: "released (command did not start)", err: &startError{cmd: cfg.argv[0], err: errors.Join(err, rerr)}}
 	}
 	pgid := cmd.Process.Pid
