@@ -409,13 +409,7 @@ func TestGroup_ClaimsShareOneLivenessScan(t *testing.T) {
 	}
 	// a's holder tied its claim to a process that is gone: its liveness
 	// file is there, and nobody holds its lock.
-	live := filepath.Join(tree.metaDir, liveDirName)
-	if err := os.MkdirAll(live, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(live, fmt.Sprintf("%d.gone", tokens["a"])), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	deadTie(t, tree.metaDir, tokens["a"])
 	claims := func(n int) []ClaimResult {
 		got := make([]ClaimResult, n)
 		calls := make([]GroupCall, n)

@@ -57,41 +57,57 @@ const (
 // a reaper removes it: younger, it may be one a holder is about to lock.
 const liveTmpAge = time.Minute
 
+// openLiveDir opens .fence/live for *at calls, never through a symlink:
+// a live that is not a directory (a symlink a hand or a hostile process
+// put there) is a *LiveDirError, and nothing in it, or where it points,
+// is read, locked or removed. With create, a missing live is made.
+func openLiveDir(metaDir string, create bool) (int, error) {
+	dir := filepath.Join(metaDir, liveDirName)
+	for {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		switch {
+		case err == nil:
+			return fd, nil
+		case err == unix.ENOENT && create:
+			if err := unix.Mkdir(dir, 0o700); err != nil && err != unix.EEXIST {
+				return -1, &os.PathError{Op: "mkdir", Path: dir, Err: err}
+			}
+			create = false // once: a live that vanishes again is reported
+			continue
+		case err == unix.ELOOP || err == unix.ENOTDIR:
+			return -1, &LiveDirError{Path: dir}
+		}
+		return -1, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+}
+
+// LiveDirError means .fence/live is not a directory (a symlink, a file):
+// no claim is tied to its process and no holder's death is looked for
+// (leases still run out at their TTL) until it is removed.
+type LiveDirError struct{ Path string }
+
+func (e *LiveDirError) Error() string {
+	return fmt.Sprintf("%s is not a directory (a symlink or a file; fencectl does not follow it): claims are not tied to their runs, so a dead run's task waits for its lease to run out; remove it and the next run makes it again", e.Path)
+}
+
 // holdLiveness ties the claim of token to this process: it links the
 // process's liveness anchor (see liveAnchor), a file locked before it
 // got any name a reaper reads, under the token's name: one link() per
 // claim. The anchor is opened close-on-exec, so that no command this
 // process starts keeps it alive. release removes the link.
 func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
-	dir := filepath.Join(t.metaDir, liveDirName)
-	for range 2 {
-		a, err := t.batch.live.get(dir)
-		if err != nil {
-			return nil, err
-		}
-		name := filepath.Join(dir, strconv.FormatUint(token, 10)+"."+a.suffix)
-		err = unix.Linkat(unix.AT_FDCWD, a.path, unix.AT_FDCWD, name, 0)
-		if err == nil {
-			return func() { os.Remove(name) }, nil
-		}
-		if err != unix.ENOENT {
-			return nil, &os.LinkError{Op: "link", Old: a.path, New: name, Err: err}
-		}
-		// The anchor's name is gone (a hand cleared .fence/live): a new
-		// anchor; the old one stays locked for the claims linked to it.
-		t.batch.live.lost(a)
-	}
-	return nil, fmt.Errorf("liveness anchor in %s vanished twice", dir)
+	return t.batch.live.tie(t.metaDir, token)
 }
 
 // liveAnchor is the one locked file behind every liveness file of this
 // Tree's claims: each claim's file is a hard link to it, named
 // <token>.<suffix>, all with the anchor's suffix. A reaper tries one
-// lock per suffix, not one per claim (see scanHolders): a process that
+// lock per anchor, not one per claim (see scanHolders): a process that
 // holds hundreds of claims (run --jobs, a library) costs one open, not
 // hundreds, in every claim's scan. The anchor is locked before it gets
-// its name, .anchor-<suffix>, as the links are: an anchor a reaper can
-// lock was left by a process that died, and is removed at once.
+// its name, .anchor-<suffix>, as the links are. A file counts as a
+// claim's tie only if it is a link to the anchor its name says: a stray
+// file, or one restored from a backup, ties nothing and is left alone.
 type liveAnchor struct {
 	mu      sync.Mutex
 	current *anchor
@@ -103,59 +119,96 @@ const anchorPrefix = ".anchor-"
 
 type anchor struct {
 	fd           int
-	path, suffix string
+	name, suffix string
 }
 
-// get returns the current anchor, making one in dir first if need be.
-func (l *liveAnchor) get(dir string) (*anchor, error) {
-	l.mu.Lock()
+// tie links the current anchor (made first if need be) as token's
+// liveness file in .fence/live under metaDir.
+func (l *liveAnchor) tie(metaDir string, token uint64) (release func(), err error) {
+	dfd, err := openLiveDir(metaDir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	l.mu.Lock() // against close, which removes an anchor with no links
 	defer l.mu.Unlock()
+	for range 2 {
+		a, err := l.get(dfd)
+		if err != nil {
+			return nil, err
+		}
+		name := strconv.FormatUint(token, 10) + "." + a.suffix
+		err = unix.Linkat(dfd, a.name, dfd, name, 0)
+		if err == nil {
+			return func() { unlinkLive(metaDir, name) }, nil
+		}
+		if err != unix.ENOENT {
+			return nil, &os.LinkError{Op: "link", Old: a.name, New: name, Err: err}
+		}
+		// The anchor's name is gone (a hand cleared .fence/live, or made
+		// it anew): a new anchor; the old one stays locked for the claims
+		// linked to it.
+		l.current = nil
+	}
+	return nil, fmt.Errorf("liveness anchor in %s vanished twice", filepath.Join(metaDir, liveDirName))
+}
+
+// unlinkLive removes name from .fence/live, never through a symlink.
+func unlinkLive(metaDir, name string) {
+	dfd, err := openLiveDir(metaDir, false)
+	if err != nil {
+		return
+	}
+	defer unix.Close(dfd)
+	_ = unix.Unlinkat(dfd, name, 0)
+}
+
+// get returns the current anchor, making one in the directory dfd first
+// if need be. l.mu is held.
+func (l *liveAnchor) get(dfd int) (*anchor, error) {
 	if l.current != nil {
 		return l.current, nil
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, err
-	}
 	suffix := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
-	tmp := filepath.Join(dir, ".tmp-"+suffix)
-	path := filepath.Join(dir, anchorPrefix+suffix)
-	fd, err := unix.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	tmp := ".tmp-" + suffix
+	name := anchorPrefix + suffix
+	fd, err := unix.Openat(dfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, &os.PathError{Op: "create", Path: tmp, Err: err}
 	}
 	if err := flockRetry(fd, unix.LOCK_EX); err != nil {
 		unix.Close(fd)
-		os.Remove(tmp)
+		_ = unix.Unlinkat(dfd, tmp, 0)
 		return nil, &os.PathError{Op: "lock", Path: tmp, Err: err}
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
 		unix.Close(fd)
-		os.Remove(tmp)
-		return nil, err
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return nil, &os.LinkError{Op: "rename", Old: tmp, New: name, Err: err}
 	}
-	l.current = &anchor{fd: fd, path: path, suffix: suffix}
+	l.current = &anchor{fd: fd, name: name, suffix: suffix}
 	l.all = append(l.all, l.current)
 	return l.current, nil
 }
 
-// lost forgets a as the current anchor (its name is gone).
-func (l *liveAnchor) lost(a *anchor) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.current == a {
-		l.current = nil
-	}
-}
-
 // close lets every anchor go: the claims still linked to them count as
-// their holder's death from now on, as when the process ends. Each
-// anchor's own name is removed before its lock goes.
-func (l *liveAnchor) close() {
+// their holder's death from now on, as when the process ends. An anchor
+// no claim is linked to any more loses its name first; one that still
+// has links keeps it, so that a reaper finds it unlocked (and tidies it
+// once its claims are reaped).
+func (l *liveAnchor) close(metaDir string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	dfd, err := openLiveDir(metaDir, false)
 	for _, a := range l.all {
-		os.Remove(a.path)
+		var st unix.Stat_t
+		if err == nil && unix.Fstat(a.fd, &st) == nil && st.Nlink == 1 {
+			_ = unix.Unlinkat(dfd, a.name, 0)
+		}
 		unix.Close(a.fd)
+	}
+	if err == nil {
+		unix.Close(dfd)
 	}
 	l.current, l.all = nil, nil
 }
@@ -231,46 +284,79 @@ func (h *holderScan) put(tx journal.Tx, dead map[uint64]bool) {
 	}
 }
 
-// scanHolders is deadHolders without the group's scan.
+// fileID is a file's identity: two names with one fileID are links to
+// one file.
+type fileID struct{ dev, ino uint64 }
+
+// liveHolder is what a scan learns of one anchor.
+type liveHolder struct {
+	id    fileID
+	name  string
+	live  bool
+	links int // tie links left to it
+}
+
+// scanHolders is deadHolders without the group's scan. It reads
+// .fence/live through a descriptor opened without following a symlink
+// (openLiveDir), stats every name without following one either, and
+// opens nothing but regular files. A live that is not a directory is
+// left alone: no holder is found dead there.
 func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
-	dir := filepath.Join(t.metaDir, liveDirName)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	dfd, err := openLiveDir(t.metaDir, false)
+	if errors.Is(err, os.ErrNotExist) || errors.As(err, new(*LiveDirError)) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	dir := os.NewFile(uintptr(dfd), filepath.Join(t.metaDir, liveDirName))
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	// The anchors first: a link is a tie only if it is the anchor its
+	// name says (the same file), and one lock tells for all its links.
+	holders := map[string]*liveHolder{}
+	for _, name := range names {
+		suffix, ok := strings.CutPrefix(name, anchorPrefix)
+		if !ok {
+			continue
+		}
+		if id, live, ok := lockedAt(dfd, name); ok {
+			holders[suffix] = &liveHolder{id: id, name: name, live: live}
+		}
+	}
 	alive := map[uint64]bool{}
 	files := map[uint64][]string{}
-	bySuffix := map[string]bool{}
-	for _, e := range entries {
-		name := e.Name()
-		path := filepath.Join(dir, name)
-		if suffix, ok := strings.CutPrefix(name, anchorPrefix); ok {
-			if tidy && !liveSuffix(bySuffix, suffix, path) {
-				os.Remove(path) // its process is gone
-			}
+	for _, name := range names {
+		if strings.HasPrefix(name, anchorPrefix) {
 			continue
 		}
 		if strings.HasPrefix(name, ".tmp-") {
-			if info, err := e.Info(); tidy && err == nil && time.Since(info.ModTime()) > liveTmpAge && !locked(path) {
-				os.Remove(path)
+			if tidy && staleTmp(dfd, name) {
+				_ = unix.Unlinkat(dfd, name, 0)
 			}
 			continue
 		}
 		tok, suffix, ok := strings.Cut(name, ".")
 		token, err := strconv.ParseUint(tok, 10, 64)
-		if !ok || err != nil || !e.Type().IsRegular() {
-			continue // not ours: left alone
+		h := holders[suffix]
+		if !ok || err != nil || h == nil {
+			continue // not a tie: left alone
 		}
-		files[token] = append(files[token], path)
-		if liveSuffix(bySuffix, suffix, path) {
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&st) != h.id {
+			continue // not a link to its anchor: not a tie, left alone
+		}
+		h.links++
+		files[token] = append(files[token], suffix)
+		if h.live {
 			alive[token] = true
 		}
 	}
 	dead := map[uint64]bool{}
-	for token, paths := range files {
+	for token, suffixes := range files {
 		if alive[token] {
 			continue
 		}
@@ -280,46 +366,58 @@ func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 			dead[token] = true
 			continue
 		}
-		for _, p := range paths {
-			if tidy {
-				os.Remove(p)
+		for _, suffix := range suffixes {
+			if tidy && unix.Unlinkat(dfd, strconv.FormatUint(token, 10)+"."+suffix, 0) == nil {
+				holders[suffix].links--
 			}
+		}
+	}
+	for _, h := range holders {
+		if tidy && !h.live && h.links == 0 {
+			_ = unix.Unlinkat(dfd, h.name, 0) // its process is gone, and its claims are over
 		}
 	}
 	return dead, nil
 }
 
-// liveSuffix reports whether the holder of the liveness files of suffix
-// lives, trying path's lock unless memo knows: the files of one suffix
-// are links to one anchor (liveAnchor), and one lock tells for all.
-func liveSuffix(memo map[string]bool, suffix, path string) bool {
-	live, tried := memo[suffix]
-	if !tried {
-		live = locked(path)
-		memo[suffix] = live
-	}
-	return live
-}
+func idOf(st *unix.Stat_t) fileID { return fileID{dev: uint64(st.Dev), ino: st.Ino} }
 
-// locked reports whether path's holder may still live: another open file
-// holds its lock, or the file is gone or going. A holder that is done
-// removes its file and then lets the lock go, while its claim is still
-// current (run stops its keeper before it completes the task): a file
-// that vanished, or was unlinked between our open and our lock, was let
-// go on purpose, by a live holder. Only a file still linked whose lock
-// we get was left by a process that died. A file that cannot be opened
-// counts as locked too: it is not this function's to judge.
-func locked(path string) bool {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+// lockedAt opens name in dfd, if it is a regular file, and reports its
+// identity and whether its holder may still live: another open file
+// holds its lock, or the file was unlinked between our open and our lock
+// (a holder that is done removes its anchor's name before its lock goes).
+// Only a file still linked whose lock we get was left by a process that
+// died. ok is false for anything else (not a regular file, gone, not
+// openable): not this function's to judge.
+func lockedAt(dfd int, name string) (id fileID, live, ok bool) {
+	var st unix.Stat_t
+	if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return id, false, false
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return true
+		return id, false, false
 	}
 	defer unix.Close(fd)
-	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return true
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return id, false, false
 	}
+	id = idOf(&st)
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return id, true, true
+	}
+	return id, unix.Fstat(fd, &st) != nil || st.Nlink == 0, true
+}
+
+// staleTmp reports whether name, a temporary liveness file, is a regular
+// file older than liveTmpAge that nobody holds locked.
+func staleTmp(dfd int, name string) bool {
 	var st unix.Stat_t
-	return unix.Fstat(fd, &st) != nil || st.Nlink == 0
+	if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || time.Since(time.Unix(st.Mtim.Unix())) <= liveTmpAge {
+		return false
+	}
+	_, live, ok := lockedAt(dfd, name)
+	return ok && !live
 }
 
 // reapDead reaps the claims whose holders died (see deadHolders), as

@@ -191,7 +191,7 @@ func (t *Tree) PermsWarning() string { return t.mirror.CheckPerms() }
 // on: the mapping and a file descriptor would leak.
 func (t *Tree) CloseAtExit() error {
 	if t.batch.writerSlot != nil {
-		t.batch.live.close() // its name, or it is left for a reaper to tidy
+		t.batch.live.close(t.metaDir) // its name, or it is left for a reaper to tidy
 	}
 	t.batch.idle.Store(nil)
 	t.batch.readIdle.Store(nil)
@@ -208,7 +208,7 @@ func (t *Tree) Close() error {
 	}
 	if t.batch.writerSlot != nil {
 		t.batch.watch.close()
-		t.batch.live.close()
+		t.batch.live.close(t.metaDir)
 	}
 	if t.owned {
 		closeBackend(t.store)
