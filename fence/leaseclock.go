@@ -31,7 +31,14 @@ import (
 //
 // A reboot changes the boot id: every lease claimed before it is dead
 // (its holder's memory and processes are gone with the boot). The first
-// writer of a new boot reaps them all, reason "host rebooted".
+// writer of a new boot reaps them all, reason "host rebooted". Which
+// leases are of earlier boots is told by their tokens, not by the time:
+// the first writer records in .fence/boot the first token of this boot
+// (the journal's last one + 1, read under the writer's lock, before it
+// commits anything), and every lease with a lower token is of an earlier
+// boot. A time would do only while the clock is right: a boot whose wall
+// clock starts behind the last one's (an RTC behind, NTP not yet synced)
+// would start "before" leases claimed in the boot it follows.
 //
 // On an etcd tree leases are etcd's, by etcd's clock: none of this applies.
 
@@ -77,8 +84,9 @@ type leaseClock struct {
 	bootID string
 	start  time.Time
 
-	mu    sync.Mutex
-	swept bool // the leases of earlier boots are reaped
+	mu         sync.Mutex
+	swept      bool   // the leases of earlier boots are reaped
+	firstToken uint64 // the first token of this boot; 0: not known yet
 }
 
 // openLeaseClock reads this boot's start from .fence/boot, or, in the
@@ -91,7 +99,7 @@ func openLeaseClock(meta string, wall func() time.Time, boot BootClock) (*leaseC
 	}
 	c := &leaseClock{wall: wall, boot: boot, meta: meta, bootID: id}
 	if rec, err := readBootFile(meta); err == nil && rec.id == id {
-		c.start, c.swept = rec.start, rec.swept
+		c.start, c.swept, c.firstToken = rec.start, rec.swept, rec.firstToken
 		return c, nil
 	}
 	c.start = snapStart(wall().Add(-since))
@@ -99,7 +107,7 @@ func openLeaseClock(meta string, wall func() time.Time, boot BootClock) (*leaseC
 	// winner's start, so all processes of a boot share one.
 	if err := c.write(true); errors.Is(err, os.ErrExist) {
 		if rec, err := readBootFile(meta); err == nil && rec.id == id {
-			c.start, c.swept = rec.start, rec.swept
+			c.start, c.swept, c.firstToken = rec.start, rec.swept, rec.firstToken
 		}
 	}
 	return c, nil
@@ -118,9 +126,10 @@ func (c *leaseClock) now() time.Time {
 // bootRecord is .fence/boot: the boot it is for, its start, and whether
 // the leases of earlier boots were reaped.
 type bootRecord struct {
-	id    string
-	start time.Time
-	swept bool
+	id         string
+	start      time.Time
+	swept      bool
+	firstToken uint64
 }
 
 func readBootFile(meta string) (bootRecord, error) {
@@ -136,12 +145,18 @@ func readBootFile(meta string) (bootRecord, error) {
 			r.id = v
 		case "start":
 			ns, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
+			if err != nil || ns <= 0 {
 				return bootRecord{}, fmt.Errorf("%s: bad start %q", bootFileName, v)
 			}
 			r.start = time.Unix(0, ns).UTC()
 		case "swept":
 			r.swept = v == "yes"
+		case "first_token":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return bootRecord{}, fmt.Errorf("%s: bad first_token %q", bootFileName, v)
+			}
+			r.firstToken = n
 		}
 	}
 	if r.id == "" || r.start.IsZero() {
@@ -159,6 +174,9 @@ func (c *leaseClock) write(first bool) error {
 		swept = "yes"
 	}
 	body := fmt.Sprintf("# fencectl's lease clock: the wall time this boot began, on which\n# CLOCK_BOOTTIME counts on. Leases are judged by it, not by the wall clock.\nboot %s\nstart %d\nswept %s\n", c.bootID, c.start.UnixNano(), swept)
+	if c.firstToken != 0 {
+		body += fmt.Sprintf("first_token %d\n", c.firstToken)
+	}
 	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
 	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
 		return err
@@ -198,8 +216,47 @@ func (c *leaseClock) markSwept() {
 
 // claimedBefore reports whether lease l was claimed before this boot
 // began: by a process, and in an agent's session, that the boot ended.
+// Its token says so once this boot's first is known; the time, before
+// that (or if .fence/boot could not record it).
 func (c *leaseClock) claimedBefore(l record.Lease) bool {
-	return l.ClaimedAt.Before(c.start)
+	c.mu.Lock()
+	first := c.firstToken
+	c.mu.Unlock()
+	return l.ClaimedAt.Before(c.start) || first != 0 && l.Token < first
+}
+
+// firstWriter learns, under the writer's lock, what the boot's first
+// writer recorded (another process of this boot may have swept since
+// this one read .fence/boot), and if nobody has, records this boot's
+// first token: first, the journal's last token + 1. It reports whether
+// the sweep is still to be made.
+func (c *leaseClock) firstWriter(first func() (uint64, error)) (bool, error) {
+	if rec, err := readBootFile(c.meta); err == nil && rec.id == c.bootID {
+		c.mu.Lock()
+		c.start, c.swept, c.firstToken = rec.start, rec.swept, rec.firstToken
+		c.mu.Unlock()
+		if rec.swept {
+			return false, nil
+		}
+	}
+	if c.firstToken != 0 {
+		return true, nil // recorded by a first writer that did not finish
+	}
+	tok, err := first()
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	c.firstToken = tok
+	c.mu.Unlock()
+	if c.write(false) != nil {
+		// Unrecorded, a later writer of this boot would take its own
+		// first token, above this boot's claims: judge by time alone.
+		c.mu.Lock()
+		c.firstToken = 0
+		c.mu.Unlock()
+	}
+	return true, nil
 }
 
 // sweepRebooted puts every task file where the journal says (moves a
@@ -212,11 +269,22 @@ func (t *Tree) sweepRebooted(db journal.Store) error {
 	if c == nil || !c.needsSweep() {
 		return nil
 	}
+	more, err := c.firstWriter(func() (uint64, error) {
+		var last uint64
+		err := db.View(func(tx journal.Tx) error {
+			last = tx.LastToken()
+			return nil
+		})
+		return last + 1, err
+	})
+	if err != nil || !more {
+		return err
+	}
 	if err := t.reconcileAfterBoot(db); err != nil {
 		return err
 	}
 	var stale []string
-	err := db.View(func(tx journal.Tx) error {
+	err = db.View(func(tx journal.Tx) error {
 		stale = stale[:0]
 		return tx.Leases(func(id string) error {
 			if rec, ok, err := tx.Task(id); err != nil {
