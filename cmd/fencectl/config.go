@@ -377,6 +377,11 @@ func optionalArg(c *cli.Context) (string, error) {
 	if c.NArg() > 1 {
 		return "", usagef("too many arguments %q: usage: %s", c.Args().Slice(), c.Command.UsageText)
 	}
+	if c.NArg() == 1 && c.Args().First() == "" {
+		// As for checkEmpty's flags: `claim "$TASK"` with $TASK empty
+		// must not claim the next task instead.
+		return "", usagef("the argument is empty: give a value, or leave it out (usage: %s)", c.Command.UsageText)
+	}
 	return c.Args().First(), nil
 }
 

@@ -400,6 +400,9 @@ func splitRunArgs(args []string) (id string, argv []string, err error) {
 		}
 		if len(before) == 1 {
 			id = before[0]
+			if id == "" { // `run "$TASK" -- CMD` with $TASK empty: not the next task
+				return "", nil, usagef("the task ID before `--` is empty: give one, or none to run the next ready task")
+			}
 		}
 		return id, after, nil
 	}
