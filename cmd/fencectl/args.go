@@ -122,18 +122,39 @@ func boolValue(a string) (bool, error) {
 	return b, nil
 }
 
-// wantsJSON reports whether --json was given anywhere before `--`, so that
-// even a usage error can be reported as JSON.
-func wantsJSON(args []string) bool {
-	for _, a := range args[1:] {
+// wantsJSON reports whether --json was given before `--`, so that even a
+// usage error can be reported as JSON. It reads the words as the flag
+// parser will: the value of a flag that takes one is not a flag
+// (`--reason --json` is a reason), --json=VALUE is a boolean as urfave
+// reads it (1, t, TRUE), and the last --json given wins.
+func wantsJSON(app *cli.App, args []string) bool {
+	arity := flagArity(app.Flags)
+	want, command := false, false
+	for i := 1; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
-			return false
+			break
 		}
-		if a == "--json" || a == "-json" || a == "--json=true" || a == "-json=true" {
-			return true
+		if !isFlag(a) {
+			if cmd := app.Command(a); cmd != nil && !command {
+				command = true
+				for name, takes := range flagArity(cmd.Flags) {
+					arity[name] = takes
+				}
+			}
+			continue
+		}
+		if flagName(a) == "json" {
+			if v, err := boolValue(a); err == nil {
+				want = v
+			}
+			continue
+		}
+		if takesValue(arity, a) {
+			i++
 		}
 	}
-	return false
+	return want
 }
 
 func isFlag(a string) bool { return len(a) > 1 && a[0] == '-' }

@@ -46,7 +46,7 @@ func runOut(ctx context.Context, args []string, out *output) (code int) {
 		defer out.parsed()
 	}
 	app := newApp(out, args)
-	out.json = wantsJSON(args)
+	out.json = wantsJSON(app, args)
 	args, err := reorderArgs(app, args)
 	if err == nil {
 		err = app.RunContext(ctx, args)
