@@ -167,6 +167,9 @@ func EncodeClaim(c record.Claim) []byte {
 func EncodeEvent(ev record.Event) []byte {
 	e := encoder{b: make([]byte, 0, 96)}
 	v := version(ev.After, ev.Labels, ev.NotBefore)
+	if v2Events[ev.Type] {
+		v = codecV2
+	}
 	if ev.Defaults != nil {
 		v = codecV3
 	}
@@ -198,6 +201,14 @@ func EncodeEvent(ev record.Event) []byte {
 	}
 	return e.b
 }
+
+// v2Events are the event types a reader of V1 records does not know: an
+// operator's cancel and set came after it. Each is written as codecV2
+// whatever its fields, so that the store raises its schema with it and an
+// older fencectl refuses the journal; one that read it would fold the
+// journal without it (its replay put a cancelled task back in claimed/
+// and took its dead token; it undid a set's priority).
+var v2Events = map[record.EventType]bool{record.EvCancel: true, record.EvSet: true}
 
 // defaults writes the fields of a tree's defaults, the backoff included.
 func (e *encoder) defaults(d record.Defaults) {
