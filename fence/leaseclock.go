@@ -38,7 +38,10 @@ import (
 // commits anything), and every lease with a lower token is of an earlier
 // boot. A time would do only while the clock is right: a boot whose wall
 // clock starts behind the last one's (an RTC behind, NTP not yet synced)
-// would start "before" leases claimed in the boot it follows.
+// would start "before" leases claimed in the boot it follows. Every
+// writer with a lease clock takes part; a Tree whose caller's Clock is
+// the time (Options.Clock without Boot: tests) does not, and must not
+// share a tree with lease-clock writers.
 //
 // On an etcd tree leases are etcd's, by etcd's clock: none of this applies.
 
@@ -269,14 +272,7 @@ func (t *Tree) sweepRebooted(db journal.Store) error {
 	if c == nil || !c.needsSweep() {
 		return nil
 	}
-	more, err := c.firstWriter(func() (uint64, error) {
-		var last uint64
-		err := db.View(func(tx journal.Tx) error {
-			last = tx.LastToken()
-			return nil
-		})
-		return last + 1, err
-	})
+	more, err := c.firstWriter(firstTokenOf(db))
 	if err != nil || !more {
 		return err
 	}
@@ -334,6 +330,19 @@ func (t *Tree) sweepRebooted(db journal.Store) error {
 	}
 	c.markSwept()
 	return nil
+}
+
+// firstTokenOf returns a function that reads what the first token of a
+// boot is if the boot's first writer is now: the journal's last + 1.
+func firstTokenOf(db journal.Store) func() (uint64, error) {
+	return func() (uint64, error) {
+		var last uint64
+		err := db.View(func(tx journal.Tx) error {
+			last = tx.LastToken()
+			return nil
+		})
+		return last + 1, err
+	}
 }
 
 // snapStart rounds a boot's start to the whole second when it is within

@@ -984,10 +984,12 @@ func TestTree_ConcurrentClaimsAreUnique(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			// Half the workers share the test's Tree, half open their own.
+			// Half the workers share the test's Tree, half open their own
+			// (on the same clock: a lease-clock writer would take the test
+			// clock's leases for leases of an earlier boot).
 			tr := tree
 			if w%2 == 1 {
-				own, err := fence.Open(tree.Root(), fence.Options{})
+				own, err := fence.Open(tree.Root(), fence.Options{Clock: testClock})
 				if err != nil {
 					errs <- err
 					return
