@@ -52,6 +52,9 @@ type KeeperConfig struct {
 	// the TTL. For holders whose death means the work stopped (`fencectl
 	// run`), not for an agent that outlives its process. bbolt trees only.
 	TieToProcess bool
+	// Tie is the claim's tie made with the claim
+	// (ClaimRequest.TieToProcess): the keeper keeps it, as one it made.
+	Tie *ProcessTie
 	// WatchLater starts the keeper without its journal watch, for a claim
 	// not worked on yet (run --loop's task in hand): it heartbeats and
 	// holds the tie, and is not woken by every commit of the tree. Watch
@@ -201,7 +204,9 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 	if !k.cfg.WatchLater {
 		w, changed, err = k.tree.keeperWatch()
 	}
-	if k.cfg.TieToProcess && k.tree.store.Name() == "bbolt" {
+	if k.cfg.Tie != nil {
+		k.untie = k.cfg.Tie.Untie
+	} else if k.cfg.TieToProcess && k.tree.store.Name() == "bbolt" {
 		untie, terr := k.tree.holdLiveness(k.cfg.Token)
 		if terr != nil {
 			err = errors.Join(err, &TieError{Err: terr})

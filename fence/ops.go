@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -146,6 +147,13 @@ type ClaimRequest struct {
 	// the call only. Either way a request id held by another live process
 	// is refused (*RequestInUseError).
 	RequestLock *RequestLock
+
+	// TieToProcess ties the claim to this process (see liveness.go) in
+	// the claim's own commit: the tie exists before the claim does, so
+	// a process killed right after the commit frees the task at once. A
+	// KeeperConfig given the result's Tie keeps it; without a keeper,
+	// call Tie.Untie once the claim is settled. bbolt trees only.
+	TieToProcess bool
 }
 
 // ClaimResult is a granted (or renewed) claim.
@@ -157,6 +165,24 @@ type ClaimResult struct {
 	Path     string
 	Renewed  bool     // true for a restore with --token: same claim, lease renewed
 	Reaped   []Reaped // expired leases this claim freed first
+	// Tie is the claim's tie to this process (ClaimRequest.TieToProcess),
+	// nil if none was asked for, or if it could not be made (TieErr).
+	Tie    *ProcessTie
+	TieErr error
+}
+
+// ProcessTie is a claim's tie to its process (see liveness.go).
+type ProcessTie struct {
+	once  sync.Once
+	untie func()
+}
+
+// Untie drops the tie: the claim's holder is no longer this process.
+// Safe to call more than once, and on nil.
+func (p *ProcessTie) Untie() {
+	if p != nil {
+		p.once.Do(p.untie)
+	}
 }
 
 // Reaped explains one expired lease that was freed.
@@ -307,6 +333,7 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	var res ClaimResult
 	var claimErr error
 	_, _, err := t.write(ctx, "claim", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+		res.Tie.Untie()                    // made by a run of this that did not commit
 		res, claimErr = ClaimResult{}, nil // a group may run this more than once
 		// Given up while waiting for the lock (run got a signal): claim
 		// nothing rather than a task the caller would only hand back.
@@ -348,9 +375,20 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		}
 		res.Task, res.Token, res.Agent = rec, rec.Lease.Token, rec.Lease.Agent
 		res.Deadline, res.Renewed = rec.Lease.Deadline, ev.Type == record.EvHeartbeat
+		if req.TieToProcess && t.store.Name() == "bbolt" {
+			// Before the commit: a link for a token that never commits
+			// is tidied by the next reaper (no lease holds it).
+			untie, err := t.holdLiveness(res.Token)
+			if err != nil {
+				res.TieErr = &TieError{Err: err}
+			} else {
+				res.Tie = &ProcessTie{untie: untie}
+			}
+		}
 		return append(evs, ev), nil
 	})
 	if err != nil {
+		res.Tie.Untie()
 		return ClaimResult{}, err // nothing committed: no reap to tell of
 	}
 	if claimErr != nil {

@@ -339,7 +339,7 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 			if s := caught(); s != 0 {
 				return exitStatus{code: 128 + int(s)}
 			}
-			claim, err = t.Claim(s.claimCtx, fence.ClaimRequest{ID: id, Agent: cfg.agent, TTL: cfg.ttl, Wait: cfg.wait, RequestID: requestID, RequestLock: lock})
+			claim, err = t.Claim(s.claimCtx, fence.ClaimRequest{ID: id, Agent: cfg.agent, TTL: cfg.ttl, Wait: cfg.wait, RequestID: requestID, RequestLock: lock, TieToProcess: true})
 		}
 		for _, r := range claim.Reaped {
 			out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})
@@ -510,7 +510,7 @@ func (s *supervisor) settleAndClaim(ctx context.Context, tasks []settling, n, in
 	got := make([]claimed, max(n, 0))
 	for i := range got {
 		calls = append(calls, fence.GroupCall{Ctx: s.claimCtx, Fn: func(cctx context.Context) {
-			c, err := s.t.Claim(cctx, fence.ClaimRequest{Agent: s.cfg.agent, TTL: s.cfg.ttl})
+			c, err := s.t.Claim(cctx, fence.ClaimRequest{Agent: s.cfg.agent, TTL: s.cfg.ttl, TieToProcess: true})
 			got[i] = claimed{Claim: c, Err: err}
 		}})
 	}
@@ -616,8 +616,8 @@ func (s *supervisor) handBack(ctx context.Context) {
 // keeper stops at once, but the claim stays tied to run until the release
 // has an answer (see untieOnAnswer).
 func (s *supervisor) releaseUnstarted(ctx context.Context, c claimed, reason string) error {
-	untie := func() {}
-	if c.keeper != nil { // the claim to run next has none yet
+	untie := c.Claim.Tie.Untie // the claim to run next has no keeper yet
+	if c.keeper != nil {
 		untie = c.keeper.StopKeepingTie()
 	}
 	_, err := s.t.Release(ctx, fence.FencedRequest{ID: c.Claim.Task.ID, Token: c.Claim.Token, Agent: s.cfg.agent, Reason: reason})
@@ -742,8 +742,11 @@ func (s *supervisor) startKeeper(ctx context.Context, claim fence.ClaimResult, a
 	keeper, err = s.t.NewKeeper(fence.KeeperConfig{
 		Task: claim.Task.ID, Token: claim.Token, Agent: s.cfg.agent, Deadline: claim.Deadline,
 		TTL: cmp.Or(s.cfg.ttl, length), Interval: s.cfg.heartbeat, StopBefore: grace + margin,
-		TieToProcess: true, // CMD dies with run: a dead run frees its task at once
-		WatchLater:   ahead,
+		// CMD dies with run: a dead run frees its task at once. The claim
+		// was tied in its own commit (ClaimRequest.TieToProcess): a run
+		// killed between the claim and this keeper frees it too.
+		TieToProcess: true, Tie: claim.Tie,
+		WatchLater: ahead,
 	})
 	if err != nil {
 		return nil, nil, err

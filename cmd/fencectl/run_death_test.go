@@ -87,3 +87,26 @@ func TestRun_FinishedRunLeavesNoLivenessFile(t *testing.T) {
 		t.Errorf("liveness files left by a finished run: %v", entries)
 	}
 }
+
+// A run killed right after its claim commits, before anything else (its
+// keeper, its command), frees the task at once too: the claim was tied
+// to run in its own commit, not after it.
+func TestRun_KilledRightAfterItsClaimFreesItsTask(t *testing.T) {
+	for _, loop := range []bool{false, true} {
+		rt := newRunTree(t)
+		rt.OK("add", "--id", "t1")
+		args := []string{"run", "t1", "--ttl", "10m", "--", "true"}
+		if loop {
+			args = []string{"run", "--loop", "--ttl", "10m", "--", "true"}
+		}
+		rt.Env = append(rt.Env, "FENCE_CRASH=claim:after-commit")
+		if code, out := rt.Code(args...); code != 99 {
+			t.Fatalf("%v with a crash after the claim's commit: exit %d, want 99 (the test crash)\n%s", args, code, out)
+		}
+		rt.Env = rt.Env[:len(rt.Env)-1]
+		out := rt.OK("claim", "--agent", "other", "--json")
+		if !strings.Contains(out, `"task":"t1"`) || !strings.Contains(out, "died") {
+			t.Errorf("%v killed right after its claim: the next claim got %s; want t1, reaped as its holder died", args, out)
+		}
+	}
+}
