@@ -62,20 +62,35 @@ const liveTmpAge = time.Minute
 // put there) is a *LiveDirError, and nothing in it, or where it points,
 // is read, locked or removed. With create, a missing live is made.
 func openLiveDir(metaDir string, create bool) (int, error) {
-	dir := filepath.Join(metaDir, liveDirName)
+	fd, err := openPrivateDir(metaDir, liveDirName, 0o700, create)
+	if errors.Is(err, errNotPrivateDir) {
+		return -1, &LiveDirError{Path: filepath.Join(metaDir, liveDirName)}
+	}
+	return fd, err
+}
+
+// errNotPrivateDir is openPrivateDir's refusal of a name that is not a
+// directory (a symlink, a file).
+var errNotPrivateDir = errors.New("not a directory (a symlink or a file); fencectl does not follow it: remove it, and the next command that needs it makes it again")
+
+// openPrivateDir opens the directory name in .fence (live, requests) for
+// *at calls, never through a symlink; with create, a missing one is made
+// with mode.
+func openPrivateDir(metaDir, name string, mode uint32, create bool) (int, error) {
+	dir := filepath.Join(metaDir, name)
 	for {
 		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		switch {
 		case err == nil:
 			return fd, nil
 		case err == unix.ENOENT && create:
-			if err := unix.Mkdir(dir, 0o700); err != nil && err != unix.EEXIST {
+			if err := unix.Mkdir(dir, mode); err != nil && err != unix.EEXIST {
 				return -1, &os.PathError{Op: "mkdir", Path: dir, Err: err}
 			}
-			create = false // once: a live that vanishes again is reported
+			create = false // once: one that vanishes again is reported
 			continue
 		case err == unix.ELOOP || err == unix.ENOTDIR:
-			return -1, &LiveDirError{Path: dir}
+			return -1, &os.PathError{Op: "open", Path: dir, Err: errNotPrivateDir}
 		}
 		return -1, &os.PathError{Op: "open", Path: dir, Err: err}
 	}

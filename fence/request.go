@@ -24,6 +24,7 @@ const requestDir = "requests"
 // run` holds it for as long as CMD and everything CMD started may run.
 type RequestLock struct {
 	agent, id, path string
+	metaDir, name   string // path is name in .fence/requests under metaDir
 	f               *os.File
 }
 
@@ -52,18 +53,20 @@ func (t *Tree) LockRequest(agent, id string) (*RequestLock, error) {
 	if err := checkRequestID(id); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(t.metaDir, requestDir)
 	mode := os.FileMode(0o700)
 	if st, err := os.Stat(t.metaDir); err == nil {
 		mode = st.Mode().Perm()
 	}
-	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
+	dfd, err := openPrivateDir(t.metaDir, requestDir, uint32(mode), true)
+	if err != nil {
 		return nil, fmt.Errorf("lock request id: %w", err)
 	}
+	defer unix.Close(dfd)
 	sum := sha256.Sum256([]byte(agent + "\x00" + id))
-	path := filepath.Join(dir, hex.EncodeToString(sum[:16]))
+	name := hex.EncodeToString(sum[:16])
+	path := filepath.Join(t.metaDir, requestDir, name)
 	for {
-		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, uint32(mode&0o666))
+		fd, err := unix.Openat(dfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, uint32(mode&0o666))
 		if err != nil {
 			return nil, fmt.Errorf("lock request id: %w", &os.PathError{Op: "open", Path: path, Err: err})
 		}
@@ -78,8 +81,8 @@ func (t *Tree) LockRequest(agent, id string) (*RequestLock, error) {
 		// The holder before us removes the file as it lets go: make sure
 		// the lock we hold is on the file that is there now.
 		var held, now unix.Stat_t
-		if unix.Fstat(fd, &held) == nil && unix.Stat(path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
-			return &RequestLock{agent: agent, id: id, path: path, f: f}, nil
+		if unix.Fstat(fd, &held) == nil && unix.Fstatat(dfd, name, &now, unix.AT_SYMLINK_NOFOLLOW) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
+			return &RequestLock{agent: agent, id: id, path: path, metaDir: t.metaDir, name: name, f: f}, nil
 		}
 		f.Close()
 	}
@@ -94,7 +97,10 @@ func (l *RequestLock) Release() {
 	if l == nil || l.f == nil {
 		return
 	}
-	_ = os.Remove(l.path)
+	if dfd, err := openPrivateDir(l.metaDir, requestDir, 0, false); err == nil {
+		_ = unix.Unlinkat(dfd, l.name, 0)
+		unix.Close(dfd)
+	}
 	l.f.Close()
 	l.f = nil
 }
