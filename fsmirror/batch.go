@@ -108,11 +108,35 @@ func (b *Batch) Adopt(from Dir, id string) (string, error) {
 		}
 		return "", fmt.Errorf("move %s to %s: %w", b.m.Path(from, id), Staging, err)
 	}
+	// Checked once the file is staged, where nobody else links to it: a
+	// link made after a check in from could not be seen.
+	if links, err := b.m.links(Staging, name); err == nil && links > 1 {
+		if held != nil {
+			held.Close()
+		}
+		if err := b.m.rename(Staging, name, from, id); err != nil {
+			return "", fmt.Errorf("put %s back: %w", b.m.Path(from, id), err)
+		}
+		return "", &HardLinkedError{Name: id, Links: links}
+	}
 	if held != nil {
 		b.m.hold(name, held)
 	}
 	b.note(from, Staging)
 	return name, nil
+}
+
+// links returns how many names the file name in dir has.
+func (m *Mirror) links(dir Dir, name string) (uint64, error) {
+	fd, err := m.dirfd(dir)
+	if err != nil {
+		return 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return 0, err
+	}
+	return uint64(st.Nlink), nil
 }
 
 func (b *Batch) note(from, to Dir) {

@@ -93,3 +93,16 @@ type TooLargeError struct {
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("input exceeds the limit of %d bytes", e.Limit)
 }
+
+// HardLinkedError refuses to adopt a file that has other names: its
+// content is shared with a file outside the tree, which could change the
+// task under its holder (and a task's writes would change that file). It
+// is left where it was; once it has one name it is adopted.
+type HardLinkedError struct {
+	Name  string
+	Links uint64
+}
+
+func (e *HardLinkedError) Error() string {
+	return fmt.Sprintf("%s has %d hard links: its content is shared with a file outside the tree; left in place, not adopted (move it in with mv, or remove its other names)", quoteShort(e.Name), e.Links)
+}
