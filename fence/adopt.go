@@ -1,8 +1,10 @@
 package fence
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +38,24 @@ func (t *Tree) adoptInbox(db journal.Store) {
 		t.notify(NoticeInboxRejected, r.Name, r.Why)
 	}
 	t.adoptIDs(db, valid)
+}
+
+// claimWrite returns how a claim of ids (none: the next ready tasks) is
+// written: adopting inbox/ first when the claim may take what is there
+// (it looks for any ready task, or names one whose file is in inbox/),
+// and otherwise as every other writer, which adopts only after a commit
+// of its own: a claim refused for a name it does not hold changes
+// nothing. (A claim that looks for work and finds none after adopting
+// still leaves the adopted tasks: it asked for new work, and that is
+// where new work comes from.)
+func (t *Tree) claimWrite(ids ...string) func(context.Context, string, func(journal.Tx, time.Time) ([]record.Event, error)) ([]record.Event, bool, error) {
+	if len(ids) == 0 || slices.ContainsFunc(ids, func(id string) bool {
+		in, _ := t.mirror.Exists(fsmirror.Inbox, id)
+		return in
+	}) {
+		return t.writeAdopting
+	}
+	return t.write
 }
 
 // sharedAdoptChunk is how many files a commit first adopts on a store
@@ -87,6 +107,10 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 				name, err = b.Adopt(fsmirror.Inbox, id)
 				if errors.Is(err, fs.ErrNotExist) {
 					continue // taken away meanwhile
+				}
+				if hl, ok := errors.AsType[*fsmirror.HardLinkedError](err); ok {
+					t.notify(NoticeInboxRejected, id, hl.Error())
+					continue
 				}
 				if err != nil {
 					t.notify(NoticeInboxUnmovable, id, err.Error()+"; left in inbox/, not adopted (inbox/ must be a plain directory on the tree's file system that fencectl may move files out of)")

@@ -131,7 +131,7 @@ func (t *Tree) ClaimBatch(ctx context.Context, req BatchClaimRequest) (BatchClai
 func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (BatchClaimResult, error) {
 	var res BatchClaimResult
 	var refusal error
-	_, _, err := t.write(ctx, "claim", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+	_, _, err := t.claimWrite(req.IDs...)(ctx, "claim", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res, refusal = BatchClaimResult{}, nil // a group may run this more than once
 		if err := ctx.Err(); err != nil {
 			return nil, err

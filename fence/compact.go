@@ -100,7 +100,7 @@ func (t *Tree) Compact(ctx context.Context, req CompactRequest) (CompactReport, 
 	}
 	defer db.Close()
 	if !req.DryRun {
-		if err := t.beginWrite(db); err != nil {
+		if err := t.beginWrite(db, true); err != nil {
 			return CompactReport{}, err
 		}
 	}

@@ -44,6 +44,16 @@ func (t *Tree) write(ctx context.Context, op string, fn func(tx journal.Tx, now 
 	return t.writeFor(ctx, op, nil, fn)
 }
 
+// writeAdopting is write for a claim that may take a task still in
+// inbox/: its group adopts inbox/ before it runs, not after (see
+// runGroup).
+func (t *Tree) writeAdopting(ctx context.Context, op string, fn func(tx journal.Tx, now time.Time) ([]record.Event, error)) (evs []record.Event, committed bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	return t.submit(ctx, &pendingOp{op: op, fn: fn, adoptFirst: true})
+}
+
 // groupReads returns what a group's operations will read first: the
 // tasks they name, and whether any claims the next ready task.
 func groupReads(ops []*pendingOp) (ids []string, claims bool) {
@@ -61,7 +71,12 @@ func (t *Tree) writeFor(ctx context.Context, op string, ids []string, fn func(tx
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	p := &pendingOp{op: op, ids: ids, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	return t.submit(ctx, &pendingOp{op: op, ids: ids, fn: fn})
+}
+
+// submit queues p and waits for its outcome.
+func (t *Tree) submit(ctx context.Context, p *pendingOp) (evs []record.Event, committed bool, err error) {
+	p.done, p.lead = make(chan struct{}), make(chan struct{}, 1)
 	p.ticket, _ = ctx.Value(ticketKey{}).(*groupTicket)
 	t.batch.submit(t, p)
 	return p.evs, p.committed, p.err
@@ -237,9 +252,12 @@ type pendingOp struct {
 	evs       []record.Event
 	committed bool
 	err       error
-	done      chan struct{} // closed when the operation is finished
-	lead      chan struct{} // a value asks the waiting caller to lead the next group
-	ticket    *groupTicket  // the call of Together this operation belongs to, if any
+	// adoptFirst asks for inbox/ to be adopted before the group runs: a
+	// claim that may take what was just dropped there (see adoptsFirst).
+	adoptFirst bool
+	done       chan struct{} // closed when the operation is finished
+	lead       chan struct{} // a value asks the waiting caller to lead the next group
+	ticket     *groupTicket  // the call of Together this operation belongs to, if any
 }
 
 // batcher queues writer operations of one Tree.
@@ -526,11 +544,12 @@ var errRolledBack = errors.New("operation failed; its writes are rolled back")
 var errNothingWritten = errors.New("no operation wrote; nothing to commit")
 
 // beginWrite is what every writer does first, under the lock: notice
-// replaced directories, finish the last commit, sweep the staging directory (which puts back what an
-// interrupted adoption staged), adopt the inbox. Only a failure of the
-// journal stops it; a problem with one task's file is a notice, never a
-// reason to stop every writer.
-func (t *Tree) beginWrite(db journal.Store) error {
+// replaced directories, finish the last commit, sweep the staging
+// directory (which puts back what an interrupted adoption staged), and,
+// with adopt, adopt the inbox. Only a failure of the journal stops it; a
+// problem with one task's file is a notice, never a reason to stop every
+// writer.
+func (t *Tree) beginWrite(db journal.Store, adopt bool) error {
 	// A long-lived Tree must act on the directories that are there now,
 	// not on ones an operator moved away since it opened them.
 	replaced, err := t.mirror.Refresh()
@@ -548,7 +567,9 @@ func (t *Tree) beginWrite(db journal.Store) error {
 		// writer touches the task (reconcile), and replay does the whole
 		// tree. Staged files are swept by replay too: a file staged by a
 		// live writer on another host looks just like an orphan here.
-		t.adoptInbox(db)
+		if adopt {
+			t.adoptInbox(db)
+		}
 		return nil
 	}
 	if err := t.settle(db); err != nil {
@@ -558,7 +579,9 @@ func (t *Tree) beginWrite(db journal.Store) error {
 		return err
 	}
 	t.sweepStaging(db)
-	t.adoptInbox(db)
+	if adopt {
+		t.adoptInbox(db)
+	}
 	return nil
 }
 
@@ -597,13 +620,22 @@ func (t *Tree) runGroup(group []*pendingOp) {
 	}
 	healthy := false
 	defer func() { t.parkWriter(db, healthy) }()
-	if err := t.beginWrite(db); err != nil {
+	adoptFirst := slices.ContainsFunc(group, func(p *pendingOp) bool { return p.adoptFirst })
+	if err := t.beginWrite(db, adoptFirst); err != nil {
 		fail(group, err)
 		return
 	}
 	err = t.commitAll(db, group)
 	if err == nil {
 		t.finishUnblocking(db)
+	}
+	if err == nil && !adoptFirst && slices.ContainsFunc(group, func(p *pendingOp) bool { return p.committed && len(p.evs) > 0 }) {
+		// Adopting is a change of the tree's own: a group that changed
+		// nothing (every operation refused, a stale token above all) must
+		// leave inbox/ and the journal as they were, so only a group
+		// that committed adopts, after its own work. A claim that may
+		// take what inbox/ holds adopts first instead (adoptFirst).
+		t.adoptInbox(db)
 	}
 	if !db.Exclusive() {
 		answer()

@@ -332,7 +332,11 @@ func keepsReaps(err error, reaped []Reaped) bool {
 func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	var res ClaimResult
 	var claimErr error
-	_, _, err := t.write(ctx, "claim", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+	var named []string
+	if req.ID != "" {
+		named = []string{req.ID}
+	}
+	_, _, err := t.claimWrite(named...)(ctx, "claim", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 		res.Tie.Untie()                    // made by a run of this that did not commit
 		res, claimErr = ClaimResult{}, nil // a group may run this more than once
 		// Given up while waiting for the lock (run got a signal): claim
@@ -835,7 +839,9 @@ func (t *Tree) Reap(ctx context.Context, dryRun bool) ([]Reaped, error) {
 	err := t.inChunksLearned(func(limit int) (bool, error) {
 		var reaped []Reaped
 		more := false
-		_, _, err := t.write(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
+		// Reap is the tree's housekeeping, asked for: it adopts inbox/
+		// even when it finds no lease to end.
+		_, _, err := t.writeAdopting(ctx, "reap", func(tx journal.Tx, now time.Time) ([]record.Event, error) {
 			n := 0
 			if t.batch.shared.Load() {
 				n = limit

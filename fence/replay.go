@@ -116,7 +116,7 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 	if !check {
 		// Replay is a writer: like every writer it first finishes the last
 		// commit and adopts the inbox.
-		if err := t.beginWrite(db); err != nil {
+		if err := t.beginWrite(db, true); err != nil {
 			return ReplayReport{}, err
 		}
 		if !db.Exclusive() {
