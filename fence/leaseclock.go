@@ -3,6 +3,7 @@ package fence
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,6 +91,7 @@ type leaseClock struct {
 	mu         sync.Mutex
 	swept      bool   // the leases of earlier boots are reaped
 	firstToken uint64 // the first token of this boot; 0: not known yet
+	damaged    error  // .fence/boot could not be read, and was replaced
 }
 
 // openLeaseClock reads this boot's start from .fence/boot, or, in the
@@ -101,11 +103,23 @@ func openLeaseClock(meta string, wall func() time.Time, boot BootClock) (*leaseC
 		return nil, err
 	}
 	c := &leaseClock{wall: wall, boot: boot, meta: meta, bootID: id}
-	if rec, err := readBootFile(meta); err == nil && rec.id == id {
+	rec, rerr := readBootFile(meta)
+	if rerr == nil && rec.id == id {
 		c.start, c.swept, c.firstToken = rec.start, rec.swept, rec.firstToken
 		return c, nil
 	}
 	c.start = snapStart(wall().Add(-since))
+	if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		// A record there but unreadable (damaged, edited by hand) does
+		// not say this is a new boot: taking it for one would reap every
+		// live lease of this boot as "host rebooted" (each token is below
+		// the first token a new record would take). Replace it as swept:
+		// if there was a reboot after all, the leases of the boot before
+		// end at their TTL, as they did before boots were told apart.
+		c.swept, c.damaged = true, rerr
+		_ = c.write(false)
+		return c, nil
+	}
 	// First come, first served: a process that loses the race reads the
 	// winner's start, so all processes of a boot share one.
 	if err := c.write(true); errors.Is(err, os.ErrExist) {

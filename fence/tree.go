@@ -173,6 +173,9 @@ func Open(root string, o Options) (*Tree, error) {
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}
+	if lc != nil && lc.damaged != nil {
+		t.notify(NoticeWarning, filepath.Join(meta, bootFileName), lc.damaged.Error()+": replaced; no lease is reaped as claimed before a reboot until the next reboot (one of an earlier boot, if any, ends at its TTL)")
+	}
 	t.warnNetworkFS()
 	return t, nil
 }
