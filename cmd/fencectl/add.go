@@ -62,6 +62,13 @@ carry every label asked for. Labels follow the id rule.
 				if err != nil {
 					return usagef("invalid --not-before %q: give a time in RFC 3339, e.g. 2030-01-02T15:04:05Z (or --delay 10m)", v)
 				}
+				// The zero time (0001-01-01T00:00:00Z) is how AddRequest
+				// says "not given": refuse it here rather than add a task
+				// due at once, as fence refuses every other time out of
+				// its range.
+				if t.Year() < 1970 || t.Year() > 2200 {
+					return usagef("invalid --not-before %q: must be a time between 1970 and 2200", v)
+				}
 				notBefore = t
 			}
 			var content io.Reader
