@@ -43,9 +43,19 @@ func Expired(l record.Lease, now time.Time) bool { return !now.Before(l.Deadline
 // can order (nanoseconds since 1970 in an int64 end in 2262).
 const MaxTTL = 10 * 365 * 24 * time.Hour
 
+// MinTTL is the shortest lease granted. A shorter one ends before its
+// holder can act on the claim, and each lease that ends counts as an
+// attempt: `--ttl 1ms` would fail tasks without running them.
+const MinTTL = time.Second
+
+// TTLRule says what a lease length must be, for messages that name the
+// flag or variable that gave it.
+var TTLRule = fmt.Sprintf("must be at least %s (a shorter lease ends before its holder can act on it) and at most %s (10 years)", MinTTL, MaxTTL)
+
+// checkTTL checks a lease length asked for; 0 means the tree's default.
 func checkTTL(ttl time.Duration) error {
-	if ttl < 0 || ttl > MaxTTL {
-		return invalidValue(InputTTL, RuleRange, ttl, fmt.Sprintf("must be positive and at most %s (10 years)", MaxTTL))
+	if ttl < 0 || ttl > 0 && ttl < MinTTL || ttl > MaxTTL {
+		return invalidValue(InputTTL, RuleRange, ttl, TTLRule)
 	}
 	return nil
 }
@@ -54,7 +64,7 @@ func checkTTL(ttl time.Duration) error {
 // both validate here, so neither can write a journal whose leases last 0.
 func checkDefaults(d record.Defaults) error {
 	if err := checkTTL(d.TTL); err != nil || d.TTL == 0 {
-		return invalidValue(InputTTL, RuleRange, d.TTL, fmt.Sprintf("must be positive and at most %s", MaxTTL))
+		return invalidValue(InputTTL, RuleRange, d.TTL, TTLRule)
 	}
 	if d.MaxAttempts < 1 {
 		return invalidValue(InputMaxAttempts, RuleRange, d.MaxAttempts, "must be at least 1")

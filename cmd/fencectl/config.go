@@ -150,8 +150,8 @@ func envRule(c *cli.Context, name string) string {
 			return "must not be negative"
 		}
 	case "ttl":
-		if d := c.Duration(name); d <= 0 || d > fence.MaxTTL {
-			return fmt.Sprintf("must be positive and at most %s (10 years)", fence.MaxTTL)
+		if d := c.Duration(name); d < fence.MinTTL || d > fence.MaxTTL {
+			return fence.TTLRule
 		}
 	case "agent":
 		if strings.ContainsFunc(c.String(name), unicode.IsControl) {
