@@ -28,6 +28,7 @@ func classify(err error) errorObject {
 		noJrnl   *fence.NoJournalError
 		atRisk   *fence.LeaseAtRiskError
 		start    *startError
+		gone     *outputGoneError
 		readable *fence.JournalReadableError
 		file     *fence.TaskFileError
 		batch    *fence.BatchError
@@ -50,6 +51,8 @@ func classify(err error) errorObject {
 		}
 	case errors.As(err, &start):
 		obj.Code = exitNoCommand
+	case errors.As(err, &gone):
+		obj.Code = exitBrokenPipe
 	case errors.As(err, &atRisk):
 		obj.Code, obj.Reason, obj.Task = exitFenced, fence.ReasonLeaseExpired, atRisk.Task
 		obj.YourToken = atRisk.Token

@@ -47,7 +47,9 @@ allows: a cgroup of its own, else a PID namespace, else the process group
 
 CMD exits 0: the task is completed (fenced). Non-zero: the task is failed
 with reason "exit status N", counting an attempt. run exits with CMD's own
-status. CMD may settle its task itself with its own token: complete is
+status. But if CMD fails while run's stdout or stderr has no reader any more
+(run --loop -- CMD | head), the failure is not the task's: it is released,
+no attempt counted, and run stops with exit 141. CMD may settle its task itself with its own token: complete is
 success (run exits 0); release and fail take effect as they are, and CMD is
 then stopped as for a lost lease, since the task may go to another agent.
 
@@ -156,6 +158,13 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	sigc := make(chan os.Signal, 4)
 	signal.Notify(sigc, runSignals...)
 	defer signal.Stop(sigc)
+	// A write of run's own to a stdout or stderr with no reader must not
+	// kill it between a claim and its settle: Go exits on SIGPIPE from fd
+	// 1 or 2 unless the signal is caught. Caught, not ignored: a command
+	// still starts with SIGPIPE's default (see run_output.go).
+	pipec := make(chan os.Signal, 1)
+	signal.Notify(pipec, syscall.SIGPIPE)
+	defer signal.Stop(pipec)
 	claimCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var first atomic.Value // os.Signal
@@ -372,8 +381,11 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 		}
 		out.summary(claim, r)
 		if r.err != nil {
-			var start *startError
-			if !s.loop || errors.As(r.err, &start) {
+			var (
+				start *startError
+				gone  *outputGoneError
+			)
+			if !s.loop || errors.As(r.err, &start) || errors.As(r.err, &gone) {
 				return r.err
 			}
 			// A lost lease (or a refused settle) ends this task only.
@@ -1031,6 +1043,17 @@ wait:
 		pending := s.takePending()
 		s.held = append(s.held, s.settleAndClaim(ctx, append(pending, cur), want-len(s.held), min(1, 1-len(s.held)))...)
 		s.report(pending)
+	} else if stream := out.outputGone(); stream != "" {
+		// CMD failed writing to a reader that has gone: not the task's
+		// failure (see run_output.go).
+		s.settleDue(ctx)
+		if s.halt != nil {
+			s.halt() // before the release: no other job is to claim it again
+		}
+		_, err2 = t.Release(ctx, fence.FencedRequest{ID: req.ID, Token: req.Token, Agent: req.Agent, Reason: "run's " + stream + " has no reader (" + reason + ")"})
+		tied = false
+		untieOnAnswer(err2, untie)
+		return done(taskRun{code: exitBrokenPipe, outcome: settleOutcome("release", err2, "released ("+stream+" has no reader)"), err: &outputGoneError{stream: stream, err: err2}})
 	} else {
 		// Not alongside the next claim: a task failed back to available
 		// has its file moved only after the commit, and a claim in the
