@@ -240,7 +240,7 @@ func writeCeilingFile(path string, v uint64, w Witness) (err error) {
 	// another writer unlikely. (Not crypto/rand: linking it runs the FIPS
 	// module's initialisers at every process start, and a claim is one.)
 	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
