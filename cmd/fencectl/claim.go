@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -24,6 +25,10 @@ Keep the token: every later step on the task must show it.
 With --token T it restores a claim instead (an agent back from a restart with
 an old note): the same token back with the lease renewed if T is still
 current, else exit 3 with how T was lost. FENCE_TOKEN is never read here.
+
+A claim is made only for a reader: if stdout has no reader (a closed pipe),
+nothing is claimed and claim exits 141; with --wait it stops waiting as soon
+as its reader leaves.
 
    fencectl claim --agent a1
    fencectl claim build-42 --agent a1 --ttl 30m
@@ -98,9 +103,13 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 				return err
 			}
 			return withTree(c, out, func(t *fence.Tree) error {
-				res, err := t.Claim(c.Context, fence.ClaimRequest{
-					ID: id, Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"), Token: c.Uint64("token"),
-					RequestID: c.String("request-id"), Labels: c.StringSlice("label"),
+				var res fence.ClaimResult
+				err := claimWithReader(c.Context, out, c.Duration("wait"), func(ctx context.Context) (err error) {
+					res, err = t.Claim(ctx, fence.ClaimRequest{
+						ID: id, Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"), Token: c.Uint64("token"),
+						RequestID: c.String("request-id"), Labels: c.StringSlice("label"),
+					})
+					return err
 				})
 				for _, r := range res.Reaped {
 					out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,7 +31,11 @@ func claimBatch(c *cli.Context, out *output, format string) error {
 		Agent: agentName(c), TTL: c.Duration("ttl"), Wait: c.Duration("wait"), Labels: c.StringSlice("label"),
 	}
 	return withTree(c, out, func(t *fence.Tree) error {
-		res, err := t.ClaimBatch(c.Context, req)
+		var res fence.BatchClaimResult
+		err := claimWithReader(c.Context, out, req.Wait, func(ctx context.Context) (err error) {
+			res, err = t.ClaimBatch(ctx, req)
+			return err
+		})
 		for _, r := range res.Reaped {
 			out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})
 		}

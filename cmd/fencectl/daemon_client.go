@@ -110,6 +110,10 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
+	// A claim for a reader that has gone is not made (claim_reader.go).
+	if f, isFile := out.stdout.(*os.File); isFile && c.Command.Name == "claim" && noReader(f) {
+		return 0, false, readerGoneError{}
+	}
 	code, ok, err = askDaemon(c, name, exe, daemonRequest{Args: out.args, Env: fenceEnv(), Root: root, Timeout: timeout})
 	if !ok && err == nil {
 		// Run here, and in fencectl-etcd if this binary hands the
@@ -153,8 +157,15 @@ func askDaemon(c *cli.Context, name, exe string, req daemonRequest) (code int, o
 	// as in its own process; a daemon that hangs past a generous bound is
 	// given up on, as one that died.
 	_ = conn.SetReadDeadline(time.Now().Add(answerWithin(c)))
+	// A waiting claim whose reader leaves hangs up: the daemon cancels a
+	// step whose client has gone, and nothing is claimed for nobody.
+	left := watchReaderWhileWaiting(c, out, conn)
 	var reply daemonReply
-	if err := dec.Decode(&reply); err != nil {
+	err = dec.Decode(&reply)
+	if left() && err != nil { // an answer that came is a claim made: print it
+		return 0, false, fmt.Errorf("%w (stopped waiting)", readerGoneError{})
+	}
+	if err != nil {
 		if daemonRetries[c.Command.Name] {
 			return 0, false, nil
 		}

@@ -29,6 +29,7 @@ func classify(err error) errorObject {
 		atRisk   *fence.LeaseAtRiskError
 		start    *startError
 		gone     *outputGoneError
+		noReader readerGoneError
 		readable *fence.JournalReadableError
 		file     *fence.TaskFileError
 		batch    *fence.BatchError
@@ -51,7 +52,7 @@ func classify(err error) errorObject {
 		}
 	case errors.As(err, &start):
 		obj.Code = exitNoCommand
-	case errors.As(err, &gone):
+	case errors.As(err, &gone), errors.As(err, &noReader):
 		obj.Code = exitBrokenPipe
 	case errors.As(err, &atRisk):
 		obj.Code, obj.Reason, obj.Task = exitFenced, fence.ReasonLeaseExpired, atRisk.Task
