@@ -30,7 +30,7 @@ func TestRun_ReaderGoneReleasesAndStops(t *testing.T) {
 				to = " >&2"
 			}
 			run := rt.Cmd("run", "--loop", "--jobs", jobs, "--json", "--agent", "looper", "--",
-				"sh", "-c", "echo out-$FENCE_TASK"+to+"; sleep 0.05; echo more-$FENCE_TASK"+to)
+				"sh", "-c", "echo out-$FENCE_TASK"+to+"; sleep 0.2; echo more-$FENCE_TASK"+to)
 			r, w, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
