@@ -85,7 +85,8 @@ must show the current token, so an agent that lost its lease is refused.
    fencectl complete "$FENCE_TASK" --token "$FENCE_TOKEN"
 
 Exit codes: 0 ok, 1 error, 2 bad input, 3 fenced (stale token), 4 nothing to
-claim / not available, 5 busy, 6 no such task, 7 drift.`,
+claim / not available, 5 busy, 6 no such task, 7 drift; 141 claim or run
+stopped because its stdout had no reader (nothing claimed, task released).`,
 		Version:         buildVersion(),
 		Reader:          out.stdin,
 		Writer:          out.stdout,
