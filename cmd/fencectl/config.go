@@ -154,7 +154,9 @@ func envRule(c *cli.Context, name string) string {
 			return fence.TTLRule
 		}
 	case "agent":
-		if strings.ContainsFunc(c.String(name), unicode.IsControl) {
+		if a := c.String(name); len(a) > maxText(name) {
+			return fmt.Sprintf("%d bytes long, at most %d allowed", len(a), maxText(name))
+		} else if strings.ContainsFunc(a, unicode.IsControl) {
 			return "control characters are not allowed"
 		}
 	case "journal":

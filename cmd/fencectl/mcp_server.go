@@ -253,8 +253,12 @@ func (m *mcpServer) agentOr(a string) (string, error) {
 	return a, checkField("agent", a)
 }
 
-// checkField refuses control characters in a text the journal keeps.
+// checkField refuses control characters in a text the journal keeps, and
+// one longer than it keeps (maxText).
 func checkField(name, s string) error {
+	if n := maxText(name); len(s) > n {
+		return usagef("invalid %s: %d bytes long, at most %d allowed", name, len(s), n)
+	}
 	if err := checkText(name, s); err != nil {
 		return usagef("invalid %s: control characters are not allowed", name)
 	}

@@ -432,6 +432,7 @@ func testMCPRefusals(t *testing.T, m *mcpTree) {
 		{"claim", map[string]any{"wait": "-1s"}, exitUsage, fence.ReasonInvalidInput, "invalid wait"},
 		{"claim", map[string]any{"task": "../etc"}, exitUsage, fence.ReasonInvalidInput, "../etc"},
 		{"claim", map[string]any{"agent": "a\x1b[31m"}, exitUsage, fence.ReasonInvalidInput, "invalid agent"},
+		{"claim", map[string]any{"agent": strings.Repeat("a", 257)}, exitUsage, fence.ReasonInvalidInput, "invalid agent: 257 bytes long, at most 256"},
 		{"claim", map[string]any{"token": old, "wait": "1m"}, exitUsage, fence.ReasonInvalidInput, "give one or the other"},
 		{"claim_batch", nil, exitUsage, fence.ReasonInvalidInput, "name the tasks"},
 		{"heartbeat", map[string]any{"task": "t1"}, exitUsage, fence.ReasonInvalidInput, "token"},

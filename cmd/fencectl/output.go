@@ -197,14 +197,28 @@ func printable(s string) string {
 }
 
 // checkText refuses control characters in a value a user passes for the
-// journal (an agent name, a reason): it would be shown to operators later.
+// journal (an agent name, a reason): it would be shown to operators later;
+// and a value longer than the journal keeps (maxText).
 func checkText(flag, s string) error {
+	if n := maxText(flag); len(s) > n {
+		return usagef("invalid --%s %s: %d bytes long, at most %d allowed (it is recorded in every event it names)", flag, strconv.QuoteToGraphic(truncate(s, 80)), len(s), n)
+	}
 	for _, r := range s {
 		if unicode.IsControl(r) {
 			return usagef("invalid --%s %s: control characters are not allowed", flag, strconv.QuoteToGraphic(truncate(s, 80)))
 		}
 	}
 	return nil
+}
+
+// maxText bounds a text the journal keeps: an agent name is written into
+// every event of its claims and echoed in refusals, a reason into its
+// event. A 100 KB name was stored and printed back whole.
+func maxText(flag string) int {
+	if flag == "agent" {
+		return 256
+	}
+	return 4096
 }
 
 func truncate(s string, n int) string {
