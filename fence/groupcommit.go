@@ -253,7 +253,7 @@ type pendingOp struct {
 	committed bool
 	err       error
 	// adoptFirst asks for inbox/ to be adopted before the group runs: a
-	// claim that may take what was just dropped there (see adoptsFirst).
+	// claim that may take what was just dropped there (see claimWrite).
 	adoptFirst bool
 	done       chan struct{} // closed when the operation is finished
 	lead       chan struct{} // a value asks the waiting caller to lead the next group

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,14 @@ func guardReader(ctx context.Context, out *output, wait time.Duration) (_ contex
 		return ctx, func() bool { return false }, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
+	unwatch := watchReader(f, func() { cancel(readerGoneError{}) })
+	gone = func() bool { _, is := context.Cause(ctx).(readerGoneError); return is }
+	return ctx, gone, func() { unwatch(); cancel(nil) }
+}
+
+// watchReader calls onGone, once, if f loses its reader before the
+// returned stop is called; it looks every readerPoll.
+func watchReader(f *os.File, onGone func()) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		tick := time.NewTicker(readerPoll)
@@ -56,14 +65,14 @@ func guardReader(ctx context.Context, out *output, wait time.Duration) (_ contex
 				return
 			case <-tick.C:
 				if noReader(f) {
-					cancel(readerGoneError{})
+					onGone()
 					return
 				}
 			}
 		}
 	}()
-	gone = func() bool { _, is := context.Cause(ctx).(readerGoneError); return is }
-	return ctx, gone, func() { close(done); cancel(nil) }
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
 }
 
 // claimWithReader runs claim under guardReader: a claim for nobody is not
@@ -90,29 +99,12 @@ func watchReaderWhileWaiting(c *cli.Context, out *output, conn io.Closer) (left 
 		return func() bool { return false }
 	}
 	var gone atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(readerPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				if noReader(f) {
-					gone.Store(true)
-					_ = conn.Close()
-					return
-				}
-			}
-		}
-	}()
+	stop := watchReader(f, func() {
+		gone.Store(true)
+		_ = conn.Close()
+	})
 	return func() bool {
-		select {
-		case <-done:
-		default:
-			close(done)
-		}
+		stop()
 		return gone.Load()
 	}
 }
