@@ -559,6 +559,11 @@ func (t *Tree) beginWrite(db journal.Store, adopt bool) error {
 	for _, d := range replaced {
 		t.notify(NoticeReopened, string(d), string(d)+"/ was replaced since this process opened it; using the new one")
 	}
+	// Before anything is written: a move across mounts would fail after
+	// its commit (fsmirror/mounts.go).
+	if err := t.mirror.SplitMount(); err != nil {
+		return err
+	}
 	t.batch.shared.Store(!db.Exclusive())
 	if !db.Exclusive() {
 		// Writers on several hosts commit side by side: any commit may have

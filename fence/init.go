@@ -75,6 +75,9 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 		return res, err
 	}
 	defer m.Close()
+	if err := m.SplitMount(); err != nil {
+		return res, err
+	}
 	if exists { // an existing tree: a reader, under the shared lock
 		if err := refuseUnfinishedRecover(abs, meta); err != nil {
 			return res, err

@@ -108,6 +108,9 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 		return rep, err
 	}
 	defer m.Close()
+	if err := m.SplitMount(); err != nil {
+		return rep, err
+	}
 	m.Crash, m.Fault, m.Trace = crashAt, renameFault, renameTrace
 	rep.Root = m.Root()
 	meta := filepath.Join(rep.Root, string(fsmirror.Meta))

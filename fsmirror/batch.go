@@ -120,7 +120,8 @@ func (b *Batch) Adopt(from Dir, id string) (string, error) {
 		return "", &HardLinkedError{Name: id, Links: links}
 	}
 	if held != nil {
-		b.m.hold(name, held)
+		stagingfd, _ := b.m.dirfd(Staging)
+		b.m.hold(name, held, stagingfd)
 	}
 	b.note(from, Staging)
 	return name, nil

@@ -96,7 +96,7 @@ type Mirror struct {
 	retired   []int // descriptors Refresh replaced, closed by Close
 
 	heldMu sync.Mutex
-	held   map[string]*os.File // staged files this process writes (see Stage)
+	held   map[string]heldFile // staged files this process writes (see Stage)
 }
 
 // table is a set of open directory descriptors and the identity of the
@@ -105,6 +105,9 @@ type table struct {
 	rootfd int
 	fds    map[Dir]int
 	ids    map[Dir]fileID
+	// The mount of root and of each directory (mounts.go).
+	rootMount mountKey
+	mounts    map[Dir]mountKey
 }
 
 // fileID identifies a directory: a held descriptor keeps naming the
@@ -161,13 +164,16 @@ func open(root string, create bool) (_ *Mirror, err error) {
 		return nil, &fs.PathError{Op: "open", Path: abs, Err: err}
 	}
 	m := &Mirror{root: abs}
-	tab := &table{rootfd: rootfd, fds: make(map[Dir]int, len(layout)), ids: make(map[Dir]fileID, len(layout))}
+	tab := &table{rootfd: rootfd, fds: make(map[Dir]int, len(layout)), ids: make(map[Dir]fileID, len(layout)), mounts: make(map[Dir]mountKey, len(layout))}
 	m.tab.Store(tab)
 	defer func() {
 		if err != nil {
 			m.Close()
 		}
 	}()
+	if _, tab.rootMount, err = statDir(rootfd, abs); err != nil {
+		return nil, err
+	}
 	dirty := map[int]string{} // parent fds that gained an entry
 	for _, l := range layout {
 		parent, ppath := tab.rootfd, abs
@@ -191,11 +197,9 @@ func open(root string, create bool) (_ *Mirror, err error) {
 			return nil, err
 		}
 		tab.fds[l.dir] = fd
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return nil, &fs.PathError{Op: "fstat", Path: m.Path(l.dir, ""), Err: err}
+		if tab.ids[l.dir], tab.mounts[l.dir], err = statDir(fd, m.Path(l.dir, "")); err != nil {
+			return nil, err
 		}
-		tab.ids[l.dir] = idOf(&st)
 	}
 	for fd, path := range dirty {
 		if err := unix.Fsync(fd); err != nil {
@@ -228,8 +232,8 @@ func (m *Mirror) Close() error {
 		return nil
 	}
 	m.heldMu.Lock()
-	for name, f := range m.held {
-		f.Close()
+	for name, h := range m.held {
+		h.f.Close()
 		delete(m.held, name)
 	}
 	m.heldMu.Unlock()
@@ -266,13 +270,15 @@ func (m *Mirror) Refresh() (replaced []Dir, err error) {
 	}
 	var tab *table // a copy, made at the first change
 	cur := old
-	var st unix.Stat_t
-	if err := unix.Stat(m.root, &st); err != nil {
-		return nil, &fs.PathError{Op: "stat", Path: m.root, Err: err}
+	// The root by its path (which may be a symlink the user named), and
+	// the root this table holds open.
+	atPath, pathMount, _, err := statAt(unix.AT_FDCWD, m.root, 0, m.root)
+	if err != nil {
+		return nil, err
 	}
-	var rootID unix.Stat_t
-	if err := unix.Fstat(old.rootfd, &rootID); err != nil {
-		return nil, &fs.PathError{Op: "fstat", Path: m.root, Err: err}
+	held, _, err := statDir(old.rootfd, m.root)
+	if err != nil {
+		return nil, err
 	}
 	changed := map[Dir]bool{}
 	var opened []int
@@ -285,11 +291,11 @@ func (m *Mirror) Refresh() (replaced []Dir, err error) {
 	}()
 	clone := func() {
 		if tab == nil {
-			tab = &table{rootfd: old.rootfd, fds: maps.Clone(old.fds), ids: maps.Clone(old.ids)}
+			tab = &table{rootfd: old.rootfd, fds: maps.Clone(old.fds), ids: maps.Clone(old.ids), rootMount: old.rootMount, mounts: maps.Clone(old.mounts)}
 			cur = tab
 		}
 	}
-	if idOf(&st) != idOf(&rootID) {
+	if atPath != held || !sameMount(pathMount, old.rootMount) {
 		fd, err := unix.Open(m.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, &fs.PathError{Op: "open", Path: m.root, Err: err}
@@ -297,6 +303,7 @@ func (m *Mirror) Refresh() (replaced []Dir, err error) {
 		opened = append(opened, fd)
 		clone()
 		tab.rootfd = fd
+		tab.rootMount = pathMount
 		changed[""] = true
 	}
 	for _, l := range layout {
@@ -305,13 +312,16 @@ func (m *Mirror) Refresh() (replaced []Dir, err error) {
 			parent = cur.fds[l.parent]
 		}
 		path := m.Path(l.dir, "")
-		if err := unix.Fstatat(parent, l.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return nil, &fs.PathError{Op: "lstat", Path: path, Err: err}
+		id, mount, mode, err := statAt(parent, l.name, unix.AT_SYMLINK_NOFOLLOW, path)
+		if err != nil {
+			return nil, err
 		}
-		if k := kindOf(st.Mode); k != Directory {
+		if k := kindOf(mode); k != Directory {
 			return nil, &NotDirectoryError{Path: path, Kind: k}
 		}
-		if !changed[l.parent] && idOf(&st) == cur.ids[l.dir] {
+		// A mount on the directory (even a bind mount of it onto itself,
+		// the same inode) is a new directory too (mounts.go).
+		if !changed[l.parent] && id == cur.ids[l.dir] && sameMount(mount, cur.mounts[l.dir]) {
 			continue
 		}
 		fd, err := openDir(parent, l.name, path)
@@ -319,11 +329,12 @@ func (m *Mirror) Refresh() (replaced []Dir, err error) {
 			return nil, err
 		}
 		opened = append(opened, fd)
-		if err := unix.Fstat(fd, &st); err != nil {
-			return nil, &fs.PathError{Op: "fstat", Path: path, Err: err}
+		id, mount, err = statDir(fd, path)
+		if err != nil {
+			return nil, err
 		}
 		clone()
-		tab.fds[l.dir], tab.ids[l.dir] = fd, idOf(&st)
+		tab.fds[l.dir], tab.ids[l.dir], tab.mounts[l.dir] = fd, id, mount
 		changed[l.dir] = true
 		replaced = append(replaced, l.dir)
 	}

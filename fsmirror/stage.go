@@ -46,9 +46,15 @@ func (m *Mirror) Unstage(name string) error {
 		return err
 	}
 	defer m.release(name)
-	fd, err := m.dirfd(Staging)
-	if err != nil {
-		return err
+	// In the directory it was staged in: .fence/tmp may have been
+	// replaced since (Refresh), and the name would be looked for in
+	// the new one and left in the old.
+	fd, ok := m.stagedIn(name)
+	if !ok {
+		var err error
+		if fd, err = m.dirfd(Staging); err != nil {
+			return err
+		}
 	}
 	if err := unix.Unlinkat(fd, name, 0); err != nil && err != unix.ENOENT {
 		return fmt.Errorf("unstage: %w", &fs.PathError{Op: "remove", Path: m.Path(Staging, name), Err: err})
@@ -105,7 +111,7 @@ func (m *Mirror) writeTemp(prefix string, r io.Reader, maxBytes int64) (_ string
 		}
 		linked = true
 	}
-	m.hold(name, f)
+	m.hold(name, f, dirfd)
 	return name, nil
 }
 
@@ -133,24 +139,41 @@ func createHeld(dirfd int, name string) (fd int, linked bool, err error) {
 	return fd, linked, nil
 }
 
+// heldFile is a staged file this process holds open, and the staging
+// directory it was made in (a descriptor Refresh may have retired, which
+// stays open until Close).
+type heldFile struct {
+	f     *os.File
+	dirfd int
+}
+
 // hold keeps a staged file open (and so its flock held) until release.
-func (m *Mirror) hold(name string, f *os.File) {
+func (m *Mirror) hold(name string, f *os.File, dirfd int) {
 	m.heldMu.Lock()
 	defer m.heldMu.Unlock()
 	if m.held == nil {
-		m.held = map[string]*os.File{}
+		m.held = map[string]heldFile{}
 	}
-	m.held[name] = f
+	m.held[name] = heldFile{f, dirfd}
+}
+
+// stagedIn returns the staging directory a file this process holds was
+// made in.
+func (m *Mirror) stagedIn(name string) (int, bool) {
+	m.heldMu.Lock()
+	defer m.heldMu.Unlock()
+	h, ok := m.held[name]
+	return h.dirfd, ok && h.dirfd >= 0
 }
 
 // release closes a staged file this process held, dropping its flock.
 func (m *Mirror) release(name string) {
 	m.heldMu.Lock()
-	f := m.held[name]
+	h, ok := m.held[name]
 	delete(m.held, name)
 	m.heldMu.Unlock()
-	if f != nil {
-		f.Close()
+	if ok {
+		h.f.Close()
 	}
 }
 
