@@ -6,10 +6,8 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
-	"unicode"
 
 	"github.com/urfave/cli/v2"
 
@@ -154,11 +152,7 @@ func envRule(c *cli.Context, name string) string {
 			return fence.TTLRule
 		}
 	case "agent":
-		if a := c.String(name); len(a) > maxText(name) {
-			return fmt.Sprintf("%d bytes long, at most %d allowed", len(a), maxText(name))
-		} else if strings.ContainsFunc(a, unicode.IsControl) {
-			return "control characters are not allowed"
-		}
+		return textRule(name, c.String(name))
 	case "journal":
 		if _, err := fence.ParseJournalURL(c.String(name)); err != nil {
 			return err.Error()

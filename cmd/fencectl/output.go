@@ -196,19 +196,32 @@ func printable(s string) string {
 	return q[1 : len(q)-1]
 }
 
-// checkText refuses control characters in a value a user passes for the
-// journal (an agent name, a reason): it would be shown to operators later;
-// and a value longer than the journal keeps (maxText).
+// checkText refuses a value a user passes for the journal (an agent name,
+// a reason) that breaks textRule.
 func checkText(flag, s string) error {
-	if n := maxText(flag); len(s) > n {
-		return usagef("invalid --%s %s: %d bytes long, at most %d allowed (it is recorded in every event it names)", flag, strconv.QuoteToGraphic(truncate(s, 80)), len(s), n)
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return usagef("invalid --%s %s: control characters are not allowed", flag, strconv.QuoteToGraphic(truncate(s, 80)))
-		}
+	if why := textRule(flag, s); why != "" {
+		return usagef("invalid --%s %s: %s", flag, strconv.QuoteToGraphic(truncate(s, 80)), why)
 	}
 	return nil
+}
+
+// textRule says what is wrong with a value for the journal, or "": it is
+// shown to operators later, so no control characters; it is printed in
+// JSON (--json, the dashboard, MCP), which carries only UTF-8, and a name
+// with other bytes came back as another name (U+FFFD in place of each),
+// which a script comparing holders would never match; and it is no longer
+// than the journal keeps (maxText).
+func textRule(flag, s string) string {
+	if n := maxText(flag); len(s) > n {
+		return fmt.Sprintf("%d bytes long, at most %d allowed (it is recorded in every event it names)", len(s), n)
+	}
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return "control characters are not allowed"
+	}
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8 (it must be text: it is printed in --json output)"
+	}
+	return ""
 }
 
 // maxText bounds a text the journal keeps: an agent name is written into
