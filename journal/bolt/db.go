@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -293,6 +294,13 @@ func openBolt(path string, readOnly bool, timeout time.Duration) (*bbolt.DB, *os
 	}
 	if _, ok := errors.AsType[*journal.CorruptError](err); ok {
 		return nil, nil, err
+	}
+	// A system call that failed (out of file descriptors or memory, an
+	// I/O error, a signal) says nothing about the file: only what bbolt
+	// found in it does. Called corrupt, it sent users to recover, which
+	// sets a sound journal aside.
+	if _, ok := errors.AsType[syscall.Errno](err); ok {
+		return nil, nil, fmt.Errorf("open journal %s: %w (the journal itself was not read; nothing was changed)", path, err)
 	}
 	return nil, nil, &journal.CorruptError{Path: path, Detail: err.Error()}
 }

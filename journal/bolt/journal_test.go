@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
@@ -705,4 +706,50 @@ func storedVersion(t *testing.T, dir string) string {
 	var v string
 	b.View(func(tx *bolt.Tx) error { v = string(tx.Bucket([]byte("meta")).Get([]byte("version"))); return nil })
 	return v
+}
+
+// A system call that fails while the journal is opened says nothing about
+// the journal: out of file descriptors, Open used to call the journal
+// unreadable, and the CLI then advised `fencectl recover`, which sets a
+// sound journal aside. Here the process may open the lock file and not
+// the journal (RLIMIT_NOFILE one above the lowest free descriptor).
+func TestJournal_OpenOutOfDescriptorsIsNotDamage(t *testing.T) {
+	dir := t.TempDir()
+	if err := boltstore.Create(dir, defaults, t0); err != nil {
+		t.Fatal(err)
+	}
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(probe)
+	low := old
+	low.Cur = uint64(probe) + 1 // the lock file gets probe; the journal gets nothing
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err == nil {
+		db.Close()
+		t.Fatalf("Open with no descriptor left for the journal succeeded")
+	}
+	if !errors.Is(err, unix.EMFILE) {
+		t.Errorf("Open: %v, want it to say EMFILE (too many open files)", err)
+	}
+	var ce *journal.CorruptError
+	if errors.As(err, &ce) {
+		t.Errorf("out of descriptors reported as a damaged journal: %v", err)
+	}
+	db, err = boltstore.Open(dir, journal.OpenOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("Open once descriptors are back: %v", err)
+	}
+	db.Close()
 }
