@@ -112,6 +112,10 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 					t.notify(NoticeInboxRejected, id, hl.Error())
 					continue
 				}
+				if bw, ok := errors.AsType[*fsmirror.BeingWrittenError](err); ok {
+					t.notify(NoticeInboxRejected, id, bw.Error())
+					continue
+				}
 				if err != nil {
 					t.notify(NoticeInboxUnmovable, id, err.Error()+"; left in inbox/, not adopted (inbox/ must be a plain directory on the tree's file system that fencectl may move files out of)")
 					continue
@@ -125,11 +129,19 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 			}
 			evs = append(evs, ev)
 		}
-		if len(evs) > 0 {
-			crashAt("adopt:before-commit")
+		if len(evs) == 0 {
+			// Every file was left (rejected, still being written, taken
+			// away): nothing to commit, not even an empty transaction,
+			// which would move the journal of a claim that then found
+			// nothing (a refusal).
+			return errNothingWritten
 		}
+		crashAt("adopt:before-commit")
 		return nil
 	})
+	if errors.Is(err, errNothingWritten) {
+		return nil
+	}
 	if err != nil {
 		for id, name := range staged {
 			if perr := t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id); perr != nil {

@@ -93,20 +93,41 @@ func (b *Batch) Adopt(from Dir, id string) (string, error) {
 	// (replay on an etcd tree) tells it from a file a dead adopter left
 	// (Sweep). A file this process cannot open is adopted unlocked.
 	var held *os.File
+	leased := false
 	if fromfd, err := b.m.dirfd(from); err == nil {
 		if fd, err := unix.Openat(fromfd, id, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+			if leased, err = noWriters(fd); err != nil {
+				unix.Close(fd)
+				return "", &BeingWrittenError{Name: id}
+			}
 			if unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB) == nil {
 				held = os.NewFile(uintptr(fd), name)
 			} else {
+				endLease(fd, leased)
 				unix.Close(fd)
+				leased = false
 			}
 		}
 	}
 	if err := b.m.rename(from, id, Staging, name); err != nil {
 		if held != nil {
+			endLease(int(held.Fd()), leased)
 			held.Close()
 		}
 		return "", fmt.Errorf("move %s to %s: %w", b.m.Path(from, id), Staging, err)
+	}
+	if held != nil && leased {
+		// A writer that opened the file while the lease was held waited
+		// for it to end, and has the file open now: look again.
+		endLease(int(held.Fd()), true)
+		if _, err := noWriters(int(held.Fd())); err != nil {
+			held.Close()
+			if err := b.m.rename(Staging, name, from, id); err != nil {
+				return "", fmt.Errorf("put %s back: %w", b.m.Path(from, id), err)
+			}
+			return "", &BeingWrittenError{Name: id}
+		}
+		endLease(int(held.Fd()), true)
 	}
 	// Checked once the file is staged, where nobody else links to it: a
 	// link made after a check in from could not be seen.
@@ -174,4 +195,29 @@ func (b *Batch) Sync() error {
 	}
 	b.dests, b.srcs, b.seen = nil, nil, map[Dir]bool{}
 	return nil
+}
+
+// noWriters reports whether the file open (read-only) at fd is open for
+// writing by any process: a read lease is refused (EAGAIN) exactly then.
+// A file still being written (`cat big > inbox/x`) was adopted with half
+// its content, and the rest was then written into the task under its
+// holder. On success the lease is held (leased) until endLease; while it
+// is, a process that opens the file for writing waits. Where leases are
+// not allowed (another user's file without CAP_LEASE, leases disabled, a
+// file system without them) nothing can be told: no error, no lease.
+func noWriters(fd int) (leased bool, err error) {
+	switch _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK); err {
+	case nil:
+		return true, nil
+	case unix.EAGAIN:
+		return false, err
+	}
+	return false, nil
+}
+
+// endLease gives up the read lease noWriters took, if it took one.
+func endLease(fd int, leased bool) {
+	if leased {
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+	}
 }

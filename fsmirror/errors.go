@@ -106,3 +106,15 @@ type HardLinkedError struct {
 func (e *HardLinkedError) Error() string {
 	return fmt.Sprintf("%s has %d hard links: its content is shared with a file outside the tree; left in place, not adopted (move it in with mv, or remove its other names)", quoteShort(e.Name), e.Links)
 }
+
+// BeingWrittenError refuses to adopt a file that a process has open for
+// writing: it may be half written, and what is written later would change
+// the task under its holder. It is left where it is and adopted once no
+// process has it open for writing.
+type BeingWrittenError struct {
+	Name string
+}
+
+func (e *BeingWrittenError) Error() string {
+	return fmt.Sprintf("%s is open for writing by a process (still being written?): left in place, not adopted yet; it is adopted once nothing has it open for writing (write a file elsewhere, then mv it in)", quoteShort(e.Name))
+}
