@@ -51,7 +51,21 @@ const liveDirName = "live"
 const (
 	ReasonExpiredLease = "lease expired"
 	ReasonHolderDied   = "holder died"
+	// ReasonDiedUnstarted releases, with no attempt counted, a claim
+	// whose holder died before it started working on it (a task run
+	// --loop claimed ahead of its command: see ProcessTie.Started).
+	ReasonDiedUnstarted = "holder died before starting it"
 )
+
+// unstartedMark ends the name of a tie whose claim no work has started
+// under yet: <token>.<suffix>.unstarted. A fencectl from before it reads
+// no tie there, and leaves such a claim to its lease.
+const unstartedMark = ".unstarted"
+
+// death is what a scan learns of a claim whose holder is gone: whether
+// the holder had started working on it (every tie of the token still
+// marked unstarted: it had not).
+type death struct{ unstarted bool }
 
 // liveTmpAge is how old an unlocked temporary liveness file must be before
 // a reaper removes it: younger, it may be one a holder is about to lock.
@@ -111,7 +125,23 @@ func (e *LiveDirError) Error() string {
 // claim. The anchor is opened close-on-exec, so that no command this
 // process starts keeps it alive. release removes the link.
 func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
-	return t.batch.live.tie(t.metaDir, token)
+	name, err := t.batch.live.tie(t.metaDir, token, false)
+	if err != nil {
+		return nil, err
+	}
+	return func() { unlinkLive(t.metaDir, name) }, nil
+}
+
+// tieClaim ties the claim of token to this process as holdLiveness
+// does; with unstarted, marked so until the tie's Started: should the
+// process die before then, the claim is released with no attempt counted
+// (nothing was run under it), not reaped as an attempt.
+func (t *Tree) tieClaim(token uint64, unstarted bool) (*ProcessTie, error) {
+	name, err := t.batch.live.tie(t.metaDir, token, unstarted)
+	if err != nil {
+		return nil, err
+	}
+	return &ProcessTie{metaDir: t.metaDir, name: name}, nil
 }
 
 // liveAnchor is the one locked file behind every liveness file of this
@@ -138,11 +168,12 @@ type anchor struct {
 }
 
 // tie links the current anchor (made first if need be) as token's
-// liveness file in .fence/live under metaDir.
-func (l *liveAnchor) tie(metaDir string, token uint64) (release func(), err error) {
+// liveness file in .fence/live under metaDir, marked unstarted if asked,
+// and returns the link's name.
+func (l *liveAnchor) tie(metaDir string, token uint64, unstarted bool) (string, error) {
 	dfd, err := openLiveDir(metaDir, true)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer unix.Close(dfd)
 	l.mu.Lock() // against close, which removes an anchor with no links
@@ -150,22 +181,25 @@ func (l *liveAnchor) tie(metaDir string, token uint64) (release func(), err erro
 	for range 2 {
 		a, err := l.get(dfd)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		name := strconv.FormatUint(token, 10) + "." + a.suffix
+		if unstarted {
+			name += unstartedMark
+		}
 		err = unix.Linkat(dfd, a.name, dfd, name, 0)
 		if err == nil {
-			return func() { unlinkLive(metaDir, name) }, nil
+			return name, nil
 		}
 		if err != unix.ENOENT {
-			return nil, &os.LinkError{Op: "link", Old: a.name, New: name, Err: err}
+			return "", &os.LinkError{Op: "link", Old: a.name, New: name, Err: err}
 		}
 		// The anchor's name is gone (a hand cleared .fence/live, or made
 		// it anew): a new anchor; the old one stays locked for the claims
 		// linked to it.
 		l.current = nil
 	}
-	return nil, fmt.Errorf("liveness anchor in %s vanished twice", filepath.Join(metaDir, liveDirName))
+	return "", fmt.Errorf("liveness anchor in %s vanished twice", filepath.Join(metaDir, liveDirName))
 }
 
 // unlinkLive removes name from .fence/live, never through a symlink.
@@ -176,6 +210,20 @@ func unlinkLive(metaDir, name string) {
 	}
 	defer unix.Close(dfd)
 	_ = unix.Unlinkat(dfd, name, 0)
+}
+
+// renameLive renames a tie in .fence/live, never through a symlink. No
+// fsync: after a crash every tie is dead anyway.
+func renameLive(metaDir, from, to string) error {
+	dfd, err := openLiveDir(metaDir, false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Renameat(dfd, from, dfd, to); err != nil {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+	}
+	return nil
 }
 
 // get returns the current anchor, making one in the directory dfd first
@@ -240,7 +288,7 @@ func flockRetry(fd, how int) error {
 // their holders' processes are gone. With tidy, unlocked files of tokens
 // that hold no lease any more are removed as they are found (a holder
 // that died after its claim ended, or whose claim was reaped already).
-func (t *Tree) deadHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
+func (t *Tree) deadHolders(tx journal.Tx, tidy bool) (map[uint64]death, error) {
 	if t.store.Name() != "bbolt" {
 		return nil, nil
 	}
@@ -265,7 +313,7 @@ func (t *Tree) deadHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 type holderScan struct {
 	mu   sync.Mutex
 	tx   journal.Tx // the group's transaction while it runs, else nil
-	dead map[uint64]bool
+	dead map[uint64]death
 	done bool
 	// scans counts the scans made, for tests.
 	scans atomic.Int64
@@ -281,7 +329,7 @@ func (h *holderScan) begin(tx journal.Tx) {
 func (h *holderScan) end() { h.begin(nil) }
 
 // get returns a copy of the scan kept for tx, if any.
-func (h *holderScan) get(tx journal.Tx) (map[uint64]bool, bool) {
+func (h *holderScan) get(tx journal.Tx) (map[uint64]death, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.done || h.tx == nil || h.tx != tx {
@@ -291,7 +339,7 @@ func (h *holderScan) get(tx journal.Tx) (map[uint64]bool, bool) {
 }
 
 // put keeps dead as tx's scan, if tx is the group's transaction.
-func (h *holderScan) put(tx journal.Tx, dead map[uint64]bool) {
+func (h *holderScan) put(tx journal.Tx, dead map[uint64]death) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.tx != nil && h.tx == tx {
@@ -316,7 +364,7 @@ type liveHolder struct {
 // (openLiveDir), stats every name without following one either, and
 // opens nothing but regular files. A live that is not a directory is
 // left alone: no holder is found dead there.
-func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
+func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]death, error) {
 	dfd, err := openLiveDir(t.metaDir, false)
 	if errors.Is(err, os.ErrNotExist) || errors.As(err, new(*LiveDirError)) {
 		return nil, nil
@@ -343,7 +391,7 @@ func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 		}
 	}
 	alive := map[uint64]bool{}
-	files := map[uint64][]string{}
+	files := map[uint64][]tieFile{}
 	for _, name := range names {
 		if strings.HasPrefix(name, anchorPrefix) {
 			continue
@@ -355,6 +403,7 @@ func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 			continue
 		}
 		tok, suffix, ok := strings.Cut(name, ".")
+		suffix, unstarted := strings.CutSuffix(suffix, unstartedMark)
 		token, err := strconv.ParseUint(tok, 10, 64)
 		h := holders[suffix]
 		if !ok || err != nil || h == nil {
@@ -365,25 +414,25 @@ func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 			continue // not a link to its anchor: not a tie, left alone
 		}
 		h.links++
-		files[token] = append(files[token], suffix)
+		files[token] = append(files[token], tieFile{name, suffix, unstarted})
 		if h.live {
 			alive[token] = true
 		}
 	}
-	dead := map[uint64]bool{}
-	for token, suffixes := range files {
+	dead := map[uint64]death{}
+	for token, ties := range files {
 		if alive[token] {
 			continue
 		}
 		if _, current, err := leaseOf(tx, token); err != nil {
 			return nil, err
 		} else if current {
-			dead[token] = true
+			dead[token] = death{unstarted: !slices.ContainsFunc(ties, func(f tieFile) bool { return !f.unstarted })}
 			continue
 		}
-		for _, suffix := range suffixes {
-			if tidy && unix.Unlinkat(dfd, strconv.FormatUint(token, 10)+"."+suffix, 0) == nil {
-				holders[suffix].links--
+		for _, f := range ties {
+			if tidy && unix.Unlinkat(dfd, f.name, 0) == nil {
+				holders[f.suffix].links--
 			}
 		}
 	}
@@ -393,6 +442,13 @@ func (t *Tree) scanHolders(tx journal.Tx, tidy bool) (map[uint64]bool, error) {
 		}
 	}
 	return dead, nil
+}
+
+// tieFile is one tie a scan found: its name, its anchor's suffix, and
+// whether it is marked unstarted.
+type tieFile struct {
+	name, suffix string
+	unstarted    bool
 }
 
 func idOf(st *unix.Stat_t) fileID { return fileID{dev: uint64(st.Dev), ino: st.Ino} }
@@ -464,7 +520,11 @@ func (t *Tree) reapDead(tx journal.Tx, now time.Time, keep uint64, limit int) ([
 		if !ok {
 			continue
 		}
-		r, ev, err := reapOne(tx, rec, ReasonHolderDied, now)
+		reap := reapOne
+		if dead[token].unstarted {
+			reap = releaseUnstarted
+		}
+		r, ev, err := reap(tx, rec, ReasonHolderDied, now)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -517,9 +577,11 @@ func (t *Tree) diedOf(tx journal.Tx, now time.Time) ([]Reaped, error) {
 		return nil, err
 	}
 	var out []Reaped
-	for token := range dead {
+	for token, d := range dead {
 		if rec, ok, err := leaseOf(tx, token); err != nil {
 			return nil, err
+		} else if ok && d.unstarted {
+			out = append(out, unstartedOf(rec))
 		} else if ok {
 			r, err := reapOf(tx, rec, ReasonHolderDied, now)
 			if err != nil {
@@ -530,4 +592,23 @@ func (t *Tree) diedOf(tx journal.Tx, now time.Time) ([]Reaped, error) {
 	}
 	slices.SortFunc(out, func(a, b Reaped) int { return cmp.Compare(a.Token, b.Token) })
 	return out, nil
+}
+
+// releaseUnstarted frees rec, whose holder died before it started working
+// on it: released to available/, reason ReasonDiedUnstarted, with no
+// attempt counted, as run's own release of a task it claimed ahead and
+// did not run. (reason is reapDead's, for the signature of reapOne.)
+func releaseUnstarted(tx journal.Tx, rec record.Task, _ string, now time.Time) (Reaped, record.Event, error) {
+	ev := endEvent(record.EvRelease, rec, record.Available, "", ReasonDiedUnstarted, now)
+	_, ev, err := commit(tx, &rec, ev)
+	return unstartedOf(rec), ev, err
+}
+
+// unstartedOf explains releaseUnstarted's release of rec.
+func unstartedOf(rec record.Task) Reaped {
+	return Reaped{
+		Task: rec.ID, Holder: rec.Lease.Agent, Token: rec.Lease.Token,
+		Reason: ReasonDiedUnstarted, Attempts: rec.Attempts,
+		MaxAttempts: rec.MaxAttempts, To: record.Available,
+	}
 }

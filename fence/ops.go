@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +155,12 @@ type ClaimRequest struct {
 	// KeeperConfig given the result's Tie keeps it; without a keeper,
 	// call Tie.Untie once the claim is settled. bbolt trees only.
 	TieToProcess bool
+	// TieUnstarted, with TieToProcess, makes the tie start out unstarted:
+	// the process's death before Tie.Started releases the task with no
+	// attempt counted (ReasonDiedUnstarted), since nothing ran under the
+	// claim (run --loop claims tasks ahead of their commands). Call
+	// Started just before work begins.
+	TieUnstarted bool
 }
 
 // ClaimResult is a granted (or renewed) claim.
@@ -171,18 +178,49 @@ type ClaimResult struct {
 	TieErr error
 }
 
-// ProcessTie is a claim's tie to its process (see liveness.go).
+// ProcessTie is a claim's tie to its process (see liveness.go): the
+// name of its link in .fence/live, marked unstarted until Started.
 type ProcessTie struct {
-	once  sync.Once
-	untie func()
+	mu            sync.Mutex
+	metaDir, name string
+	gone          bool
 }
 
 // Untie drops the tie: the claim's holder is no longer this process.
 // Safe to call more than once, and on nil.
 func (p *ProcessTie) Untie() {
-	if p != nil {
-		p.once.Do(p.untie)
+	if p == nil {
+		return
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.gone {
+		p.gone = true
+		unlinkLive(p.metaDir, p.name)
+	}
+}
+
+// Started says that work begins under the claim now (run calls it just
+// before it starts the command): from here the holder's death counts as
+// an attempt. Until then it releases the task with none counted
+// (ReasonDiedUnstarted). Called before the work, never after: a task
+// whose command kills its holder must use up its attempts, not run
+// forever. Safe on nil, and more than once.
+func (p *ProcessTie) Started() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	started, ok := strings.CutSuffix(p.name, unstartedMark)
+	if p.gone || !ok {
+		return nil
+	}
+	if err := renameLive(p.metaDir, p.name, started); err != nil {
+		return err
+	}
+	p.name = started
+	return nil
 }
 
 // Reaped explains one expired lease that was freed.
@@ -382,11 +420,11 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		if req.TieToProcess && t.store.Name() == "bbolt" {
 			// Before the commit: a link for a token that never commits
 			// is tidied by the next reaper (no lease holds it).
-			untie, err := t.holdLiveness(res.Token)
+			tie, err := t.tieClaim(res.Token, req.TieUnstarted)
 			if err != nil {
 				res.TieErr = &TieError{Err: err}
 			} else {
-				res.Tie = &ProcessTie{untie: untie}
+				res.Tie = tie
 			}
 		}
 		return append(evs, ev), nil

@@ -78,8 +78,11 @@ func (t *Tree) Status(ctx context.Context) (Status, error) {
 				Task: id, Agent: rec.Lease.Agent, Token: rec.Lease.Token, Deadline: rec.Lease.Deadline,
 				Left: rec.Lease.Deadline.Sub(now), Attempts: rec.Attempts,
 			}
+			d, died := dead[rec.Lease.Token]
 			switch {
-			case dead[rec.Lease.Token]:
+			case died && d.unstarted:
+				v.Ended = ReasonDiedUnstarted
+			case died:
 				v.Ended = ReasonHolderDied
 			case t.leaseClock != nil && t.leaseClock.claimedBefore(*rec.Lease):
 				v.Ended = ReasonHostRebooted

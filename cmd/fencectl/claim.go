@@ -158,6 +158,10 @@ func describeReap(r fence.Reaped) string {
 	if !r.Until.IsZero() {
 		to += ", backing off until " + fmtTime(r.Until)
 	}
+	if r.Reason == fence.ReasonDiedUnstarted {
+		return fmt.Sprintf("the process of %s (token %d) died before it started the task; released, no attempt counted (%d of %d used); %s",
+			r.Holder, r.Token, r.Attempts, r.MaxAttempts, to)
+	}
 	if r.Reason == fence.ReasonHolderDied {
 		return fmt.Sprintf("the process of %s (token %d) died; attempt %d of %d; %s",
 			r.Holder, r.Token, r.Attempts, r.MaxAttempts, to)

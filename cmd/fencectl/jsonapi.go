@@ -365,7 +365,7 @@ type statusLeaseJSON struct {
 	Agent       string    `json:"agent"`
 	Attempts    int       `json:"attempts"`
 	Deadline    time.Time `json:"deadline"`
-	Ended       string    `json:"ended,omitempty"` // "holder died" or "host rebooted": over, to be reaped
+	Ended       string    `json:"ended,omitempty"` // "holder died", "holder died before starting it" or "host rebooted": over, to be reaped
 	Expired     bool      `json:"expired"`
 	LeftSeconds float64   `json:"left_seconds"`
 	Task        string    `json:"task"`
@@ -422,7 +422,7 @@ type reapedJSON struct {
 	ExpiredForSeconds float64    `json:"expired_for_seconds"`
 	Holder            string     `json:"holder"`
 	MaxAttempts       int        `json:"max_attempts"`
-	Reason            string     `json:"reason"` // "lease expired" or "holder died"
+	Reason            string     `json:"reason"` // "lease expired", "holder died" or "holder died before starting it"
 	Task              string     `json:"task"`
 	To                string     `json:"to"`
 	Token             uint64     `json:"token"`

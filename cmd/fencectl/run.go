@@ -348,7 +348,7 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 			if s := caught(); s != 0 {
 				return exitStatus{code: 128 + int(s)}
 			}
-			claim, err = t.Claim(s.claimCtx, fence.ClaimRequest{ID: id, Agent: cfg.agent, TTL: cfg.ttl, Wait: cfg.wait, RequestID: requestID, RequestLock: lock, TieToProcess: true})
+			claim, err = t.Claim(s.claimCtx, fence.ClaimRequest{ID: id, Agent: cfg.agent, TTL: cfg.ttl, Wait: cfg.wait, RequestID: requestID, RequestLock: lock, TieToProcess: true, TieUnstarted: true})
 		}
 		for _, r := range claim.Reaped {
 			out.notice(fence.Notice{Kind: fence.NoticeReaped, Name: r.Task, Detail: describeReap(r)})
@@ -522,7 +522,7 @@ func (s *supervisor) settleAndClaim(ctx context.Context, tasks []settling, n, in
 	got := make([]claimed, max(n, 0))
 	for i := range got {
 		calls = append(calls, fence.GroupCall{Ctx: s.claimCtx, Fn: func(cctx context.Context) {
-			c, err := s.t.Claim(cctx, fence.ClaimRequest{Agent: s.cfg.agent, TTL: s.cfg.ttl, TieToProcess: true})
+			c, err := s.t.Claim(cctx, fence.ClaimRequest{Agent: s.cfg.agent, TTL: s.cfg.ttl, TieToProcess: true, TieUnstarted: true})
 			got[i] = claimed{Claim: c, Err: err}
 		}})
 	}
@@ -827,6 +827,12 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 	select { // the last task's, if its orphans were reaped already
 	case <-s.sigchld:
 	default:
+	}
+	// From here a death of run counts as an attempt of the task: its
+	// command may be what killed it. Claimed and not started, the task
+	// would be released with none counted.
+	if err := claim.Tie.Started(); err != nil {
+		out.notice(fence.Notice{Kind: fence.NoticeWarning, Name: claim.Task.ID, Detail: err.Error() + " (should run die now, the task is released with no attempt counted)"})
 	}
 	start := time.Now()
 	forget := func() {}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+	"github.com/fencectl/fencectl/fence"
 )
 
 // batchTree is a tree of t1 to t4 whose run --loop never finds a core
@@ -61,7 +62,11 @@ func TestRun_LoopBatchLongCommandHandsBack(t *testing.T) {
 // the task stays tied to run until its complete commits, so it is freed
 // at once ("holder died"), as a task whose command was still running is,
 // not when its lease runs out. Its command ran; it will run again: the
-// window this leaves is the batch's (see batchSize).
+// window this leaves is the batch's (see batchSize). t2's and t3's
+// commands ran, so each used an attempt; t4 was claimed ahead and never
+// started, so it is released with no attempt counted (before, it was
+// charged one: three kills of a busy runner, a CI job cancelled three
+// times, failed tasks that had never run).
 func TestRun_LoopBatchKilledFreesItsTasks(t *testing.T) {
 	rt := batchTree(t, "1h")
 	marks := t.TempDir()
@@ -74,11 +79,21 @@ func TestRun_LoopBatchKilledFreesItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	clitest.WaitExit(t, run)
+	if dry := rt.OK("reap", "--dry-run"); !strings.Contains(dry, "t4: the process of looper") || !strings.Contains(dry, "died before it started the task; released, no attempt counted") {
+		t.Errorf("reap --dry-run does not say t4 was never started:\n%s", dry)
+	}
 	rt.OK("reap")
-	for _, id := range []string{"t2", "t3", "t4"} {
-		if st := rt.Show(id)["state"]; st != "available" {
+	for id, attempts := range map[string]float64{"t2": 1, "t3": 1, "t4": 0} {
+		show := rt.Show(id)
+		if st := show["state"]; st != "available" {
 			t.Errorf("%s is %v after run was killed and a reap, want available\n%s", id, st, rt.OK("log", "--task", id))
 		}
+		if got := show["attempts"]; got != attempts {
+			t.Errorf("%s has used %v attempts after run was killed, want %v\n%s", id, got, attempts, rt.OK("log", "--task", id))
+		}
+	}
+	if log := rt.OK("log", "--task", "t4"); !strings.Contains(log, fence.ReasonDiedUnstarted) {
+		t.Errorf("t4's log does not say its holder died before starting it:\n%s", log)
 	}
 }
 
