@@ -178,6 +178,7 @@ const (
 	RuleNoTree       Rule = "no_tree"       // the root does not exist
 	RuleNotATree     Rule = "not_a_tree"    // the root is a directory but no task tree
 	RuleOrphanTasks  Rule = "orphan_tasks"  // the root holds task files but no journal
+	RuleInsideTree   Rule = "inside_tree"   // the root is a directory of another tree (enclosing.go)
 	RuleConflict     Rule = "conflict"      // contradicts what is already held or asked
 	RuleSharedPrefix Rule = "shared_prefix" // the etcd prefix holds another tree's journal
 	RuleNetworkFS    Rule = "network_fs"    // a bbolt journal on a file system other hosts may reach

@@ -47,6 +47,9 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 		return res, err
 	}
 	res.Root = abs
+	if err := insideTree(abs); err != nil {
+		return res, err
+	}
 	meta := filepath.Join(abs, string(fsmirror.Meta))
 	if o.Journal, err = checkJournalChoice(abs, meta, o); err != nil {
 		return res, err

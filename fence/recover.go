@@ -375,6 +375,9 @@ func tokenFloor(meta string, now time.Time, salvaged journal.Salvaged) (uint64, 
 // directories. recover rebuilds a tree's journal; it must not plant a new
 // tree wherever a mistyped --dir points.
 func checkTaskTree(root string) error {
+	if err := insideTree(root); err != nil {
+		return err
+	}
 	isDir := func(name string) bool {
 		fi, err := os.Lstat(filepath.Join(root, name))
 		return err == nil && fi.IsDir()

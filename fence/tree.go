@@ -140,6 +140,9 @@ func Open(root string, o Options) (*Tree, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := insideTree(abs); err != nil {
+			return nil, err
+		}
 		return nil, &NoJournalError{Path: store.Path(meta)}
 	}
 	if err := refuseUnfinishedRecover(abs, meta); err != nil {

@@ -144,6 +144,7 @@ var invalidHints = map[fence.Rule]string{
 	fence.RuleNoTree:      " (`fencectl init` makes a new tree)",
 	fence.RuleNotATree:    "; check --dir / FENCE_DIR, or run `fencectl init` to make a new tree there",
 	fence.RuleOrphanTasks: " If this tree lost its journal, run `fencectl recover` to rebuild it from the directories",
+	fence.RuleInsideTree:  "",
 	fence.RuleNetworkFS:   " For a tree that several hosts share, use `--journal etcd://HOST:PORT/PREFIX`; if only this host ever uses the tree, pass --allow-network-fs",
 }
 
