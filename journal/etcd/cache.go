@@ -1,7 +1,13 @@
 package etcd
 
 import (
+	"bytes"
+	"slices"
+	"strings"
+	"time"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The handle's cache of point keys (task records, liveness keys, claims,
@@ -12,10 +18,25 @@ import (
 // written, and what this handle last read or wrote of a key is what etcd
 // holds: a transaction then reads it from memory. The one change that
 // does not go through the head, etcd deleting a liveness key when its
-// lease runs out, is why liveness keys are never cached (a View has no
-// commit to catch a stale one). A failed commit drops the cache. So the
-// cache saves round trips, never correctness: every key read is still
-// checked at commit.
+// lease runs out, is why liveness keys are not cached with the others (a
+// View has no commit to catch a stale one). A failed commit drops the
+// cache. So the cache saves round trips, never correctness: every key
+// read is still checked at commit.
+//
+// Two more things are kept beside the point keys, for write transactions
+// of a handle that commits group after group (prepared.go):
+//
+//   - the liveness keys this handle wrote, each until its etcd lease can
+//     run out at the earliest (its grant, on this host's monotonic clock,
+//     plus the claim's TTL). Only a write transaction takes one, and
+//     marks itself unverified: its commit compares the key as it does
+//     any other, and a run that commits nothing is made again on reads
+//     of its own (Store.UpdateReading), so a key etcd deleted anyway (an
+//     operator's, or a test's ExpireLease) costs a run, never a wrong
+//     outcome.
+//   - the whole dependents index P/d/, when one read found it small: a
+//     complete looks for its task's dependents, and most tasks have none.
+//     It is kept as the point keys are (this handle's commits applied).
 
 // cacheLimit bounds the cache; past it, it starts afresh.
 const cacheLimit = 1 << 16
@@ -28,8 +49,79 @@ func (s *Store) cacheValid(headRev int64) bool {
 	if s.cacheRev != 0 && s.cacheRev == headRev {
 		return true
 	}
-	s.cacheRev, s.cacheKV, s.warm = headRev, nil, false
+	s.resetCacheLocked(headRev)
 	return headRev != 0
+}
+
+// resetCacheLocked empties the cache, now valid for head revision rev (0:
+// for none); cacheMu is held.
+func (s *Store) resetCacheLocked(rev int64) {
+	s.cacheRev, s.cacheKV, s.warm = rev, nil, false
+	s.liveKV, s.depsKV = nil, nil
+}
+
+// liveEntry is a liveness key this handle wrote (nil kv: it deleted it),
+// trusted until until (see above).
+type liveEntry struct {
+	kv    *mvccpb.KeyValue
+	until time.Time
+}
+
+// cacheGetLive returns the liveness key k as this handle last wrote it,
+// if it is cached and its lease cannot have run out yet.
+func (s *Store) cacheGetLive(k string) (*mvccpb.KeyValue, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	e, ok := s.liveKV[k]
+	if !ok || e.kv != nil && !time.Now().Before(e.until) {
+		return nil, false
+	}
+	return e.kv, true
+}
+
+// keepDeps records kvs as the whole dependents index at head revision
+// headRev, if the cache still holds the state at that head.
+func (s *Store) keepDeps(headRev int64, kvs []*mvccpb.KeyValue) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if headRev == 0 || s.cacheRev != headRev {
+		return
+	}
+	s.depsKV = make(map[string]*mvccpb.KeyValue, len(kvs))
+	for _, kv := range kvs {
+		s.depsKV[string(kv.Key)] = kv
+	}
+}
+
+// depsKnown reports whether the cache holds the whole dependents index.
+func (s *Store) depsKnown() bool {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	return s.depsKV != nil
+}
+
+// depsPage answers a read of [from, hi), inside the dependents index, of
+// at most limit keys, from the cache; ok is false if it does not hold the
+// index.
+func (s *Store) depsPage(from, hi string, limit int64) (*clientv3.GetResponse, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.depsKV == nil {
+		return nil, false
+	}
+	var kvs []*mvccpb.KeyValue
+	for k, kv := range s.depsKV {
+		if k >= from && k < hi {
+			kvs = append(kvs, kv)
+		}
+	}
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
+	r := &clientv3.GetResponse{Count: int64(len(kvs))}
+	if limit > 0 && int64(len(kvs)) > limit {
+		kvs, r.More = kvs[:limit], true
+	}
+	r.Kvs = kvs
+	return r, true
 }
 
 // cacheGet returns the cached kv of k (nil: absent) and whether k is
@@ -65,23 +157,35 @@ func (s *Store) cacheCommitted(t *Tx, rev int64) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	if !t.cached || !t.headMod {
-		s.cacheRev, s.cacheKV, s.warm = 0, nil, false
+		s.resetCacheLocked(0)
 		return
 	}
 	s.warm = true
 	if s.cacheKV == nil || len(s.cacheKV)+len(t.buf) >= cacheLimit {
 		s.cacheKV = map[string]*mvccpb.KeyValue{}
 	}
-	live := s.prefix + famLive
+	if s.liveKV == nil || len(s.liveKV)+len(t.buf) >= cacheLimit {
+		s.liveKV = map[string]liveEntry{}
+	}
+	live, deps := s.prefix+famLive, s.prefix+famDeps
 	for k, o := range t.buf {
-		if len(k) >= len(live) && k[:len(live)] == live {
-			continue // never cached: see liveKeys
+		var kv *mvccpb.KeyValue
+		if !o.del {
+			kv = &mvccpb.KeyValue{Key: []byte(k), Value: []byte(o.val), ModRevision: rev, Lease: int64(o.lease)}
 		}
-		if o.del {
-			s.cacheKV[k] = nil
+		switch {
+		case strings.HasPrefix(k, live):
+			// Not with the others: see above.
+			s.liveKV[k] = liveEntry{kv, o.until}
 			continue
+		case strings.HasPrefix(k, deps) && s.depsKV != nil:
+			if kv == nil {
+				delete(s.depsKV, k)
+			} else {
+				s.depsKV[k] = kv
+			}
 		}
-		s.cacheKV[k] = &mvccpb.KeyValue{Key: []byte(k), Value: []byte(o.val), ModRevision: rev, Lease: int64(o.lease)}
+		s.cacheKV[k] = kv
 	}
 	s.cacheRev = rev
 }
@@ -107,5 +211,6 @@ func (s *Store) readyWindow(write bool) int64 {
 func (s *Store) dropCache() {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
-	s.cacheRev, s.cacheKV, s.warm = 0, nil, false
+	s.resetCacheLocked(0)
+	s.prepared.Store(nil)
 }

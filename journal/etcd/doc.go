@@ -41,6 +41,12 @@
 // between writes to unrelated tasks, which fence's group commit folds into
 // one transaction per process.
 //
+// A handle that commits group after group begins its next write on the
+// snapshot fence's Head read after its last commit, with the liveness
+// keys it wrote taken from its cache (prepared.go): such a run stands only
+// if its commit holds, and one that commits nothing is run again on reads
+// of its own.
+//
 // # Leases
 //
 // Leases expire by etcd's clock, not the hosts': a claim or heartbeat

@@ -117,11 +117,13 @@ func (t *Tx) tieLease(old *record.Task, rec record.Task) error {
 	if rec.Lease.TTL <= 0 {
 		ttl = ttlSeconds(rec.Lease.Deadline.Sub(rec.Lease.ClaimedAt))
 	}
-	id, err := t.s.b.pooledLease(t.ctx, ttl)
+	id, at, err := t.s.b.pooledLease(t.ctx, ttl)
 	if err != nil {
 		return t.fail(err)
 	}
-	t.buf[lk] = &op{val: liveValue(rec.Lease.Token, ttl), lease: id}
+	// etcd keeps the lease until at+ttl+leaseWindow at least: the handle
+	// may take the key from its cache until at+ttl (cache.go).
+	t.buf[lk] = &op{val: liveValue(rec.Lease.Token, ttl), lease: id, until: at.Add(time.Duration(ttl) * time.Second)}
 	return nil
 }
 
@@ -138,24 +140,26 @@ type pooled struct {
 }
 
 // pooledLease returns a lease that etcd keeps for at least ttl seconds
-// from now. Only the monotonic clock's rate takes part (how long ago the
-// lease was granted), never the wall clock.
-func (b *Backend) pooledLease(ctx context.Context, ttl int64) (clientv3.LeaseID, error) {
+// from now, and when (on this host's monotonic clock) it was asked for:
+// etcd keeps it for ttl + leaseWindow from then at least. Only the
+// monotonic clock's rate takes part (how long ago the lease was
+// granted), never the wall clock.
+func (b *Backend) pooledLease(ctx context.Context, ttl int64) (clientv3.LeaseID, time.Time, error) {
 	b.poolMu.Lock()
 	defer b.poolMu.Unlock()
 	if p, ok := b.pool[ttl]; ok && time.Since(p.at) < leaseWindow {
-		return p.id, nil
+		return p.id, p.at, nil
 	}
 	start := time.Now()
 	g, err := b.cli.Grant(ctx, ttl+int64(leaseWindow/time.Second))
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
 	if b.pool == nil {
 		b.pool = map[int64]pooled{}
 	}
 	b.pool[ttl] = pooled{g.ID, start}
-	return g.ID, nil
+	return g.ID, start, nil
 }
 
 // dropLease forgets a pooled lease etcd no longer has.

@@ -23,11 +23,13 @@ import (
 
 // beginReading begins the transaction (begin) and reads ahead, in the
 // same request, the records and liveness keys of ids and the first page
-// of each id's dependents; with claims, then the records and liveness
-// keys of the first ready page's tasks (the candidates a claim looks at
-// first), in one more request, since their ids come with the snapshot,
-// unless the cache knows them already (candidatesUnknown). A failed read
-// ahead is forgotten; a failed begin is begin's error.
+// of each id's dependents; with claims, then the records of the first
+// ready page's tasks (the candidates a claim looks at first), in one more
+// request, since their ids come with the snapshot, unless the cache knows
+// them already (candidatesUnknown). A transaction begun on a prepared
+// snapshot (prepared.go) reads all that in that one more request, what
+// of it is not known. A failed read ahead is forgotten; a failed begin is
+// begin's error.
 func (t *Tx) beginReading(ids []string, claims bool) error {
 	var points []string
 	var deps []pageKey
@@ -60,12 +62,17 @@ func (t *Tx) beginReading(ids []string, claims bool) error {
 	if err != nil {
 		return err
 	}
+	if len(answers) != n+m {
+		n, m = 0, 0 // begun on a prepared snapshot: read below, what is not known
+	}
 	t.keepAhead(points[:n], deps[:m], answers)
 	t.scanLiveIfRead()
 	rest := points[n:]
 	if r := t.pages[t.firstReadyPageKey()]; claims && r != nil && t.candidatesUnknown(r.Kvs) {
 		for _, kv := range r.Kvs {
-			rest = append(rest, t.key(famTask, string(kv.Value)), t.key(famLive, string(kv.Value)))
+			// A ready task is not claimed: Task reads no liveness key
+			// of a record it knows, so none is read ahead.
+			rest = append(rest, t.key(famTask, string(kv.Value)))
 		}
 	}
 	t.readAhead(rest, deps[m:])
@@ -142,7 +149,7 @@ func (t *Tx) readAhead(points []string, deps []pageKey) {
 	}
 	var ds []pageKey
 	for _, d := range deps {
-		if t.pages[d] == nil {
+		if _, cached := t.cachedPage(d); t.pages[d] == nil && !cached {
 			ds = append(ds, d)
 		}
 	}
@@ -178,7 +185,14 @@ func (t *Tx) known(k string) bool {
 		return true
 	}
 	if t.isLive(k) {
-		return t.liveScan != nil
+		if t.liveScan != nil {
+			return true
+		}
+		if t.liveCached() {
+			_, ok := t.s.cacheGetLive(k)
+			return ok
+		}
+		return false
 	}
 	if t.cached {
 		_, ok := t.s.cacheGet(k)

@@ -68,6 +68,7 @@ func (t *Tx) rebased(m *headMoved) (*Tx, error) {
 	n.spread = t.spread
 	n.floor, n.rebasedOn = t.floor, &m.floor
 	n.swept, n.sweepAll = t.swept, t.sweepAll
+	n.fresh, n.unverified = t.fresh, t.unverified
 	if n.err = t.s.b.checkMeta(m.meta); n.err != nil {
 		return nil, n.err
 	}

@@ -54,6 +54,14 @@ type Store struct {
 	cacheMu  sync.Mutex
 	cacheRev int64
 	cacheKV  map[string]*mvccpb.KeyValue
+	liveKV   map[string]liveEntry        // liveness keys this handle wrote
+	depsKV   map[string]*mvccpb.KeyValue // the whole dependents index, if known
+	// depsLarge: the dependents index was found too large to keep.
+	depsLarge atomic.Bool
+	// prepared is the snapshot Head read for the next write transaction
+	// (prepared.go); commits counts this handle's commits.
+	prepared atomic.Pointer[preparedSnapshot]
+	commits  atomic.Int64
 	// warm: this handle's last commit moved the head, and no other
 	// writer has been seen since (see readyWindow).
 	warm bool
@@ -144,6 +152,7 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 	defer cancel()
 	locked := false
 	spread := 0
+	fresh := false // no prepared snapshot, no cached liveness key (prepared.go)
 	for attempt := 0; ; attempt++ {
 		if attempt == escalateAfter {
 			unlock, err := s.b.writeLock(ctx)
@@ -159,7 +168,7 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 			locked = true
 		}
 		t := s.newTx(ctx, true)
-		t.locked, t.spread = locked, spread
+		t.locked, t.spread, t.fresh = locked, spread, fresh
 		err := t.beginReading(ids, claims)
 		for rebases := 0; ; rebases++ {
 			if err == nil {
@@ -180,11 +189,18 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 				return err
 			}
 		}
+		var moved *headMoved
+		if t.unverified && !t.committed && !errors.Is(err, errConflict) && !errors.As(err, &moved) && ctx.Err() == nil {
+			// The run took what it did not read itself (prepared.go) and
+			// no commit checked it: made again on reads of its own.
+			fresh = true
+			attempt--
+			continue
+		}
 		if err == nil {
 			t.afterCommit()
 			return nil
 		}
-		var moved *headMoved
 		if errors.As(err, &moved) {
 			err = errConflict
 		} else if errors.Is(err, errConflict) {
@@ -291,6 +307,8 @@ func (t *Tx) commit() error {
 		t.s.committed.Store(resp.Header.Revision)
 	}
 	if err == nil && resp.Succeeded {
+		t.committed = true
+		t.s.commits.Add(1)
 		t.s.cacheCommitted(t, resp.Header.Revision)
 		if upgrade && to == SchemaVersion && t.s.onUpgrade != nil {
 			t.s.onUpgrade(from, to)
@@ -339,10 +357,15 @@ func mergeRanges(rs [][2]string) [][2]string {
 	return out
 }
 
-// Head identifies the last commit: the mod revision of the head key.
+// Head identifies the last commit: the mod revision of the head key. A
+// handle that commits group after group reads a whole snapshot instead,
+// for its next write transaction to begin on (prepared.go).
 func (s *Store) Head() (string, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
+	if s.preparing() {
+		return s.headPreparing(ctx)
+	}
 	resp, err := s.b.cli.Get(ctx, s.prefix+famMeta+metaHead)
 	if err != nil {
 		return "", s.b.unreachable(err)
@@ -430,6 +453,7 @@ func isCompacted(err error) bool {
 func (s *Store) ExpireLease(id string) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
+	s.dropCache() // the key goes without moving the head: see cache.go
 	_, err := s.b.cli.Txn(ctx).Then(clientv3.OpDelete(s.prefix+famLive+id), clientv3.OpDelete(s.prefix+famMeta+metaSweep)).Commit()
 	return s.b.unreachable(err)
 }

@@ -33,7 +33,7 @@ func (t *Tx) markSweep() {
 	if !t.sweeping {
 		return
 	}
-	id, err := t.s.b.pooledLease(t.ctx, sweepTTL)
+	id, _, err := t.s.b.pooledLease(t.ctx, sweepTTL)
 	if err != nil {
 		return
 	}

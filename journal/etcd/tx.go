@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -74,6 +75,10 @@ type Tx struct {
 	// head: Ready then starts from a random one of its first candidates
 	// (spread.go).
 	spread int
+	// fresh: this run takes no prepared snapshot and no cached liveness
+	// key; unverified: it took one, and only its commit checks what it
+	// read (prepared.go); committed: its commit went through.
+	fresh, unverified, committed bool
 
 	// The ready index's floor (floor.go): where ready scans start, the
 	// keys they read from there, whether Ready ran, and the floor of the
@@ -94,6 +99,9 @@ type op struct {
 	val   string
 	lease clientv3.LeaseID
 	del   bool
+	// until is, for a liveness key, how long etcd keeps its lease at
+	// least, on this host's monotonic clock (cache.go).
+	until time.Time
 }
 
 var _ journal.Tx = (*Tx)(nil)
@@ -135,12 +143,22 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 	if t.rev != 0 {
 		return nil, nil
 	}
-	t.requests++
-	t.firstPage = t.s.readyWindow(t.write)
-	hint := t.s.readyHint()
-	snap, err := t.s.b.readSnapshot(t.ctx, extra, t.firstPage, hint)
-	if err != nil {
-		return nil, t.fail(err)
+	var snap *snapshot
+	var hint string
+	if p := t.takePrepared(); p != nil {
+		// Begun on the snapshot Head read (prepared.go): extra is read
+		// by the caller, what of it is not known.
+		snap, hint, t.firstPage = p.snap, p.readyFrom, p.readyPage
+		snap.meta = maps.Clone(snap.meta)
+		t.unverified = true
+	} else {
+		t.requests++
+		t.firstPage = t.s.readyWindow(t.write)
+		hint = t.s.readyHint()
+		var err error
+		if snap, err = t.s.b.readSnapshot(t.ctx, extra, t.firstPage, hint); err != nil {
+			return nil, t.fail(err)
+		}
 	}
 	t.rev, t.headRev, t.floor, t.swept = snap.rev, snap.headRev, snap.floor, snap.swept
 	if t.pages == nil {
@@ -174,6 +192,15 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 	return snap.extra, t.err
 }
 
+// takePrepared returns the snapshot Head prepared for this transaction,
+// if it is a write that may begin on one (prepared.go).
+func (t *Tx) takePrepared() *preparedSnapshot {
+	if !t.write || t.fresh {
+		return nil
+	}
+	return t.s.takePrepared()
+}
+
 // firstReadyPage is the size of the ready index's first page (most
 // claims need one entry of it).
 const firstReadyPage = 16
@@ -203,6 +230,9 @@ type pageKey struct {
 func (t *Tx) page(from, hi string, limit int64) (*clientv3.GetResponse, error) {
 	k := pageKey{from, hi, limit}
 	if r, ok := t.pages[k]; ok {
+		return r, nil
+	}
+	if r, ok := t.cachedPage(k); ok {
 		return r, nil
 	}
 	t.requests++
@@ -311,6 +341,21 @@ func (t *Tx) track(k string, kv *mvccpb.KeyValue) {
 	}
 }
 
+// liveCached reports whether this transaction may take liveness keys
+// from the store's cache: a write, on a cache that holds the snapshot's
+// state (cache.go).
+func (t *Tx) liveCached() bool { return t.write && !t.fresh && t.cached }
+
+// cachedPage answers a read of a page of the dependents index from the
+// store's cache, if it holds the whole index at this snapshot (cache.go).
+func (t *Tx) cachedPage(k pageKey) (*clientv3.GetResponse, bool) {
+	p := t.key(famDeps, "")
+	if !t.cached || k.from < p || k.hi > rangeEnd(p) {
+		return nil, false
+	}
+	return t.s.depsPage(k.from, k.hi, k.limit)
+}
+
 // pinned are the options of every read after the first: at the
 // snapshot's revision, and serializable (no round through consensus): the
 // member's store at a revision it has applied is exact, and one that has
@@ -348,6 +393,11 @@ func (t *Tx) get(keys ...string) (map[string]*mvccpb.KeyValue, error) {
 		}
 		if !ok && t.cached && !live {
 			kv, ok = t.s.cacheGet(k)
+		}
+		if !ok && live && t.liveCached() {
+			if kv, ok = t.s.cacheGetLive(k); ok {
+				t.unverified = true // see prepared.go
+			}
 		}
 		if ok {
 			out[k] = kv
@@ -743,8 +793,9 @@ func (t *Tx) Counts() map[record.State]int {
 // page begin read (16 keys, most claims need one; 64 for a warm handle,
 // see Store.readyWindow) and reads on in pages of that size.
 //
-// Each page's first candidates have their records and liveness keys read
-// ahead in the same round trip's wake (prefetch), so the claim's Task of
+// Each page's first candidates have their records read ahead in the same
+// round trip's wake (readAhead; a ready task is not claimed, so Task reads
+// no liveness key of a record it knows), so the claim's Task of
 // the candidate it takes costs no round trip of its own; on a page whose
 // first candidates are known already (a warm handle's cache), nothing is
 // read ahead (see candidatesUnknown).
@@ -755,11 +806,11 @@ func (t *Tx) Ready(fn func(id string) (more bool)) {
 		if !t.candidatesUnknown(kvs) {
 			return
 		}
-		ids := make([]string, 0, len(kvs))
-		for _, kv := range kvs {
-			ids = append(ids, string(kv.Value))
+		keys := make([]string, 0, len(kvs))
+		for _, kv := range kvs[:min(len(kvs), prefetchMax)] {
+			keys = append(keys, t.key(famTask, string(kv.Value))) // no liveness keys: see beginReading
 		}
-		t.prefetch(ids)
+		t.readAhead(keys, nil)
 	}
 	defer func() { t.readyPage, t.pageHook = 0, nil }()
 	var visited map[string]bool
