@@ -136,6 +136,11 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 			// nothing (a refusal).
 			return errNothingWritten
 		}
+		// The staged names durable before the commit that names them
+		// (their contents were synced as they were staged).
+		if err := b.SyncStaged(); err != nil {
+			return err
+		}
 		crashAt("adopt:before-commit")
 		return nil
 	})

@@ -2,6 +2,7 @@ package fsmirror
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,9 @@ type Batch struct {
 	srcs  []Dir
 	seen  map[Dir]bool
 	lazy  bool // a MoveLazy was made: Sync passes its crash point
+	// unsynced are files Adopt staged whose content Sync makes durable
+	// first: nobody may have synced it (see syncContents).
+	unsynced []string
 }
 
 // NewBatch starts a batch of moves.
@@ -144,8 +148,55 @@ func (b *Batch) Adopt(from Dir, id string) (string, error) {
 		stagingfd, _ := b.m.dirfd(Staging)
 		b.m.hold(name, held, stagingfd)
 	}
+	b.unsynced = append(b.unsynced, name)
 	b.note(from, Staging)
 	return name, nil
+}
+
+// syncAllAbove is how many staged files Sync makes durable with one
+// syncfs(2) of the file system rather than one fdatasync each: 2,000
+// files dropped at once took 1.6 s one by one, against 0.3 s unsynced.
+const syncAllAbove = 16
+
+// syncContents makes the contents of the files Adopt staged durable. The
+// content exists nowhere else, and whoever wrote it need not have synced
+// it (`echo job > x && mv x inbox/`): a power loss after the commit that
+// makes it a task would have left the task and lost its content.
+func (b *Batch) syncContents() error {
+	names := b.unsynced
+	if len(names) == 0 {
+		return nil
+	}
+	dirfd, err := b.m.dirfd(Staging)
+	if err != nil {
+		return err
+	}
+	if len(names) > syncAllAbove {
+		if err := unix.Syncfs(dirfd); err != nil {
+			return &fs.PathError{Op: "syncfs", Path: b.m.Path(Staging, ""), Err: err}
+		}
+		if b.m.Trace != nil {
+			b.m.Trace("syncfs", b.m.Path(Staging, ""), "")
+		}
+		b.unsynced = nil
+		return nil
+	}
+	for _, name := range names {
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: b.m.Path(Staging, name), Err: err}
+		}
+		err = unix.Fdatasync(fd)
+		unix.Close(fd)
+		if err != nil {
+			return &fs.PathError{Op: "fdatasync", Path: b.m.Path(Staging, name), Err: err}
+		}
+		if b.m.Trace != nil {
+			b.m.Trace("datasync", b.m.Path(Staging, name), "")
+		}
+	}
+	b.unsynced = nil
+	return nil
 }
 
 // links returns how many names the file name in dir has.
@@ -175,11 +226,22 @@ func (b *Batch) note(from, to Dir) {
 // Sync makes every move of the batch durable: the destination directories
 // first, then the sources that were not also destinations, so no file's
 // old name is durably gone before its new one is durable.
-func (b *Batch) Sync() error {
+func (b *Batch) Sync() error { return b.sync(true) }
+
+// SyncStaged is Sync for the files Adopt staged, before the commit that
+// adopts them: their contents and names durable first. It has no crash
+// point: a crash before that commit is one before it (the staged files
+// go back to inbox/).
+func (b *Batch) SyncStaged() error { return b.sync(false) }
+
+func (b *Batch) sync(crashPoint bool) error {
+	if err := b.syncContents(); err != nil {
+		return err
+	}
 	if len(b.dests) == 0 && !b.lazy {
 		return nil
 	}
-	if b.m.Crash != nil {
+	if b.m.Crash != nil && crashPoint {
 		b.m.Crash(CrashAfterRename)
 	}
 	b.lazy = false

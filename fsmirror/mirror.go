@@ -78,7 +78,9 @@ type Mirror struct {
 	// Trace, when non-nil, is told of every rename ("rename", old path,
 	// new path) and every directory fsync ("sync", directory path, ""):
 	// the power-loss test undoes the renames no fsync made durable. It is
-	// nil in normal use.
+	// also told of the content syncs of adopted files ("datasync", file
+	// path, "", or one "syncfs", staging path, "" for many). It is nil in
+	// normal use.
 	Trace func(op, a, b string)
 
 	// linkMoves is set once renameat2 has said the file system lacks

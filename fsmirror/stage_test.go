@@ -2,6 +2,7 @@ package fsmirror_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -181,5 +182,52 @@ func TestSweep_LeavesALiveAdoptionAlone(t *testing.T) {
 	}
 	if err := b.MoveFrom(fsmirror.Staging, n2, fsmirror.Available, "a2"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An adopted file's content exists nowhere else, and whoever wrote it need
+// not have synced it (`echo job > x && mv x inbox/`): SyncStaged, which
+// runs before the commit that adopts it, makes it durable, one fdatasync
+// per file, or one syncfs for many, and then the staging directory.
+func TestAdopt_SyncStagedMakesContentsDurable(t *testing.T) {
+	for _, n := range []int{2, 40} {
+		m := newTree(t)
+		var log []string
+		m.Trace = func(op, a, _ string) { log = append(log, op+" "+a) }
+		b := m.NewBatch()
+		var staged []string
+		for i := range n {
+			id := fmt.Sprintf("a%d", i)
+			put(t, m, fsmirror.Inbox, id, "job")
+			name, err := b.Adopt(fsmirror.Inbox, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			staged = append(staged, name)
+		}
+		log = nil
+		if err := b.SyncStaged(); err != nil {
+			t.Fatal(err)
+		}
+		joined := strings.Join(log, "\n")
+		if n > 2 {
+			if !strings.Contains(joined, "syncfs "+m.Path(fsmirror.Staging, "")) {
+				t.Errorf("%d files staged: no syncfs before the commit:\n%s", n, joined)
+			}
+		} else {
+			for _, name := range staged {
+				if !strings.Contains(joined, "datasync "+m.Path(fsmirror.Staging, name)) {
+					t.Errorf("%s's content was not synced before the commit:\n%s", name, joined)
+				}
+			}
+		}
+		if !strings.Contains(joined, "sync "+m.Path(fsmirror.Staging, "")) {
+			t.Errorf("the staging directory was not synced before the commit:\n%s", joined)
+		}
+		for i, name := range staged {
+			if err := b.MoveFrom(fsmirror.Staging, name, fsmirror.Available, fmt.Sprintf("a%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
