@@ -200,6 +200,17 @@ func rebuild(rep *RecoverReport, m *fsmirror.Mirror, meta string, lock journal.T
 	}
 	rep.Findings = append(rep.Findings, sc.invalid...)
 	ids := slices.Sorted(maps.Keys(sc.where))
+	// The files become tasks of the new journal: their contents durable
+	// first, whoever wrote them (see fsmirror.SyncContents).
+	byDir := map[fsmirror.Dir][]string{}
+	for _, id := range ids {
+		for _, d := range sc.where[id] {
+			byDir[d] = append(byDir[d], id)
+		}
+	}
+	if err := syncContents(m, byDir); err != nil {
+		return err
+	}
 
 	db, err := lock.Open(journal.OpenOptions{Timeout: timeout, Clock: clock})
 	if err != nil {

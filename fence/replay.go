@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -745,6 +746,15 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 	}
 	crashAt("replay:after-rebuild")
 	if len(st.adopt) > 0 {
+		// Unknown files someone put in the state directories become
+		// tasks: their contents durable first (fsmirror.SyncContents).
+		byDir := map[fsmirror.Dir][]string{}
+		for _, a := range st.adopt {
+			byDir[a.from] = append(byDir[a.from], a.id)
+		}
+		if err := syncContents(t.mirror, byDir); err != nil {
+			return t.placeThen(st.moves, fmt.Errorf("adopt unknown files: %w", err))
+		}
 		var adopted, chunk []adoption
 		err := updateInChunks(db, len(st.adopt), func(tx journal.Tx, lo, hi int) error {
 			chunk = chunk[:0] // the store may run this more than once
@@ -929,4 +939,15 @@ func (t *Tree) placeThen(moves []move, err error) error {
 		}
 	}
 	return errors.Join(err, b.Sync())
+}
+
+// syncContents makes durable the contents of the files byDir names (by
+// directory), before a commit makes tasks of them.
+func syncContents(m *fsmirror.Mirror, byDir map[fsmirror.Dir][]string) error {
+	for _, d := range slices.Sorted(maps.Keys(byDir)) {
+		if err := m.SyncContents(d, byDir[d]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

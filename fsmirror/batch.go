@@ -163,39 +163,48 @@ const syncAllAbove = 16
 // it (`echo job > x && mv x inbox/`): a power loss after the commit that
 // makes it a task would have left the task and lost its content.
 func (b *Batch) syncContents() error {
-	names := b.unsynced
+	if err := b.m.SyncContents(Staging, b.unsynced); err != nil {
+		return err
+	}
+	b.unsynced = nil
+	return nil
+}
+
+// SyncContents makes the contents of the files names in dir durable,
+// before a commit makes tasks of files someone else wrote (an adoption
+// from inbox/, replay's of unknown files, recover's): one fdatasync each,
+// or one syncfs(2) of the file system for more than syncAllAbove.
+func (m *Mirror) SyncContents(dir Dir, names []string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	dirfd, err := b.m.dirfd(Staging)
+	dirfd, err := m.dirfd(dir)
 	if err != nil {
 		return err
 	}
 	if len(names) > syncAllAbove {
 		if err := unix.Syncfs(dirfd); err != nil {
-			return &fs.PathError{Op: "syncfs", Path: b.m.Path(Staging, ""), Err: err}
+			return &fs.PathError{Op: "syncfs", Path: m.Path(dir, ""), Err: err}
 		}
-		if b.m.Trace != nil {
-			b.m.Trace("syncfs", b.m.Path(Staging, ""), "")
+		if m.Trace != nil {
+			m.Trace("syncfs", m.Path(dir, ""), "")
 		}
-		b.unsynced = nil
 		return nil
 	}
 	for _, name := range names {
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return &fs.PathError{Op: "open", Path: b.m.Path(Staging, name), Err: err}
+			return &fs.PathError{Op: "open", Path: m.Path(dir, name), Err: err}
 		}
 		err = unix.Fdatasync(fd)
 		unix.Close(fd)
 		if err != nil {
-			return &fs.PathError{Op: "fdatasync", Path: b.m.Path(Staging, name), Err: err}
+			return &fs.PathError{Op: "fdatasync", Path: m.Path(dir, name), Err: err}
 		}
-		if b.m.Trace != nil {
-			b.m.Trace("datasync", b.m.Path(Staging, name), "")
+		if m.Trace != nil {
+			m.Trace("datasync", m.Path(dir, name), "")
 		}
 	}
-	b.unsynced = nil
 	return nil
 }
 
