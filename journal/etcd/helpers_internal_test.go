@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -47,4 +48,21 @@ func open(t *testing.T, cfg journal.Config, dir string) (*Backend, journal.Store
 		t.Fatal(err)
 	}
 	return b, s
+}
+
+// putAvailable stores n available tasks t00, t01, ... in one transaction.
+func putAvailable(t *testing.T, s journal.Store, n int, now time.Time) {
+	t.Helper()
+	err := s.Update(func(tx journal.Tx) error {
+		for i := range n {
+			rec := record.Task{ID: fmt.Sprintf("t%02d", i), State: record.Available, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now}
+			if err := tx.PutTask(nil, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -157,18 +157,7 @@ func TestPrefetch_WarmHandleReadsItsCandidatesOnce(t *testing.T) {
 	_, s := open(t, cfg, dir)
 	now := time.Now()
 	const n = 60
-	err := s.Update(func(tx journal.Tx) error {
-		for i := range n {
-			rec := record.Task{ID: fmt.Sprintf("t%02d", i), State: record.Available, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now}
-			if err := tx.PutTask(nil, rec); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	putAvailable(t, s, n, now)
 	// claim takes the first ready task in one transaction (as fence's
 	// claim-next does) and returns the requests that transaction made.
 	claim := func(s journal.Store) (id string, requests int) {

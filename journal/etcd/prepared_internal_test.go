@@ -17,18 +17,7 @@ func preparedTree(t *testing.T, n int) (journal.Config, string, journal.Store, t
 	cfg, dir := newJournal(t)
 	_, s := open(t, cfg, dir)
 	now := time.Now()
-	err := s.Update(func(tx journal.Tx) error {
-		for i := range n {
-			rec := record.Task{ID: fmt.Sprintf("t%02d", i), State: record.Available, MaxAttempts: 3, Seq: uint64(i + 1), Created: now, Updated: now}
-			if err := tx.PutTask(nil, rec); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	putAvailable(t, s, n, now)
 	_, s = open(t, cfg, dir)
 	return cfg, dir, s, now
 }
