@@ -1,7 +1,14 @@
 # fencectl — run `make help` for the targets.
 
 GO         ?= go
+# fencectl is the front (cmd/front): what users run. It links only what
+# sending one command line needs, sends an agent's steps (claim, heartbeat,
+# verify, complete, release, fail) to the host's daemon for the tree, and
+# hands every other command to fencectl-full beside it: a step then costs a
+# hello-world's start, not the full command set's.
 BIN        ?= bin/fencectl
+# fencectl-full is the full command set (cmd/fencectl), and the daemon.
+BIN_FULL   ?= bin/fencectl-full
 # fencectl-etcd is fencectl with the etcd backend linked (-tags etcd): the
 # etcd client's package initialisers cost every process about 2 ms, so the
 # fencectl binary leaves them out and hands etcd trees to this one.
@@ -46,15 +53,16 @@ PREFIX     ?= /usr/local
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build the release binaries: bin/fencectl, bin/fencectl-etcd for etcd trees, bin/fencectl-mcp for `fencectl mcp`, bin/fencectl-serve for `fencectl serve`
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS),nomcp,noserve -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/fencectl
+build: ## build the release binaries: bin/fencectl (the front), bin/fencectl-full, bin/fencectl-etcd for etcd trees, bin/fencectl-mcp for `fencectl mcp`, bin/fencectl-serve for `fencectl serve`
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/front
+	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS),nomcp,noserve -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN_FULL) ./cmd/fencectl
 	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS),etcd,nomcp,noserve -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN_ETCD) ./cmd/fencectl
 	CGO_ENABLED=0 $(GO) build -tags $(MCP_TAGS) -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN_MCP) ./cmd/fencectl
 	CGO_ENABLED=0 $(GO) build -tags $(SERVE_TAGS) -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN_SERVE) ./cmd/fencectl
 
 install: build ## install the binaries side by side into $(PREFIX)/bin (default /usr/local)
 	install -d $(PREFIX)/bin
-	install -m 0755 $(BIN) $(BIN_ETCD) $(BIN_MCP) $(BIN_SERVE) $(PREFIX)/bin/
+	install -m 0755 $(BIN) $(BIN_FULL) $(BIN_ETCD) $(BIN_MCP) $(BIN_SERVE) $(PREFIX)/bin/
 
 test: ## run every test: unit, scripts through the real binary, multi-process race
 	$(GO) test -tags $(TEST_TAGS) -count=1 ./...

@@ -189,7 +189,7 @@ func BenchmarkBackend_CLI(b *testing.B) {
 			} else {
 				dir = newTree(b, n)
 			}
-			cli := newAgentCLI(*row.bin, dir)
+			cli := newAgentCLI(b, *row.bin, dir)
 			b.ResetTimer()
 			r := runWorkers(b, 8, n, func(w, _ int) (time.Duration, error) {
 				return cli.cycle(fmt.Sprintf("agent-%d", w))
@@ -215,7 +215,7 @@ const startRuns = 800
 // (BenchmarkBackend_HandOffCheck).
 func BenchmarkBackend_Start(b *testing.B) {
 	dir := newTree(b, 10)
-	bins := []string{fencectlBin, fencectlEtcdBin}
+	bins := []string{fencectlFullBin, fencectlEtcdBin}
 	walls := make([][]time.Duration, len(bins))
 	cpus := make([][]time.Duration, len(bins))
 	mark := markCPU()

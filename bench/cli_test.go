@@ -23,7 +23,12 @@ type agentCLI struct {
 	busy atomic.Int64
 }
 
-func newAgentCLI(bin, dir string, extraEnv ...string) *agentCLI {
+// newAgentCLI runs bin on the tree at dir. Its steps go where fencectl
+// sends them: the front (make build's
+// fencectl) sends them to the tree's daemon, whose CPU is the
+// benchmark's (servers.addDaemon).
+func newAgentCLI(b *testing.B, bin, dir string, extraEnv ...string) *agentCLI {
+	servers.addDaemon(b, dir)
 	env := append(os.Environ(), "FENCE_DIR="+dir)
 	return &agentCLI{bin: bin, env: append(env, extraEnv...)}
 }
@@ -129,7 +134,7 @@ func BenchmarkCLI_ClaimCompleteBboltLock(b *testing.B) {
 func benchCLICycle(b *testing.B, procs int, extraEnv ...string) {
 	n := cliCycles * b.N
 	dir := newTree(b, n)
-	cli := newAgentCLI(fencectlBin, dir, extraEnv...)
+	cli := newAgentCLI(b, fencectlBin, dir, extraEnv...)
 	honoured := -1.0
 	if len(extraEnv) > 0 {
 		var err error
@@ -176,15 +181,18 @@ func boltLockHonoured(cli *agentCLI, dir string) (float64, error) {
 const cliClaims = 1200
 
 // BenchmarkCLI_Claim is claims alone (one process each, no complete) at 8
-// processes, for the release binary and a plain `go build`: the figure to
+// processes: for the release binary (make build's fencectl, the front,
+// whose steps go to the tree's daemon), for fencectl-full, the full
+// command set that commits in its own process, and for a plain `go build`
+// of it: the figure to
 // set against the hello-world ceiling. x-hello is claims/s over the rate of
 // hello-world run 8 ways right before and right after (hello-runs/s), the
 // same as BenchmarkCeiling_HelloWorld/procs=8 but adjacent in time.
 func BenchmarkCLI_Claim(b *testing.B) {
-	for _, build := range []struct{ name, bin string }{{"release", fencectlBin}, {"plain", fencectlPlainBin}} {
+	for _, build := range []struct{ name, bin string }{{"release", fencectlBin}, {"full", fencectlFullBin}, {"plain", fencectlPlainBin}} {
 		b.Run(fmt.Sprintf("build=%s/procs=8", build.name), func(b *testing.B) {
 			n := cliClaims * b.N
-			cli := newAgentCLI(build.bin, newTree(b, n))
+			cli := newAgentCLI(b, build.bin, newTree(b, n))
 			againstHello(b, func() run {
 				return runWorkers(b, 8, n, func(w, _ int) (time.Duration, error) {
 					_, _, lat, err := cli.claim(fmt.Sprintf("agent-%d", w))

@@ -32,7 +32,7 @@ const (
 func BenchmarkRun_Loop(b *testing.B) {
 	b.Run("runners=1", func(b *testing.B) {
 		shellDir := newTree(b, loopShellCycles*b.N)
-		cli := newAgentCLI(fencectlBin, shellDir)
+		cli := newAgentCLI(b, fencectlBin, shellDir)
 		shell := runWorkers(b, 1, loopShellCycles*b.N, func(int, int) (time.Duration, error) {
 			return cli.cycle("shell-agent")
 		})

@@ -15,7 +15,8 @@ import (
 // The binaries the benchmarks start, built once by TestMain (only when
 // benchmarks run: `make test` compiles this package and builds nothing).
 var (
-	fencectlBin      string // the release binary: make build's tags and flags
+	fencectlBin      string // the release binary: make build's fencectl, the front (cmd/front)
+	fencectlFullBin  string // make build's fencectl-full, beside fencectlBin: its tags and flags
 	fencectlPlainBin string // a plain `go build`, docs generator linked in
 	fencectlEtcdBin  string // make build's fencectl-etcd, beside fencectlBin
 	etcdBenchBin     string // bench/etcdbench: the etcd member, the etcd library rows
@@ -63,12 +64,17 @@ func setUp() (int, error) {
 	}
 	printBenchDir(dir)
 	fencectlBin = filepath.Join(dir, "fencectl")
+	fencectlFullBin = filepath.Join(dir, "fencectl-full")
 	fencectlPlainBin = filepath.Join(dir, "fencectl-plain")
 	helloBin = filepath.Join(dir, "hello")
-	// The make build binary: static (CGO_ENABLED=0) with the docs generator
-	// and the MCP and web servers left out, exactly as the Makefile builds it; and a
-	// plain go build.
-	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs,nomcp,noserve", "-trimpath", "-o", fencectlBin, "../cmd/fencectl"); err != nil {
+	// The make build binaries: the front, and beside it the full command
+	// set, static (CGO_ENABLED=0) with the docs generator and the MCP and
+	// web servers left out, exactly as the Makefile builds them; and a
+	// plain go build of the full command set.
+	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-o", fencectlBin, "../cmd/front"); err != nil {
+		return 1, err
+	}
+	if err := goBuild("", []string{"CGO_ENABLED=0"}, "build", "-tags", "urfave_cli_no_docs,nomcp,noserve", "-trimpath", "-o", fencectlFullBin, "../cmd/fencectl"); err != nil {
 		return 1, err
 	}
 	if err := goBuild("", nil, "build", "-o", fencectlPlainBin, "../cmd/fencectl"); err != nil {

@@ -170,7 +170,7 @@ func BenchmarkCLI_ClaimNext(b *testing.B) {
 			st := getScaleTree(b, size)
 			n := scaleClaims * b.N
 			st.ensureReady(b, size+n)
-			cli := newAgentCLI(fencectlBin, st.dir)
+			cli := newAgentCLI(b, fencectlBin, st.dir)
 			lats := make([]time.Duration, 0, n)
 			var total time.Duration
 			floorBefore := quickFloor(b)
@@ -205,7 +205,7 @@ func BenchmarkCLI_Status(b *testing.B) {
 	for _, size := range scaleSizes() {
 		b.Run("tasks="+sizeName(size), func(b *testing.B) {
 			st := getScaleTree(b, size)
-			cli := newAgentCLI(fencectlBin, st.dir)
+			cli := newAgentCLI(b, fencectlBin, st.dir)
 			n := statusRuns * b.N
 			b.ResetTimer()
 			r := runWorkers(b, 1, n, func(int, int) (time.Duration, error) {

@@ -492,15 +492,18 @@ func meaning(r *results, name string) string {
 	case "BenchmarkCeiling_DurableClaim":
 		return fmt.Sprintf("A durable claim with nothing else (`bench/testdata/bareclaim`): a lock, one journal page and one commit record each fdatasynced, a rename and an fsync of both directories; one process per claim, 8 at once, with hello-world run 8 ways right before and after it (%s× hello-world). A CLI whose every claim process makes its own claim durable cannot beat this on this machine.", num(r, name, "x-hello"))
 	case "BenchmarkCLI_Claim":
-		if k["build"] == "plain" {
-			return "Claims alone (no complete), one `fencectl claim` process each, 8 at once, built with a plain `go build` (urfave/cli's docs generator linked in): the figure set against the hello-world ceiling, run 8 ways right before and after it."
+		switch k["build"] {
+		case "plain":
+			return "The same with a plain `go build` of the full command set (urfave/cli's docs generator linked in), each claim committed in its own process, with hello-world run 8 ways right before and after it."
+		case "full":
+			return "The same with `fencectl-full`, the full command set as `make build` builds it (`urfave_cli_no_docs`), each claim committed in its own process (a process start, the lock, a commit): what `fencectl` was before the front, with hello-world run 8 ways right before and after it."
 		}
-		return "Claims alone (no complete), one `fencectl claim` process each, 8 at once, with the `make build` binary (`urfave_cli_no_docs`): the figure set against the hello-world ceiling, run 8 ways right before and after it."
+		return "Claims alone (no complete), one `fencectl claim` process each, 8 at once, with `make build`'s `fencectl`: the front, which links only what sending a command line needs and sends each claim to the tree's daemon (started by the first), which commits concurrent claims in groups; the daemon's CPU counts as the row's. The figure set against the hello-world ceiling, run 8 ways right before and after it."
 	case "BenchmarkCLI_ClaimComplete":
-		return fmt.Sprintf("%s looping `fencectl claim` then `fencectl complete` with the release binary: every step is a process start, a blocking flock, one journal commit and one fsynced move.%s",
+		return fmt.Sprintf("%s looping `fencectl claim` then `fencectl complete` with the release binary: every step is a process start (the front) and a round trip to the tree's daemon, which commits concurrent steps in groups (its CPU counts as the row's).%s",
 			plural(procs, "One agent process", procs+" agent processes"), busyNote(r, name))
 	case "BenchmarkCLI_ClaimCompleteBboltLock":
-		s := fmt.Sprintf("The same with %s and `FENCE_LOCK_MODE=bbolt`: no flock on `.fence/lock`, bbolt's own lock polling every 50 ms instead; compare p99 with the flock row.", plural(procs, "one process", procs+" processes"))
+		s := fmt.Sprintf("The same with %s and `FENCE_LOCK_MODE=bbolt`, which the daemon does not serve: every step runs in its own process, with no flock on `.fence/lock`, bbolt's own lock polling every 50 ms instead.", plural(procs, "one process", procs+" processes"))
 		if v, ok := r.get(name, "lockmode"); ok && v == 0 {
 			s += " **The binary ignored the variable: these are flock figures again.**"
 		}
@@ -556,16 +559,16 @@ func meaning(r *results, name string) string {
 	case "BenchmarkBackend_CLI":
 		switch {
 		case k["backend"] == "bbolt":
-			return "8 agent processes looping `fencectl claim` then `fencectl complete` on a bbolt tree: the bbolt side of the etcd rows below, in the same run."
+			return "8 agent processes looping `fencectl claim` then `fencectl complete` on a bbolt tree (each step sent by the front to the tree's daemon): the bbolt side of the etcd rows below, in the same run."
 		case k["bin"] == "fencectl-etcd":
 			return "The same on an etcd tree calling `fencectl-etcd`, the binary that links the etcd client: each step still pays that client's start-up, then goes to the host's daemon for the tree (`fencectl daemon`, started by the first step), which keeps one etcd connection and commits concurrent steps in groups. The daemon's CPU counts as the row's."
 		}
-		return "The same on an etcd tree through plain `fencectl`, as agents call it: a process without the etcd client reads `.fence/journal.json` and sends the step to the host's daemon for the tree (`fencectl-etcd daemon`, started by the first step: one etcd connection, concurrent steps committed in groups). The daemon's CPU counts as the row's."
+		return "The same on an etcd tree through `fencectl`, as agents call it: the front reads `.fence/journal.json` and sends the step to the host's daemon for the tree (`fencectl-etcd daemon`, started by the first step: one etcd connection, concurrent steps committed in groups). The daemon's CPU counts as the row's."
 	case "BenchmarkBackend_Start":
-		return fmt.Sprintf("`fencectl status` on a bbolt tree, one process at a time, the plain release binary alternating with `fencectl-etcd` (the same with etcd linked): %s ms and %s ms of CPU (median) for `fencectl`, %s ms and %s ms of CPU for `fencectl-etcd`, %s ms more. This is why plain `fencectl` does not link etcd.",
+		return fmt.Sprintf("`fencectl-full status` on a bbolt tree, one process at a time, alternating with `fencectl-etcd` (the same with etcd linked): %s ms and %s ms of CPU (median) for `fencectl-full`, %s ms and %s ms of CPU for `fencectl-etcd`, %s ms more. This is why `fencectl-full` does not link etcd.",
 			num(r, name, "p50-ms"), num(r, name, "cpu-ms"), num(r, name, "etcd-bin-p50-ms"), num(r, name, "etcd-bin-cpu-ms"), num(r, name, "etcd-bin-extra-ms"))
 	case "BenchmarkBackend_HandOffCheck":
-		return "What plain `fencectl` does for etcd on a bbolt tree: before each command it looks for `.fence/journal.json` (`fence.TreeJournal`, tree `.`) to know whether to hand the tree to `fencectl-etcd`; the file is missing. Median of one check in the process: the whole start-up difference between `fencectl` and a build without etcd code."
+		return "What `fencectl-full` does for etcd on a bbolt tree: before each command it looks for `.fence/journal.json` (`fence.TreeJournal`, tree `.`) to know whether to hand the tree to `fencectl-etcd`; the file is missing. Median of one check in the process: the whole start-up difference between `fencectl-full` and a build without etcd code."
 	case "BenchmarkRun_RevokeToSignal":
 		s := fmt.Sprintf("`fencectl run` sending SIGTERM to its command after an operator's `revoke`: %s ms from the revoke process's start, %s ms from its return (median).",
 			num(r, name, "ms-from-revoke-start"), num(r, name, "ms-from-revoke-return"))
@@ -742,7 +745,9 @@ var targets = []target{
 		ratio("Compact_Replay/tasks=1M", "after-s", "Compact_Replay/tasks=1M", "before-s"), ""},
 	{"CLI claims at 8 processes vs hello-world 8 ways, `make build` binary", true, 0.6,
 		vsHello("CLI_Claim/build=release/procs=8"), ""},
-	{"CLI claims at 8 processes vs hello-world 8 ways, plain `go build` binary", true, 0.5,
+	{"CLI claims at 8 processes vs hello-world 8 ways, `fencectl-full` (each claim committed in its own process)", true, 0.5,
+		vsHello("CLI_Claim/build=full/procs=8"), ""},
+	{"CLI claims at 8 processes vs hello-world 8 ways, plain `go build` of the full command set", true, 0.5,
 		vsHello("CLI_Claim/build=plain/procs=8"), ""},
 	{"CLI claim + complete at 8 processes vs JSON state one process per step, 100k tasks", true, 50,
 		ratio("CLI_ClaimComplete/procs=8", "claims/s", "BaselineJSON/mode=process/procs=8/tasks=100k", "claims/s"), ""},

@@ -17,6 +17,9 @@ import (
 func TestAdopt_ManyAtOnce(t *testing.T) {
 	const tasks = 300
 	for _, b := range scriptBackends {
+		if b.front {
+			continue // reap and status: the front hands them on, to what bolt runs
+		}
 		t.Run(b.name, func(t *testing.T) {
 			env := b.start(t)()
 			dir := filepath.Join(t.TempDir(), "tree")

@@ -166,6 +166,9 @@ func envRule(c *cli.Context, name string) string {
 // before anything is written (see checkText), and a --dir that cannot be a
 // tree.
 func checkCommand(c *cli.Context) error {
+	if err := checkServedTree(c); err != nil {
+		return err
+	}
 	if err := checkText("agent", c.String("agent")); err != nil {
 		return err
 	}

@@ -20,17 +20,20 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencectl/fencectl/cmd/internal/daemonlink"
 	"github.com/fencectl/fencectl/fence"
 )
 
-// The daemon: one process per host, user and etcd tree that runs the
-// agents' steps for the commands of that host (daemon_client.go). It
+// The daemon: one process per host, user and tree that runs the agents'
+// steps for the commands of that host (daemon_client.go, cmd/front). It
 // runs each command as its own process would, with the client's command
-// line and variables, on trees it keeps open: one etcd connection for
-// every command, and concurrent steps committed in groups, as a library
-// process with many goroutines commits them. It serves only the user
-// that runs it, and leaves when idle, when its tree is made again, or
-// when its program is replaced.
+// line and variables, on trees it keeps open: concurrent steps committed
+// in groups, as a library process with many goroutines commits them, and
+// on etcd one connection for every command. Its clients are the fencectl
+// front, which sends every tree's steps here and so starts no more than a
+// Go program must, and on an etcd tree the full command set too. It
+// serves only the user that runs it, and leaves when idle, when its tree
+// is made again, or when its program is replaced.
 
 // maxDaemonTrees bounds the trees a daemon keeps open (one per
 // --timeout value); a command with another value runs in its own process.
@@ -42,15 +45,16 @@ const daemonIdle = 30 * time.Second
 func daemonCommand(out *output) *cli.Command {
 	return &cli.Command{
 		Name:      "daemon",
-		Usage:     "run this host's agent steps on an etcd tree over one connection (started on demand)",
+		Usage:     "run this host's agent steps on a tree, committed in groups (started on demand)",
 		UsageText: "daemon [--idle D]",
-		Description: `On an etcd tree, claim, heartbeat, verify, complete, release and fail
-go to a daemon: one process per host, user and tree that keeps the etcd
-connection and commits concurrent steps in groups. The first such command
-starts it; it leaves after --idle without a command. Each command is run
-exactly as in its own process (same output, exit code and --json), with the
-caller's command line and FENCE_* variables. You never need to start it;
-FENCE_DAEMON=off runs every command in its own process instead.
+		Description: `claim, heartbeat, verify, complete, release and fail go to a daemon: one
+process per host, user and tree that keeps the tree open (on etcd, its
+connection) and commits concurrent steps in groups, so that each step's
+process only starts, sends its command line and prints the answer. The
+first such step starts it; it leaves after --idle without a command. Each
+command is run exactly as in its own process (same output, exit code and
+--json), with the caller's command line and FENCE_* variables. You never
+need to start it; FENCE_DAEMON=off runs every command in its own process.
 
    fencectl daemon --idle 5m     # keep one up between bursts of work`,
 		Flags: []cli.Flag{
@@ -90,7 +94,36 @@ func parseAlone() func() {
 type served struct {
 	env  map[string]string // the client's FENCE_* variables
 	root string            // the tree, absolute
+	cwd  string            // the client's working directory, if it sent it
 	tree func(timeout time.Duration) (*fence.Tree, error)
+	// declined says why the command was not run here after all
+	// (checkServedTree): the client runs it in its own process.
+	declined string
+}
+
+// errDeclined ends a command the daemon declines once it has read its
+// command line; nothing was done, and the client is told why.
+var errDeclined = errors.New("declined by the daemon")
+
+// checkServedTree declines a command whose command line names another
+// tree than the one this daemon serves. A client that does not read the
+// command line as fencectl does (the front guesses the tree from --dir
+// and FENCE_DIR) sends its working directory, and the tree its own
+// process would open is the one the command runs on, or none.
+func checkServedTree(c *cli.Context) error {
+	out := outputOf(c)
+	if out == nil || out.served == nil || out.served.cwd == "" {
+		return nil
+	}
+	dir := c.String("dir")
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(out.served.cwd, dir)
+	}
+	if filepath.Clean(dir) != out.served.root {
+		out.served.declined = "the command line names another tree"
+		return errDeclined
+	}
+	return nil
 }
 
 // daemon serves one tree.
@@ -115,8 +148,8 @@ func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duratio
 	if err != nil {
 		return err
 	}
-	if !found || cfg.Backend != "etcd" {
-		return usagef("fencectl daemon serves etcd trees, and %s keeps its journal in .fence/journal.db: there every command commits on its own", root)
+	if found && !fence.HasBackend(cfg.Backend) {
+		return &fence.MissingDriverError{Backend: cfg.Backend}
 	}
 	exe, err := os.Executable()
 	if err == nil {
@@ -125,7 +158,7 @@ func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duratio
 	if err != nil {
 		return err
 	}
-	name, err := daemonSocket(root, exe)
+	name, err := daemonlink.Socket(root, exe)
 	if err != nil {
 		return err
 	}
@@ -175,7 +208,7 @@ func (d *daemon) done(idle time.Duration) bool {
 	if time.Since(d.last) > idle {
 		return true
 	}
-	name, err := daemonSocket(d.root, d.exe)
+	name, err := daemonlink.Socket(d.root, d.exe)
 	return err != nil || name != d.name
 }
 
@@ -250,20 +283,20 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 	defer d.hangUp(conn)
 	enc := json.NewEncoder(conn)
 	if !samePeer(conn) {
-		_ = enc.Encode(daemonReply{Decline: "another user"})
+		_ = enc.Encode(daemonlink.Reply{Decline: "another user"})
 		return
 	}
-	if err := enc.Encode(daemonReply{Ready: true}); err != nil {
+	if err := enc.Encode(daemonlink.Reply{Ready: true}); err != nil {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var req daemonRequest
+	var req daemonlink.Request
 	if err := json.NewDecoder(io.LimitReader(conn, maxRequest)).Decode(&req); err != nil {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	if why := d.decline(req); why != "" {
-		_ = enc.Encode(daemonReply{Decline: why})
+		_ = enc.Encode(daemonlink.Reply{Decline: why})
 		return
 	}
 	// A client that goes away (killed, interrupted) cancels its command,
@@ -277,11 +310,15 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 	}()
 	var stdout, stderr bytes.Buffer
 	out := &output{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
-		served: &served{env: req.Env, root: d.root, tree: d.tree}, noticeMu: &sync.Mutex{}}
+		served: &served{env: req.Env, root: d.root, cwd: req.Cwd, tree: d.tree}, noticeMu: &sync.Mutex{}}
 	d.begin(out)
 	code := daemonRun(ctx, req.Args, out)
 	d.end(out)
-	_ = enc.Encode(daemonReply{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Code: code})
+	if why := out.served.declined; why != "" {
+		_ = enc.Encode(daemonlink.Reply{Decline: why})
+		return
+	}
+	_ = enc.Encode(daemonlink.Reply{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Code: code})
 }
 
 // hangUp closes a client's connection and counts it gone.
@@ -307,11 +344,11 @@ func (d *daemon) end(out *output) {
 }
 
 // decline says why the client must run req itself, or "".
-func (d *daemon) decline(req daemonRequest) string {
+func (d *daemon) decline(req daemonlink.Request) string {
 	if req.Root != d.root {
 		return "another tree"
 	}
-	if !daemonServes[commandWord(req.Args)] {
+	if !daemonlink.Serves[commandWord(req.Args)] {
 		return "not a command the daemon runs"
 	}
 	// Each --timeout value has a tree of its own, with its own etcd
@@ -322,6 +359,11 @@ func (d *daemon) decline(req daemonRequest) string {
 	d.treeMu.Unlock()
 	if !open && full {
 		return "too many --timeout values"
+	}
+	// The daemon's trees were opened with the default lock; the
+	// benchmarks' other one (FENCE_LOCK_MODE) is a process's own.
+	if req.Env["FENCE_LOCK_MODE"] != "" {
+		return "FENCE_LOCK_MODE is set"
 	}
 	// The connection was made with this process's credentials and TLS
 	// files: a client with others must use its own.

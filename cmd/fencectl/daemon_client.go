@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/fencectl/fencectl/cmd/internal/daemonlink"
 	"github.com/fencectl/fencectl/fence"
 )
 
@@ -29,41 +27,10 @@ import (
 // command line and prints the answer. Anything the daemon cannot take the
 // same way runs in the command's own process, as before.
 
-// daemonServes are the commands a daemon runs: an agent's steps on a
-// task, which read no file and no input of the caller's.
-var daemonServes = map[string]bool{"claim": true, "heartbeat": true, "verify": true, "complete": true, "release": true, "fail": true}
-
-// daemonRetries are the commands that may run again in their own process
-// when the daemon ended before answering: they change nothing twice.
-var daemonRetries = map[string]bool{"verify": true, "heartbeat": true}
-
-// daemonWait bounds the wait for a daemon just started to listen.
-const daemonWait = 2 * time.Second
-
 // forwarded is the exit of a command a daemon ran: its output is written.
 type forwarded struct{ code int }
 
 func (f forwarded) Error() string { return fmt.Sprintf("the daemon's command exited %d", f.code) }
-
-// daemonRequest is what a client sends: one JSON line.
-type daemonRequest struct {
-	Args []string          `json:"args"` // the command line, its program name first
-	Env  map[string]string `json:"env"`  // the client's FENCE_* variables
-	Root string            `json:"root"` // the tree, absolute
-	// Timeout is the command's --timeout (after FENCE_TIMEOUT): the
-	// daemon keeps a tree open per value (daemon.tree).
-	Timeout time.Duration `json:"timeout"`
-}
-
-// daemonReply is what the daemon answers: a line saying it is ready,
-// then one with the command's outcome; each one JSON line.
-type daemonReply struct {
-	Ready   bool   `json:"ready,omitempty"`   // the first line: send the request
-	Decline string `json:"decline,omitempty"` // why the client must run it itself
-	Stdout  []byte `json:"stdout,omitempty"`
-	Stderr  []byte `json:"stderr,omitempty"`
-	Code    int    `json:"code"`
-}
 
 // forward runs the command c parses in the host's daemon for its tree,
 // starting one if none listens. ok is false when the command must run in
@@ -73,8 +40,13 @@ type daemonReply struct {
 // nothing twice (daemonRetries) runs here again after a lost answer.
 func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	out := outputOf(c)
-	if out == nil || out.served != nil || !daemonServes[c.Command.Name] {
+	if out == nil || out.served != nil || !daemonlink.Serves[c.Command.Name] {
 		return 0, false, nil
+	}
+	// The front sent this step to a daemon that ended before answering,
+	// and hands it here to be reported, not run (cmd/front).
+	if lost := os.Getenv(daemonlink.LostVar); lost != "" {
+		return 0, false, errors.New(lost)
 	}
 	switch v := os.Getenv("FENCE_DAEMON"); v {
 	case "", "on":
@@ -86,10 +58,10 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if backend != "etcd" || !exitsAfterRun {
 		return 0, false, nil
 	}
-	if c.Command.Name == "complete" && c.IsSet("result") || testHooksSet() {
+	if c.Command.Name == "complete" && c.IsSet("result") || daemonlink.TestHooksSet(daemonlink.FenceEnv()) {
 		return 0, false, nil
 	}
-	if relativeTLSFiles() {
+	if daemonlink.RelativeTLSFiles(daemonlink.FenceEnv()) {
 		// The daemon runs in /: a relative path would name another file
 		// there.
 		return 0, false, nil
@@ -102,7 +74,7 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if err != nil {
 		return 0, false, nil // the hand-off says what is missing
 	}
-	name, err := daemonSocket(root, exe)
+	name, err := daemonlink.Socket(root, exe)
 	if err != nil {
 		return 0, false, nil
 	}
@@ -114,7 +86,7 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if f, isFile := out.stdout.(*os.File); isFile && c.Command.Name == "claim" && noReader(f) {
 		return 0, false, readerGoneError{}
 	}
-	code, ok, err = askDaemon(c, name, exe, daemonRequest{Args: out.args, Env: fenceEnv(), Root: root, Timeout: timeout})
+	code, ok, err = askDaemon(c, name, exe, daemonlink.Request{Args: out.args, Env: daemonlink.FenceEnv(), Root: root, Timeout: timeout})
 	if !ok && err == nil {
 		// Run here, and in fencectl-etcd if this binary hands the
 		// command on: a daemon that failed or declined once is not
@@ -126,10 +98,10 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 
 // askDaemon runs req in the daemon at name (starting exe as one if none
 // listens) and writes its output. ok is false, with nothing sent, when
-// no daemon of this user said it was ready within daemonWait, or the
+// no daemon of this user said it was ready within daemonlink.Wait, or the
 // daemon declined; and after a lost answer to a step that changes nothing
 // twice (daemonRetries).
-func askDaemon(c *cli.Context, name, exe string, req daemonRequest) (code int, ok bool, err error) {
+func askDaemon(c *cli.Context, name, exe string, req daemonlink.Request) (code int, ok bool, err error) {
 	out := outputOf(c)
 	conn, err := dialDaemon(name, exe, req.Root)
 	if err != nil {
@@ -145,8 +117,8 @@ func askDaemon(c *cli.Context, name, exe string, req daemonRequest) (code int, o
 	// accepts connections for a daemon that is stopped (SIGSTOP) or
 	// leaving, which would never run the request; this one runs here.
 	dec := json.NewDecoder(conn)
-	_ = conn.SetReadDeadline(time.Now().Add(daemonWait))
-	var hello daemonReply
+	_ = conn.SetReadDeadline(time.Now().Add(daemonlink.Wait))
+	var hello daemonlink.Reply
 	if err := dec.Decode(&hello); err != nil || !hello.Ready {
 		return 0, false, nil
 	}
@@ -160,16 +132,16 @@ func askDaemon(c *cli.Context, name, exe string, req daemonRequest) (code int, o
 	// A waiting claim whose reader leaves hangs up: the daemon cancels a
 	// step whose client has gone, and nothing is claimed for nobody.
 	left := watchReaderWhileWaiting(c, out, conn)
-	var reply daemonReply
+	var reply daemonlink.Reply
 	err = dec.Decode(&reply)
 	if left() && err != nil { // an answer that came is a claim made: print it
 		return 0, false, fmt.Errorf("%w (stopped waiting)", readerGoneError{})
 	}
 	if err != nil {
-		if daemonRetries[c.Command.Name] {
+		if daemonlink.Retries[c.Command.Name] {
 			return 0, false, nil
 		}
-		return 0, false, fmt.Errorf("the fencectl daemon for %s ended before answering (%v): the %s may or may not have happened; `fencectl show ID` tells (FENCE_DAEMON=off runs every command in its own process)", req.Root, err, c.Command.Name)
+		return 0, false, errors.New(daemonlink.LostError(req.Root, c.Command.Name, err))
 	}
 	if reply.Decline != "" {
 		return 0, false, nil
@@ -177,17 +149,6 @@ func askDaemon(c *cli.Context, name, exe string, req daemonRequest) (code int, o
 	out.stdout.Write(reply.Stdout)
 	out.stderr.Write(reply.Stderr)
 	return reply.Code, true, nil
-}
-
-// relativeTLSFiles reports whether a FENCE_ETCD_* variable names a TLS
-// file by a relative path.
-func relativeTLSFiles() bool {
-	for _, k := range []string{"FENCE_ETCD_CACERT", "FENCE_ETCD_CERT", "FENCE_ETCD_KEY"} {
-		if v := os.Getenv(k); v != "" && !filepath.IsAbs(v) {
-			return true
-		}
-	}
-	return false
 }
 
 // answerWithin is how long a client waits for the daemon's answer:
@@ -202,30 +163,6 @@ func answerWithin(c *cli.Context) time.Duration {
 		wait = c.Duration("wait")
 	}
 	return 3*timeout + wait + 30*time.Second
-}
-
-// testHooksSet reports whether a test hook of the fencetest build is set:
-// those act on the process they are set in, so the command keeps to its
-// own.
-func testHooksSet() bool {
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "FENCE_TEST_") || strings.HasPrefix(kv, "FENCE_CRASH") {
-			return true
-		}
-	}
-	return false
-}
-
-// fenceEnv is this process's FENCE_* variables: the settings a command
-// reads from its environment, which the daemon reads from the request.
-func fenceEnv() map[string]string {
-	env := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "FENCE_") {
-			env[k] = v
-		}
-	}
-	return env
 }
 
 // daemonExecutable is the program a daemon for an etcd tree runs: this
@@ -243,31 +180,8 @@ func daemonExecutable() (string, error) {
 	return filepath.EvalSymlinks(exe)
 }
 
-// daemonSocket names the abstract unix socket of the daemon for root run
-// by exe: one per user, tree, program and journal config. A new build or
-// a tree made again (init, recover) gets a new daemon, and the old one,
-// asked by nobody, leaves when idle.
-func daemonSocket(root, exe string) (string, error) {
-	prog, err := os.Stat(exe)
-	if err != nil {
-		return "", err
-	}
-	conf, err := os.Stat(filepath.Join(root, ".fence", "journal.json"))
-	if err != nil {
-		return "", err
-	}
-	st, ok := conf.Sys().(*syscall.Stat_t)
-	if !ok {
-		return "", errors.New("no inode")
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "fencectl daemon 1\x00%d\x00%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%d\x00%d",
-		os.Getuid(), root, exe, prog.Size(), prog.ModTime().UnixNano(), st.Dev, st.Ino, conf.Size(), conf.ModTime().UnixNano())
-	return "@fencectl-" + hex.EncodeToString(h.Sum(nil)[:16]), nil
-}
-
 // dialDaemon connects to the daemon at name, starting exe as one for
-// root when none listens, and waits up to daemonWait for it.
+// root when none listens, and waits up to daemonlink.Wait for it.
 func dialDaemon(name, exe, root string) (*net.UnixConn, error) {
 	addr := &net.UnixAddr{Name: name, Net: "unix"}
 	conn, err := net.DialUnix("unix", nil, addr)
@@ -277,7 +191,7 @@ func dialDaemon(name, exe, root string) (*net.UnixConn, error) {
 	if err := startDaemon(exe, root); err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(daemonWait)
+	deadline := time.Now().Add(daemonlink.Wait)
 	for pause := 200 * time.Microsecond; ; pause = min(2*pause, 50*time.Millisecond) {
 		conn, err := net.DialUnix("unix", nil, addr)
 		if err == nil || time.Now().After(deadline) {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+	"github.com/fencectl/fencectl/cmd/internal/daemonlink"
 	"github.com/fencectl/fencectl/journal/etcd/etcdtest"
 )
 
@@ -373,11 +374,11 @@ func TestDaemon_OtherUsers(t *testing.T) {
 	// Root's daemon, asked by nobody.
 	dt := newDaemonTree(t, endpoints, 2)
 	dt.ok(dt.cmd("claim", "t1", "--agent", "root"))
-	name, err := daemonSocket(dt.dir, exe)
+	name, err := daemonlink.Socket(dt.dir, exe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := json.Marshal(daemonRequest{Args: []string{"fencectl", "claim", "t2", "--agent", "nobody"}, Root: dt.dir, Env: map[string]string{}})
+	req, _ := json.Marshal(daemonlink.Request{Args: []string{"fencectl", "claim", "t2", "--agent", "nobody"}, Root: dt.dir, Env: map[string]string{}})
 	out, err := asNobody("FENCECTL_IMPOSTOR="+name, "FENCECTL_IMPOSTOR_REQUEST="+string(req)).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"decline":"another user"`) {
 		t.Fatalf("nobody's request to root's daemon: %v\n%s", err, out)
@@ -400,7 +401,7 @@ func TestDaemon_OtherUsers(t *testing.T) {
 
 	// Nobody listening where root's command looks for its daemon.
 	other := newDaemonTree(t, endpoints, 1)
-	name, err = daemonSocket(other.dir, exe)
+	name, err = daemonlink.Socket(other.dir, exe)
 	if err != nil {
 		t.Fatal(err)
 	}

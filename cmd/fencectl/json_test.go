@@ -18,7 +18,7 @@ var jsonErrorArgs = map[string][]string{
 	"fail": {"t1", "--token", "5"}, "reap": {}, "revoke": {"t1"}, "cancel": {"t1"}, "requeue": {"t1"}, "set": {"t1", "--priority", "1"}, "defaults": {"--ttl", "1m"}, "status": {},
 	"show": {"t1"}, "list": {}, "log": {}, "replay": {"--check"}, "recover": {}, "compact": {}, "run": {"--", "true"},
 	"put": {"t1", "n1", "--token", "5"}, "guide": {},
-	"mcp": {}, "serve": {"--http", "127.0.0.1:0"}, "daemon": {},
+	"mcp": {}, "serve": {"--http", "127.0.0.1:0"}, "daemon": {"--idle", "0s"}, // a daemon serves any tree: refused for its --idle
 }
 
 // TestJSON_EveryCommandErrorIsOneObject (issue 9, item 19): with --json,

@@ -10,9 +10,10 @@ import (
 
 // TestBuild_BinariesLinkOnlyWhatTheyServe reads the build recipe of the
 // Makefile (make build) and lists, for each binary, the packages its
-// tags link: plain fencectl, which every claim starts, links neither
-// net/http, the Prometheus client, the MCP SDK nor the etcd client
-// (their package initialisers cost milliseconds per process);
+// tags link: fencectl, the front, which every step starts, links none of
+// the command set (no CLI library, no journal, no net); fencectl-full
+// links neither net/http, the Prometheus client, the MCP SDK nor the etcd
+// client (their package initialisers cost milliseconds per process);
 // fencectl-etcd links etcd only; fencectl-serve and fencectl-mcp link
 // what `serve` and `mcp` hand to them.
 func TestBuild_BinariesLinkOnlyWhatTheyServe(t *testing.T) {
@@ -24,12 +25,27 @@ func TestBuild_BinariesLinkOnlyWhatTheyServe(t *testing.T) {
 		cliV2 = "github.com/urfave/cli/v2"
 	)
 	want := map[string]struct{ with, without []string }{
-		"fencectl":       {with: []string{cliV2}, without: []string{prom, http, mcp, etcd}},
+		"fencectl-full":  {with: []string{cliV2}, without: []string{prom, http, mcp, etcd}},
 		"fencectl-etcd":  {with: []string{etcd}, without: []string{prom, mcp}},
 		"fencectl-serve": {with: []string{prom, http, etcd}, without: []string{mcp}},
 		"fencectl-mcp":   {with: []string{mcp, etcd}, without: []string{prom}},
 	}
 	builds := makeBuilds(t)
+	front := regexp.MustCompile(`-o \$\(BIN\) \./cmd/front\n`)
+	if recipe := makeRecipe(t); !front.MatchString(recipe) {
+		t.Errorf("make build does not build bin/fencectl from ./cmd/front:\n%s", recipe)
+	}
+	out, err := exec.Command("go", "list", "-deps", "../front").Output()
+	if err != nil {
+		t.Fatalf("go list -deps ../front: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		switch {
+		case p == cliV2, p == "net", p == "go.etcd.io/bbolt", strings.HasPrefix(p, "github.com/fencectl/fencectl/fence"),
+			strings.HasPrefix(p, "github.com/fencectl/fencectl/journal"):
+			t.Errorf("the front (cmd/front) links %s", p)
+		}
+	}
 	for bin, w := range want {
 		tags, ok := builds[bin]
 		if !ok {
@@ -57,8 +73,23 @@ func TestBuild_BinariesLinkOnlyWhatTheyServe(t *testing.T) {
 	}
 }
 
+// makeRecipe returns the recipe of the Makefile's build target.
+func makeRecipe(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := regexp.MustCompile(`(?m)^build:.*\n((?:\t.*\n)+)`).FindStringSubmatch(string(b))
+	if recipe == nil {
+		t.Fatal("no build target in the Makefile")
+	}
+	return recipe[1]
+}
+
 // makeBuilds returns the -tags of each binary the Makefile's build target
-// makes, by its name, with the Makefile's variables expanded.
+// makes from cmd/fencectl, by its name, with the Makefile's variables
+// expanded.
 func makeBuilds(t *testing.T) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile("../../Makefile")

@@ -40,6 +40,10 @@ func TestScripts(t *testing.T) {
 	for _, b := range scriptBackends {
 		t.Run(b.name, func(t *testing.T) {
 			env := b.start(t)
+			front := ""
+			if b.front {
+				front = frontDir(t)
+			}
 			testscript.Run(t, testscript.Params{
 				Dir:                 filepath.Join("testdata", "script"),
 				RequireExplicitExec: true,
@@ -48,7 +52,9 @@ func TestScripts(t *testing.T) {
 					case "fencetest":
 						return testClock != nil, nil // the fencetest build: crash points and the settable clock
 					case "bolt", "etcd":
-						return cond == b.name, nil
+						return cond == b.journal, nil
+					case "front":
+						return b.front, nil
 					}
 					return false, fmt.Errorf("unknown condition %q", cond)
 				},
@@ -58,6 +64,10 @@ func TestScripts(t *testing.T) {
 					e.Setenv("FENCE_TIMEOUT", "10s")
 					for k, v := range env() {
 						e.Setenv(k, v)
+					}
+					if front != "" {
+						// Ahead of testscript's own fencectl (this binary).
+						e.Setenv("PATH", front+string(os.PathListSeparator)+e.Getenv("PATH"))
 					}
 					return nil
 				},

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+)
+
+// The front (cmd/front) is what users run as fencectl: it sends an
+// agent's steps to the tree's daemon and hands everything else to
+// fencectl-full. The scripts run through it too (scriptBackends, "front");
+// these tests are about what only the front does.
+
+// frontTree is a bbolt tree with tasks t1…tN, driven through bin.
+type frontTree struct {
+	t   *testing.T
+	dir string
+	bin clitest.Binary
+}
+
+func newFrontTree(t *testing.T, bin clitest.Binary, tasks int) *frontTree {
+	t.Helper()
+	ft := &frontTree{t: t, dir: filepath.Join(t.TempDir(), "tree"), bin: bin}
+	t.Cleanup(func() { stopDaemons(ft.dir) })
+	ft.ok("init")
+	for i := 1; i <= tasks; i++ {
+		ft.ok("add", "--id", "t"+strconv.Itoa(i))
+	}
+	return ft
+}
+
+// run runs fencectl args on the tree, with env, and returns its exit
+// code and output.
+func (ft *frontTree) run(env []string, args ...string) (int, string, string) {
+	c := ft.bin.Command(ft.dir, args...)
+	c.Env = append(c.Env, env...)
+	var stdout, stderr strings.Builder
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	return clitest.ExitCode(err), stdout.String(), stderr.String()
+}
+
+func (ft *frontTree) ok(args ...string) string {
+	ft.t.Helper()
+	code, stdout, stderr := ft.run(nil, args...)
+	if code != 0 {
+		ft.t.Fatalf("%v: exit %d\n%s%s", args, code, stdout, stderr)
+	}
+	return stdout
+}
+
+// holder is the agent holding task id, or "" if nobody does.
+func (ft *frontTree) holder(id string) string {
+	ft.t.Helper()
+	var show struct {
+		Lease *struct {
+			Agent string `json:"agent"`
+			Token uint64 `json:"token"`
+		} `json:"lease"`
+	}
+	if err := json.Unmarshal([]byte(ft.ok("show", id, "--json")), &show); err != nil {
+		ft.t.Fatal(err)
+	}
+	if show.Lease == nil {
+		return ""
+	}
+	return show.Lease.Agent
+}
+
+// TestFront_SameAnswersAsOwnProcess runs each of an agent's steps on two
+// bbolt trees, through the front (so in the tree's daemon) and in
+// fencectl-full's own process, and compares exit codes and output,
+// every refusal included; then it checks that the front's steps did go
+// to a daemon, and the others to none.
+func TestFront_SameAnswersAsOwnProcess(t *testing.T) {
+	trees := map[string]*frontTree{
+		"front": newFrontTree(t, clitest.Binary{Path: filepath.Join(frontDir(t), "fencectl")}, 3),
+		"own":   newFrontTree(t, fencectlBin, 3),
+	}
+	clean := func(ft *frontTree, s string) string {
+		s = strings.ReplaceAll(s, ft.dir, "TREE")
+		s = regexp.MustCompile(`\b\d{13,20}\b`).ReplaceAllString(s, "TOKEN")
+		return regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+Z`).ReplaceAllString(s, "TIME")
+	}
+	tokens := map[string]map[string]string{"front": {}, "own": {}}
+	// step runs args on both trees, TOKEN:ID standing for each tree's own
+	// token of task ID, and returns the front's exit code.
+	step := func(args ...string) int {
+		t.Helper()
+		type answer struct {
+			code           int
+			stdout, stderr string
+		}
+		got := map[string]answer{}
+		for name, ft := range trees {
+			own := make([]string, len(args))
+			for i, a := range args {
+				if id, ok := strings.CutPrefix(a, "TOKEN:"); ok {
+					a = tokens[name][id]
+				}
+				own[i] = a
+			}
+			code, stdout, stderr := ft.run(nil, own...)
+			if own[0] == "claim" && code == 0 && strings.Contains(strings.Join(own, " "), "--json") {
+				var c struct {
+					Task  string `json:"task"`
+					Token uint64 `json:"token"`
+				}
+				if err := json.Unmarshal([]byte(stdout), &c); err != nil {
+					t.Fatalf("%v: %v\n%s", own, err, stdout)
+				}
+				tokens[name][c.Task] = strconv.FormatUint(c.Token, 10)
+			}
+			got[name] = answer{code, clean(ft, stdout), clean(ft, stderr)}
+		}
+		if got["front"] != got["own"] {
+			t.Errorf("%v: through the front %+v, in its own process %+v", args, got["front"], got["own"])
+		}
+		return got["front"].code
+	}
+	for _, s := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"claim", "t1", "--agent", "a1", "--json"}, 0},
+		{[]string{"claim", "t1", "--agent", "a2"}, exitNotAvailable},
+		{[]string{"heartbeat", "t1", "--token", "1"}, 3},
+		{[]string{"--json", "heartbeat", "t1", "--token", "1"}, 3},
+		{[]string{"heartbeat", "t1", "--token", "TOKEN:t1"}, 0},
+		{[]string{"verify", "t1", "--token", "TOKEN:t1", "--json"}, 0},
+		{[]string{"complete", "t9", "--token", "5"}, 6},
+		{[]string{"complete", "t1", "--token", "7", "--json"}, 3},
+		{[]string{"claim", "--agent", "bad\x01name"}, 2},
+		{[]string{"claim", "--agent", "bad\xffname"}, 2},
+		{[]string{"claim", "--bogus"}, 2},
+		{[]string{"claim", "t2", "--agent", "a1", "--json"}, 0},
+		{[]string{"release", "t2", "--token", "TOKEN:t2", "--reason", "later"}, 0},
+		{[]string{"claim", "t2", "--agent", "a1", "--json"}, 0},
+		{[]string{"fail", "t2", "--token", "TOKEN:t2", "--reason", "boom", "--json"}, 0},
+		{[]string{"complete", "t1", "--token", "TOKEN:t1"}, 0},
+		{[]string{"complete", "t1", "--token", "TOKEN:t1"}, 0}, // again: a retry after a lost answer
+		{[]string{"claim", "--agent", "a1", "--format", "env"}, 0},
+		{[]string{"claim", "--agent", "a1", "--json"}, exitNotAvailable},
+	} {
+		if code := step(s.args...); code != s.code {
+			t.Errorf("%v exited %d, want %d", s.args, code, s.code)
+		}
+	}
+	if pids := daemonPids(trees["front"].dir); len(pids) != 1 {
+		t.Errorf("the front's tree has %d daemons, want the one its first step started", len(pids))
+	}
+	if pids := daemonPids(trees["own"].dir); len(pids) != 0 {
+		t.Errorf("fencectl-full started %d daemons for a bbolt tree: its own process commits", len(pids))
+	}
+}
+
+// TestFront_RunsTheCommandOnTheTreeItNames gives the front a command
+// line it reads wrong: `claim --agent --dir=B` is a claim on the tree of
+// FENCE_DIR by an agent named "--dir=B", which the front takes for a
+// claim on B and sends to B's daemon. The daemon reads the command line
+// as fencectl does and declines it, and the front runs it in its own
+// process: on the tree the command line names, never on B.
+func TestFront_RunsTheCommandOnTheTreeItNames(t *testing.T) {
+	front := clitest.Binary{Path: filepath.Join(frontDir(t), "fencectl")}
+	a, b := newFrontTree(t, front, 1), newFrontTree(t, front, 1)
+	// B's daemon is up: a step on B started it (a refused one).
+	if code, _, _ := b.run(nil, "verify", "t1", "--token", "1"); code != 3 {
+		t.Fatalf("verify with no lease: exit %d, want 3", code)
+	}
+	if len(daemonPids(b.dir)) != 1 {
+		t.Fatal("no daemon for B")
+	}
+	code, stdout, stderr := a.run(nil, "claim", "--agent", "--dir="+b.dir)
+	if code != 0 {
+		t.Fatalf("claim: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if got := a.holder("t1"); got != "--dir="+b.dir {
+		t.Errorf("A's task is held by %q, want the agent the command line named", got)
+	}
+	if got := b.holder("t1"); got != "" {
+		t.Errorf("B's task was claimed by %q: the daemon ran a command on a tree its command line does not name", got)
+	}
+}
+
+// TestFront_DaemonKilledMidStep kills the daemon while it runs a step
+// (blocked on the tree's lock, held here): a claim may or may not have
+// happened, so the front reports that and runs nothing again (the task
+// stays available once the lock is free); a heartbeat changes nothing
+// twice, so the front runs it again in its own process, and it succeeds.
+func TestFront_DaemonKilledMidStep(t *testing.T) {
+	ft := newFrontTree(t, clitest.Binary{Path: filepath.Join(frontDir(t), "fencectl")}, 2)
+	tok := "" // the claim starts the daemon
+	{
+		var c struct {
+			Token uint64 `json:"token"`
+		}
+		if err := json.Unmarshal([]byte(ft.ok("claim", "t2", "--agent", "a", "--json")), &c); err != nil {
+			t.Fatal(err)
+		}
+		tok = strconv.FormatUint(c.Token, 10)
+	}
+	for _, s := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"claim", "t1", "--agent", "a"}, 1, "ended before answering"},
+		{[]string{"heartbeat", "t2", "--token", tok}, 0, ""},
+	} {
+		pids := daemonPids(ft.dir)
+		if len(pids) != 1 {
+			t.Fatalf("%d daemons for the tree, want 1", len(pids))
+		}
+		unlock := holdTreeLock(t, ft.dir)
+		c := ft.bin.Command(ft.dir, s.args...)
+		var stdout, stderr bytes.Buffer
+		c.Stdout, c.Stderr = &stdout, &stderr
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitBlockedInFlock(t, pids[0])
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		unlock()
+		err := c.Wait()
+		if code := clitest.ExitCode(err); code != s.code || !strings.Contains(stderr.String(), s.want) {
+			t.Errorf("%v with its daemon killed: exit %d, want %d with %q\n%s%s", s.args, code, s.code, s.want, &stdout, &stderr)
+		}
+		for len(daemonPids(ft.dir)) > 0 {
+			time.Sleep(10 * time.Millisecond) // the killed daemon's pid leaving /proc
+		}
+		ft.ok("verify", "t2", "--token", tok) // and a new daemon for the next round
+	}
+	if got := ft.holder("t1"); got != "" {
+		t.Errorf("t1 is held by %q: a claim whose answer was lost ran again", got)
+	}
+}
+
+// holdTreeLock takes the tree's writer lock, as another writer would,
+// until the returned func is called.
+func holdTreeLock(t *testing.T, dir string) (unlock func()) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, ".fence", "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	return func() { f.Close() }
+}
+
+// waitBlockedInFlock waits until a thread of pid waits in flock(2): the
+// daemon has the step, and waits for the lock.
+func waitBlockedInFlock(t *testing.T, pid int) {
+	t.Helper()
+	flock := strconv.Itoa(unix.SYS_FLOCK) + " "
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/syscall")
+		for _, p := range tasks {
+			if b, err := os.ReadFile(p); err == nil && strings.HasPrefix(string(b), flock) {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // polling another process's state
+	}
+	t.Fatalf("the daemon (pid %d) never waited for the tree's lock", pid)
+}
+
+// TestFront_WithoutFull runs the front alone: every command it cannot
+// send says where fencectl-full was looked for, and exits 1.
+func TestFront_WithoutFull(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(frontDir(t), "fencectl")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := filepath.Join(dir, "fencectl")
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(alone, "status")
+	c.Env = append(os.Environ(), "PATH="+dir)
+	out, err := c.CombinedOutput()
+	if code := clitest.ExitCode(err); code != 1 || !strings.Contains(string(out), "fencectl-full is not beside this fencectl") {
+		t.Errorf("status without fencectl-full: exit %d\n%s", code, out)
+	}
+}

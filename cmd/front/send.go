@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fencectl/fencectl/cmd/internal/daemonlink"
+)
+
+// off hands a command on to run in fencectl-full's own process, which
+// then asks no daemon either: one that failed or declined once is not
+// asked again by the same command.
+var off = map[string]string{"FENCE_DAEMON": "off"}
+
+// maxReply bounds the answer read back: a command's output.
+const maxReply = 64 << 20
+
+// send runs s in the host's daemon for its tree, starting one if none
+// listens, and writes its output. done is false when nothing was sent:
+// the tree's journal is not one the front knows how to route. Every
+// other way of not getting an answer hands the command on (handOn), and
+// so does not return: when nothing was sent, or a step that changes
+// nothing twice lost its answer, to run it; when a step that may have
+// happened lost its answer, to report that, and run nothing.
+func send(s step) (code int, done bool) {
+	exe, ok := daemonProgram(s.root)
+	if !ok {
+		return 0, false
+	}
+	name, err := daemonlink.Socket(s.root, exe)
+	if err != nil {
+		return 0, false // no tree there: fencectl-full says so
+	}
+	c, err := dial(name, exe, s.root)
+	if err != nil {
+		handOn(off)
+	}
+	defer c.close()
+	// The request carries the caller's variables, etcd credentials
+	// included: only a daemon of this user may read them.
+	if !c.samePeer() {
+		handOn(off)
+	}
+	// A daemon says it is ready before anything is sent: the kernel
+	// accepts connections for a daemon that is stopped (SIGSTOP) or
+	// leaving, which would never run the request.
+	var hello daemonlink.Reply
+	if err := c.read(&hello, daemonlink.Wait); err != nil || !hello.Ready {
+		handOn(off)
+	}
+	req, err := json.Marshal(daemonlink.Request{Args: os.Args, Env: s.env, Root: s.root, Cwd: s.cwd, Timeout: s.timeout})
+	if err != nil || c.write(append(req, '\n')) != nil {
+		handOn(off) // not sent whole: the daemon runs no half request
+	}
+	// The step is bounded by --timeout in the daemon as in its own
+	// process; a daemon that hangs past a generous bound is given up on,
+	// as one that died.
+	var reply daemonlink.Reply
+	if err := c.read(&reply, 3*s.timeoutOrDefault()+30*time.Second); err != nil {
+		if daemonlink.Retries[s.command] {
+			handOn(off)
+		}
+		handOn(map[string]string{daemonlink.LostVar: daemonlink.LostError(s.root, s.command, err)})
+	}
+	if reply.Decline != "" {
+		handOn(off)
+	}
+	_, _ = os.Stdout.Write(reply.Stdout)
+	_, _ = os.Stderr.Write(reply.Stderr)
+	return reply.Code, true
+}
+
+func (s step) timeoutOrDefault() time.Duration {
+	if s.timeout <= 0 {
+		return defaultTimeout
+	}
+	return s.timeout
+}
+
+// daemonProgram is the program whose daemon serves the tree at root:
+// fencectl-full for a bbolt tree, fencectl-etcd for an etcd one. ok is
+// false for a tree the front cannot route (a config it cannot read, or
+// another backend): fencectl-full then decides.
+func daemonProgram(root string) (exe string, ok bool) {
+	prog := fullName
+	conf := filepath.Join(root, ".fence", daemonlink.ConfigFile)
+	fi, err := os.Lstat(conf)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil || !fi.Mode().IsRegular():
+		return "", false
+	default:
+		b, err := os.ReadFile(conf)
+		var cfg struct {
+			Backend string `json:"backend"`
+		}
+		if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Backend != "etcd" {
+			return "", false
+		}
+		prog = "fencectl-etcd"
+	}
+	path, err := beside(prog)
+	if err != nil {
+		return "", false
+	}
+	if path, err = filepath.EvalSymlinks(path); err != nil {
+		return "", false
+	}
+	return path, true
+}
+
+// conn is a connection to a daemon: a blocking unix socket, read a JSON
+// line at a time.
+type conn struct {
+	fd  int
+	buf []byte
+}
+
+// dial connects to the daemon at name, starting exe as one for root
+// when none listens, and waits up to daemonlink.Wait for it.
+func dial(name, exe, root string) (*conn, error) {
+	c, err := connect(name)
+	if err == nil {
+		return c, nil
+	}
+	if err := startDaemon(exe, root); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(daemonlink.Wait)
+	for pause := 200 * time.Microsecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		c, err := connect(name)
+		if err == nil || time.Now().After(deadline) {
+			return c, err
+		}
+		time.Sleep(pause)
+	}
+}
+
+func connect(name string) (*conn, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	// A name starting with @ is an abstract socket.
+	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: name}); err != nil {
+		_ = syscall.Close(fd)
+		return nil, err
+	}
+	return &conn{fd: fd}, nil
+}
+
+func (c *conn) close() { _ = syscall.Close(c.fd) }
+
+// startDaemon starts `exe daemon --dir root` in a session of its own,
+// with no terminal and none of our streams (a caller waiting for this
+// command's output must not wait for the daemon's), in / (it must keep
+// no directory in use).
+func startDaemon(exe, root string) error {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	fd := null.Fd()
+	_, err = syscall.ForkExec(exe, []string{"fencectl", "daemon", "--dir", root}, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   os.Environ(),
+		Files: []uintptr{fd, fd, fd},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	return err
+}
+
+// samePeer reports whether the daemon runs as this process's user: an
+// abstract socket has no file mode to keep another user from listening
+// where a client looks for its daemon.
+func (c *conn) samePeer() bool {
+	cred, err := syscall.GetsockoptUcred(c.fd, syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	return err == nil && int(cred.Uid) == os.Getuid()
+}
+
+// write sends b whole, or fails; never SIGPIPE.
+func (c *conn) write(b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.SendmsgN(c.fd, b, nil, nil, syscall.MSG_NOSIGNAL)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// read decodes the next JSON line into v, waiting up to within.
+func (c *conn) read(v any, within time.Duration) error {
+	tv := syscall.NsecToTimeval(within.Nanoseconds())
+	if err := syscall.SetsockoptTimeval(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+		return err
+	}
+	var chunk [32 << 10]byte
+	for {
+		if i := bytes.IndexByte(c.buf, '\n'); i >= 0 {
+			line := c.buf[:i]
+			c.buf = c.buf[i+1:]
+			return json.Unmarshal(line, v)
+		}
+		if len(c.buf) > maxReply {
+			return fmt.Errorf("an answer longer than %d bytes", maxReply)
+		}
+		n, err := syscall.Read(c.fd, chunk[:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return fmt.Errorf("no answer within %s", within)
+		case err != nil:
+			return err
+		case n == 0:
+			return io.ErrUnexpectedEOF
+		}
+		c.buf = append(c.buf, chunk[:n]...)
+	}
+}
