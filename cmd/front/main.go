@@ -18,6 +18,12 @@
 // reached), it replaces itself with fencectl-full, which runs the command
 // as it always has. A daemon checks the tree the command line names
 // against its own before it runs anything (checkServedTree).
+//
+// The runtime would keep a goroutine that updates GOMAXPROCS as the
+// cgroup's CPU limit changes, for a program that runs one goroutine for
+// a few milliseconds.
+//
+//go:debug updatemaxprocs=0
 package main
 
 import (

@@ -117,10 +117,15 @@ func daemonProgram(root string) (exe string, ok bool) {
 	return path, true
 }
 
-// conn is a connection to a daemon: a blocking unix socket, read a JSON
-// line at a time.
+// conn is a connection to a daemon, read a JSON line at a time. Its
+// socket is non-blocking and waited on through the Go runtime's poller:
+// a goroutine blocked in a plain read(2) keeps its P in a system call,
+// and the runtime's monitor thread then wakes every 20 µs to see whether
+// to take it back, which cost a step more CPU than the rest of its wait;
+// parked in the poller, every P is idle and the monitor sleeps.
 type conn struct {
 	fd  int
+	f   *os.File
 	buf []byte
 }
 
@@ -149,15 +154,20 @@ func connect(name string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A name starting with @ is an abstract socket.
+	// A name starting with @ is an abstract socket. Connected while
+	// blocking (a unix socket connects at once, or fails).
 	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: name}); err != nil {
 		_ = syscall.Close(fd)
 		return nil, err
 	}
-	return &conn{fd: fd}, nil
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		_ = syscall.Close(fd)
+		return nil, err
+	}
+	return &conn{fd: fd, f: os.NewFile(uintptr(fd), "daemon")}, nil
 }
 
-func (c *conn) close() { _ = syscall.Close(c.fd) }
+func (c *conn) close() { _ = c.f.Close() }
 
 // startDaemon starts `exe daemon --dir root` in a session of its own,
 // with no terminal and none of our streams (a caller waiting for this
@@ -187,28 +197,19 @@ func (c *conn) samePeer() bool {
 	return err == nil && int(cred.Uid) == os.Getuid()
 }
 
-// write sends b whole, or fails; never SIGPIPE.
+// write sends b whole, or fails (a socket's EPIPE is an error, no
+// signal: only standard output and error raise SIGPIPE in Go).
 func (c *conn) write(b []byte) error {
-	for len(b) > 0 {
-		n, err := syscall.SendmsgN(c.fd, b, nil, nil, syscall.MSG_NOSIGNAL)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
+	_, err := c.f.Write(b)
+	return err
 }
 
 // read decodes the next JSON line into v, waiting up to within.
 func (c *conn) read(v any, within time.Duration) error {
-	tv := syscall.NsecToTimeval(within.Nanoseconds())
-	if err := syscall.SetsockoptTimeval(c.fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+	if err := c.f.SetReadDeadline(time.Now().Add(within)); err != nil {
 		return err
 	}
-	var chunk [32 << 10]byte
+	chunk := make([]byte, 8<<10) // on the heap: a stack this size would be grown and copied
 	for {
 		if i := bytes.IndexByte(c.buf, '\n'); i >= 0 {
 			line := c.buf[:i]
@@ -218,16 +219,14 @@ func (c *conn) read(v any, within time.Duration) error {
 		if len(c.buf) > maxReply {
 			return fmt.Errorf("an answer longer than %d bytes", maxReply)
 		}
-		n, err := syscall.Read(c.fd, chunk[:])
+		n, err := c.f.Read(chunk)
 		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			return fmt.Errorf("no answer within %s", within)
+		case err == io.EOF:
+			return io.ErrUnexpectedEOF
 		case err != nil:
 			return err
-		case n == 0:
-			return io.ErrUnexpectedEOF
 		}
 		c.buf = append(c.buf, chunk[:n]...)
 	}
