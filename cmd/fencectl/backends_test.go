@@ -29,14 +29,19 @@ type scriptBackend struct {
 // scriptBackends are the ways every script runs.
 var scriptBackends = []scriptBackend{
 	{name: "bolt", journal: "bolt", start: func(*testing.T) func() map[string]string { return func() map[string]string { return nil } }},
-	{name: "etcd", journal: "etcd", start: func(t *testing.T) func() map[string]string {
-		endpoints := clitest.Etcd(t)
-		var n atomic.Int64
-		return func() map[string]string {
-			return map[string]string{"FENCE_JOURNAL": fmt.Sprintf("etcd://%s/script-%d", endpoints, n.Add(1))}
-		}
-	}},
+	{name: "etcd", journal: "etcd", start: etcdScripts},
 	{name: "front", journal: "bolt", front: true, start: func(*testing.T) func() map[string]string { return func() map[string]string { return nil } }},
+	{name: "front-etcd", journal: "etcd", front: true, start: etcdScripts},
+}
+
+// etcdScripts starts the embedded etcd the scripts share and gives each
+// script a prefix of its own.
+func etcdScripts(t *testing.T) func() map[string]string {
+	endpoints := clitest.Etcd(t)
+	var n atomic.Int64
+	return func() map[string]string {
+		return map[string]string{"FENCE_JOURNAL": fmt.Sprintf("etcd://%s/script-%d", endpoints, n.Add(1))}
+	}
 }
 
 // frontDir builds the front into a directory of t's as fencectl, with

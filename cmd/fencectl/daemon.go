@@ -321,6 +321,10 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var req daemonlink.Request
 	if err := json.NewDecoder(io.LimitReader(conn, maxRequest)).Decode(&req); err != nil {
+		// Too long, or cut off: nothing is run, and a client still
+		// there runs it in its own process (a hang-up would tell it the
+		// step may have happened).
+		_ = enc.Encode(daemonlink.Reply{Decline: "request unreadable: " + err.Error()})
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})

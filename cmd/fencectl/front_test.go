@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
+	"github.com/fencectl/fencectl/cmd/internal/daemonlink"
 )
 
 // The front (cmd/front) is what users run as fencectl: it sends an
@@ -299,5 +303,95 @@ func TestFront_WithoutFull(t *testing.T) {
 	out, err := c.CombinedOutput()
 	if code := clitest.ExitCode(err); code != 1 || !strings.Contains(string(out), "fencectl-full is not beside this fencectl") {
 		t.Errorf("status without fencectl-full: exit %d\n%s", code, out)
+	}
+}
+
+// TestFront_StoppedDaemon stops the daemon (SIGSTOP): the kernel still
+// accepts connections for it, but it never says it is ready, so the
+// front sends nothing and runs each step in its own process; once the
+// daemon goes on, it has nothing of theirs to run again.
+func TestFront_StoppedDaemon(t *testing.T) {
+	ft := newFrontTree(t, clitest.Binary{Path: filepath.Join(frontDir(t), "fencectl")}, 2)
+	var c struct {
+		Token uint64 `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(ft.ok("claim", "t1", "--json")), &c); err != nil {
+		t.Fatal(err)
+	}
+	pids := daemonPids(ft.dir)
+	if len(pids) != 1 {
+		t.Fatalf("%d daemons for the tree, want 1", len(pids))
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pids[0], syscall.SIGCONT)
+	start := time.Now()
+	ft.ok("complete", "t1", "--token", strconv.FormatUint(c.Token, 10))
+	ft.ok("claim", "t2", "--agent", "b")
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("two steps beside a stopped daemon took %s", took)
+	}
+	_ = syscall.Kill(pids[0], syscall.SIGCONT)
+	time.Sleep(300 * time.Millisecond) // the daemon going on with whatever it had
+	show := ft.ok("show", "t2", "--json")
+	if !strings.Contains(show, `"agent":"b"`) || strings.Count(show, `"type":"claim"`) != 1 {
+		t.Fatalf("t2 after the daemon went on:\n%s", show)
+	}
+	ft.ok("replay", "--check")
+}
+
+// TestFront_RequestTooLongForTheDaemon sends a step whose FENCE_*
+// variables make a request longer than a daemon reads (1 MiB): the front
+// runs it in its own process, where it succeeds, and the daemon lives on.
+// Then a request the daemon cannot read, sent by hand: it runs nothing
+// and declines, so that a client still there runs the step itself (hung
+// up on, it would have to report that the step may have happened).
+func TestFront_RequestTooLongForTheDaemon(t *testing.T) {
+	ft := newFrontTree(t, clitest.Binary{Path: filepath.Join(frontDir(t), "fencectl")}, 1)
+	if code, _, _ := ft.run(nil, "verify", "t1", "--token", "1"); code != 3 { // starts the daemon
+		t.Fatalf("verify with no lease: exit %d, want 3", code)
+	}
+	var env []string
+	pad := strings.Repeat("x", 120<<10) // under the kernel's 128 KiB for one variable
+	for i := 0; i < 10; i++ {
+		env = append(env, fmt.Sprintf("FENCE_PAD_%d=%s", i, pad))
+	}
+	code, stdout, stderr := ft.run(env, "claim", "t1", "--agent", "long")
+	if code != 0 {
+		t.Fatalf("claim with 1.2 MB of FENCE_* variables: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if got := ft.holder("t1"); got != "long" {
+		t.Errorf("t1 is held by %q, want long", got)
+	}
+	if len(daemonPids(ft.dir)) != 1 {
+		t.Errorf("the daemon is gone after a request too long")
+	}
+	self, err := os.Executable()
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := daemonlink.Socket(ft.dir, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("unix", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	if ready, err := r.ReadString('\n'); err != nil || !strings.Contains(ready, `"ready":true`) {
+		t.Fatalf("the daemon's first line: %q, %v", ready, err)
+	}
+	if _, err := conn.Write([]byte("{not a request\n")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := r.ReadString('\n')
+	if err != nil || !strings.Contains(reply, `"decline":"request unreadable`) {
+		t.Errorf("the daemon's answer to a request it cannot read: %q, %v; want a decline", reply, err)
 	}
 }

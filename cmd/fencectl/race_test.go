@@ -25,7 +25,7 @@ func fencectlCmd(dir string, args ...string) *exec.Cmd { return fencectlBin.Comm
 // raceTasks is the race's size on each backend: an etcd claim is a few
 // round trips to the cluster and reruns on conflict, so its row is smaller
 // to keep make test fast.
-var raceTasks = map[string]int{"bolt": 500, "etcd": 150, "front": 500}
+var raceTasks = map[string]int{"bolt": 500, "etcd": 150, "front": 500, "front-etcd": 150}
 
 // TestRace_ProcessesClaimAndComplete runs 8 processes of the real binary
 // that claim and complete a batch of tasks concurrently, on every journal
