@@ -18,8 +18,11 @@
 //	floor_test.go     the fdatasync and rename floors, the hello-world ceiling,
 //	                  and a bare durable claim (testdata/bareclaim) run like
 //	                  fencectl claim
-//	cli_test.go       claim + complete through the release binary; the
-//	                  FENCE_LOCK_MODE=bbolt variant; claims alone at 8 procs
+//	cli_test.go       claim + complete through the release binary (the
+//	                  front, whose steps go to the tree's daemon: its CPU
+//	                  counts); the FENCE_LOCK_MODE=bbolt variant; claims
+//	                  alone at 8 procs through the front, fencectl-full
+//	                  and a plain build
 //	library_test.go   claim + complete through the Go API, 1 and 16 goroutines
 //	baseline_test.go  bare rename; flock + JSON state file (in-process and one
 //	                  process per step via BENCH_HELPER); the helper commands
@@ -29,9 +32,10 @@
 //	tree_test.go      building trees fast (files + one replay commit)
 //	backend_test.go   the etcd journal beside bbolt: library at 16
 //	                  goroutines (and 16 racing clients: retries/claim), CLI
-//	                  at 8 procs via fencectl-etcd and via plain fencectl
+//	                  at 8 procs via fencectl-etcd and via fencectl
 //	                  (both through the host's daemon, whose CPU counts),
-//	                  a bbolt tree's start with each binary
+//	                  a bbolt tree's start with fencectl-full and
+//	                  fencectl-etcd
 //	etcdbench/        the etcd side, in a process of its own (the etcd
 //	                  member; the etcd library rows) so that this test
 //	                  binary, which the baselines start per step, links no etcd

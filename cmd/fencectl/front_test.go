@@ -395,3 +395,35 @@ func TestFront_RequestTooLongForTheDaemon(t *testing.T) {
 		t.Errorf("the daemon's answer to a request it cannot read: %q, %v; want a decline", reply, err)
 	}
 }
+
+// TestFront_DaemonThatCannotStart gives the front a fencectl-full whose
+// daemon exits at once (as one that cannot listen would): the front stops
+// waiting for it when it has exited, and hands the step on at once,
+// rather than after the 2 s it gives a daemon to come up.
+func TestFront_DaemonThatCannotStart(t *testing.T) {
+	tree := newFrontTree(t, fencectlBin, 1)
+	dir := t.TempDir()
+	front, err := os.ReadFile(filepath.Join(frontDir(t), "fencectl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fencectl"), front, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	full := "#!/bin/sh\nif [ \"$1\" = daemon ]; then exit 1; fi\necho \"handed on: $*\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "fencectl-full"), []byte(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(filepath.Join(dir, "fencectl"), "claim", "t1")
+	c.Env = append(os.Environ(), "FENCE_DIR="+tree.dir)
+	start := time.Now()
+	out, err := c.CombinedOutput()
+	took := time.Since(start)
+	if err != nil || string(out) != "handed on: claim t1\n" {
+		t.Fatalf("claim: %v\n%s", err, out)
+	}
+	// Not a speed goal: the bound is the 2 s wait this test is about.
+	if took > 1500*time.Millisecond {
+		t.Errorf("the front waited %s for a daemon that had exited", took)
+	}
+}
