@@ -952,6 +952,17 @@ func (m Config) treeSteps(s treeState, tasks []string, c *Call, out opOut) []int
 			return nil // refused while every named task could be claimed
 		}
 		next = []treeState{n}
+		if refusedClaim(c) {
+			// A refusal changes nothing, the reaps before it included,
+			// unless it is about a task the claim itself reaped
+			// (fence.keepsReaps): which one a batch's is, nobody saw.
+			switch {
+			case !reapsNamed(s, tasks, c):
+				next = []treeState{s}
+			case c.Kind == Batch:
+				next = []treeState{s, n}
+			}
+		}
 	case c.Kind == Batch:
 		// Took no effect; or reaped everything and then claimed every
 		// named task if all were available, none otherwise.
@@ -1017,6 +1028,24 @@ func (m Config) treeSteps(s treeState, tasks []string, c *Call, out opOut) []int
 		}
 	}
 	return res
+}
+
+// refusedClaim reports whether c is a claim of named tasks (claim ID,
+// restore, batch) that was refused: claim-next's "nothing to claim"
+// commits its reaps, and so does a claim that succeeded.
+func refusedClaim(c *Call) bool {
+	return c.Kind.Claims() && c.Kind != Next && (c.Code == codeFenced || c.Code == codeNotAvailable)
+}
+
+// reapsNamed reports whether c, in tree state s, reaps one of the tasks
+// it names: an expired lease on it.
+func reapsNamed(s treeState, tasks []string, c *Call) bool {
+	for i, p := range tasks {
+		if (p == c.Task || slices.Contains(c.Tasks, p)) && s.Tasks[i].Phase == phClaimed && s.Tasks[i].Expired {
+			return true
+		}
+	}
+	return false
 }
 
 // anyUnavailable reports whether one of the named tasks is not available

@@ -357,3 +357,34 @@ func TestModel_Batch(t *testing.T) {
 		})
 	}
 }
+
+// TestModel_RefusedClaimRollsBackItsReaps: a claim refused about a task
+// it did not reap commits nothing, its reaps of other tasks included
+// (fence.keepsReaps), so a reap after it still finds them; one refused
+// about its own reaped task keeps them. The whole-tree model used to let
+// every refused claim reap, and rejected such a history (seen once under
+// make test's load: a refused restore between a tick and a reap).
+func TestModel_RefusedClaimRollsBackItsReaps(t *testing.T) {
+	rolledBack := &hist{}
+	rolledBack.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+	rolledBack.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 101})
+	rolledBack.add(Call{Kind: Complete, Task: "b", Token: 101, Code: 0, State: "done"})
+	rolledBack.add(Call{Kind: Tick})
+	rolledBack.add(Call{Kind: Restore, Task: "b", Token: 101, Stale: StaleDead, Code: 3}) // about b, which it did not reap
+	rolledBack.add(Call{Kind: Reap, Code: 0, Reaped: []Reaped{{"a", 100, "available"}}})
+	if res := rolledBack.check(t, Config{MaxAttempts: 3}); res != porcupine.Ok {
+		t.Errorf("a reap after a refused restore that reaped nothing of its own: %s, want Ok", res)
+	}
+
+	kept := &hist{}
+	kept.add(Call{Kind: Claim, Task: "a", Code: 0, OutTask: "a", OutToken: 100})
+	kept.add(Call{Kind: Claim, Task: "b", Code: 0, OutTask: "b", OutToken: 101})
+	kept.add(Call{Kind: Tick})
+	kept.add(Call{Kind: Restore, Task: "b", Token: 101, Code: 3}) // b's own lease ran out: it reaps, and keeps its reaps
+	kept.add(Call{Kind: Reap, Code: 0, Reaped: []Reaped{{"a", 100, "available"}}})
+	// Per task this is allowed (a partition cannot see which task a
+	// refusal was about); the whole-tree model sees it.
+	if res, _, _, _ := Check(Config{MaxAttempts: 3}, kept.calls, []string{"a", "b"}, Options{Whole: true}); res != porcupine.Illegal {
+		t.Errorf("a reap of a lease that a refused restore about its own reaped task had already reaped: %s, want Illegal", res)
+	}
+}
