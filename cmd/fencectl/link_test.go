@@ -41,7 +41,7 @@ func TestBuild_BinariesLinkOnlyWhatTheyServe(t *testing.T) {
 	}
 	for _, p := range strings.Fields(string(out)) {
 		switch {
-		case p == cliV2, p == "net", p == "go.etcd.io/bbolt", strings.HasPrefix(p, "github.com/fencectl/fencectl/fence"),
+		case p == cliV2, p == "net", p == "encoding/json", p == "go.etcd.io/bbolt", strings.HasPrefix(p, "github.com/fencectl/fencectl/fence"),
 			strings.HasPrefix(p, "github.com/fencectl/fencectl/journal"):
 			t.Errorf("the front (cmd/front) links %s", p)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,19 +51,18 @@ func send(s step) (code int, done bool) {
 	// A daemon says it is ready before anything is sent: the kernel
 	// accepts connections for a daemon that is stopped (SIGSTOP) or
 	// leaving, which would never run the request.
-	var hello daemonlink.Reply
-	if err := c.read(&hello, daemonlink.Wait); err != nil || !hello.Ready {
+	if hello, err := c.read(daemonlink.Wait); err != nil || !hello.Ready {
 		handOn(off)
 	}
-	req, err := json.Marshal(daemonlink.Request{Args: os.Args, Env: s.env, Root: s.root, Cwd: s.cwd, Timeout: s.timeout})
-	if err != nil || c.write(append(req, '\n')) != nil {
+	req := daemonlink.AppendRequest(nil, daemonlink.Request{Args: os.Args, Env: s.env, Root: s.root, Cwd: s.cwd, Timeout: s.timeout})
+	if c.write(append(req, '\n')) != nil {
 		handOn(off) // not sent whole: the daemon runs no half request
 	}
 	// The step is bounded by --timeout in the daemon as in its own
 	// process; a daemon that hangs past a generous bound is given up on,
 	// as one that died.
-	var reply daemonlink.Reply
-	if err := c.read(&reply, 3*s.timeoutOrDefault()+30*time.Second); err != nil {
+	reply, err := c.read(3*s.timeoutOrDefault() + 30*time.Second)
+	if err != nil {
 		if daemonlink.Retries[s.command] {
 			handOn(off)
 		}
@@ -99,10 +97,10 @@ func daemonProgram(root string) (exe string, ok bool) {
 		return "", false
 	default:
 		b, err := os.ReadFile(conf)
-		var cfg struct {
-			Backend string `json:"backend"`
+		if err != nil {
+			return "", false
 		}
-		if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Backend != "etcd" {
+		if backend, err := daemonlink.ConfigBackend(b); err != nil || backend != "etcd" {
 			return "", false
 		}
 		prog = "fencectl-etcd"
@@ -215,29 +213,29 @@ func (c *conn) write(b []byte) error {
 	return err
 }
 
-// read decodes the next JSON line into v, waiting up to within.
-func (c *conn) read(v any, within time.Duration) error {
+// read reads the daemon's next line, waiting up to within.
+func (c *conn) read(within time.Duration) (daemonlink.Reply, error) {
 	if err := c.f.SetReadDeadline(time.Now().Add(within)); err != nil {
-		return err
+		return daemonlink.Reply{}, err
 	}
 	chunk := make([]byte, 8<<10) // on the heap: a stack this size would be grown and copied
 	for {
 		if i := bytes.IndexByte(c.buf, '\n'); i >= 0 {
 			line := c.buf[:i]
 			c.buf = c.buf[i+1:]
-			return json.Unmarshal(line, v)
+			return daemonlink.ParseReply(line)
 		}
 		if len(c.buf) > maxReply {
-			return fmt.Errorf("an answer longer than %d bytes", maxReply)
+			return daemonlink.Reply{}, fmt.Errorf("an answer longer than %d bytes", maxReply)
 		}
 		n, err := c.f.Read(chunk)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			return fmt.Errorf("no answer within %s", within)
+			return daemonlink.Reply{}, fmt.Errorf("no answer within %s", within)
 		case err == io.EOF:
-			return io.ErrUnexpectedEOF
+			return daemonlink.Reply{}, io.ErrUnexpectedEOF
 		case err != nil:
-			return err
+			return daemonlink.Reply{}, err
 		}
 		c.buf = append(c.buf, chunk[:n]...)
 	}
