@@ -21,7 +21,7 @@ import (
 // in its own process pays for the etcd client twice over: its start-up
 // (package initialisers, about 3 ms of CPU) and a connection, and then it
 // races every other process for the same keys, one transaction each. The
-// everyday steps of an agent (daemonServes) go instead to one process per
+// everyday steps of an agent (daemonlink.Serves) go instead to one process per
 // host and tree that keeps the connection and commits concurrent steps in
 // groups; the command's process is then a plain fencectl that sends its
 // command line and prints the answer. Anything the daemon cannot take the
@@ -37,7 +37,7 @@ func (f forwarded) Error() string { return fmt.Sprintf("the daemon's command exi
 // this process instead: it is not one a daemon serves, daemons are off
 // (FENCE_DAEMON=off), a test hook is set, or no daemon could be reached
 // before the command was sent. Once it is sent, only a step that changes
-// nothing twice (daemonRetries) runs here again after a lost answer.
+// nothing twice (daemonlink.Retries) runs here again after a lost answer.
 func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	out := outputOf(c)
 	if out == nil || out.served != nil || !daemonlink.Serves[c.Command.Name] {
@@ -58,10 +58,11 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if backend != "etcd" || !exitsAfterRun {
 		return 0, false, nil
 	}
-	if c.Command.Name == "complete" && c.IsSet("result") || daemonlink.TestHooksSet(daemonlink.FenceEnv()) {
+	env := daemonlink.FenceEnv()
+	if c.Command.Name == "complete" && c.IsSet("result") || daemonlink.TestHooksSet(env) {
 		return 0, false, nil
 	}
-	if daemonlink.RelativeTLSFiles(daemonlink.FenceEnv()) {
+	if daemonlink.RelativeTLSFiles(env) {
 		// The daemon runs in /: a relative path would name another file
 		// there.
 		return 0, false, nil
@@ -86,7 +87,7 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if f, isFile := out.stdout.(*os.File); isFile && c.Command.Name == "claim" && noReader(f) {
 		return 0, false, readerGoneError{}
 	}
-	code, ok, err = askDaemon(c, name, exe, daemonlink.Request{Args: out.args, Env: daemonlink.FenceEnv(), Root: root, Timeout: timeout})
+	code, ok, err = askDaemon(c, name, exe, daemonlink.Request{Args: out.args, Env: env, Root: root, Timeout: timeout})
 	if !ok && err == nil {
 		// Run here, and in fencectl-etcd if this binary hands the
 		// command on: a daemon that failed or declined once is not
@@ -100,7 +101,7 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 // listens) and writes its output. ok is false, with nothing sent, when
 // no daemon of this user said it was ready within daemonlink.Wait, or the
 // daemon declined; and after a lost answer to a step that changes nothing
-// twice (daemonRetries).
+// twice (daemonlink.Retries).
 func askDaemon(c *cli.Context, name, exe string, req daemonlink.Request) (code int, ok bool, err error) {
 	out := outputOf(c)
 	conn, err := dialDaemon(name, exe, req.Root)

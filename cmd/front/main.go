@@ -85,21 +85,18 @@ func readStep(args []string) (s step, ok bool) {
 			return s, false
 		}
 	}
+	for _, a := range args {
+		if !utf8.ValidString(a) {
+			return s, false
+		}
+	}
 	dir, dirSet := "", false
 	timeout, timeoutSet := "", false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if !utf8.ValidString(a) {
-			return s, false
-		}
 		if a == "--" {
 			if s.command == "" {
 				return s, false
-			}
-			for _, rest := range args[i+1:] {
-				if !utf8.ValidString(rest) {
-					return s, false
-				}
 			}
 			break
 		}
