@@ -9,10 +9,12 @@ package etcdtest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -177,20 +179,58 @@ func (m *Member) Stop() {
 	}
 }
 
-// freePorts returns two loopback addresses with ports free right now.
+// freePorts returns two loopback addresses with ports free right now,
+// below the kernel's ephemeral range. A port the kernel handed out for
+// :0 is one it also hands out as the local end of outgoing connections:
+// between this check and etcd's bind (or a member's restart on the same
+// port), any process's connection could take it ("bind: address already
+// in use", seen under make test's parallel packages). Below the range,
+// only another listener picking at random could, and each is checked.
 func freePorts() (string, string, error) {
+	low := ephemeralLow()
 	var addrs []string
 	var ls []net.Listener
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for tries := 0; len(addrs) < 2; tries++ {
+		addr := "127.0.0.1:0"
+		if low > minPort+1000 && tries < 100 {
+			addr = fmt.Sprintf("127.0.0.1:%d", minPort+rand.IntN(low-minPort))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if tries < 100 {
+				continue
+			}
 			return "", "", err
 		}
 		ls = append(ls, l)
 		addrs = append(addrs, l.Addr().String())
 	}
-	for _, l := range ls {
-		l.Close()
-	}
 	return addrs[0], addrs[1], nil
+}
+
+// minPort is the lowest port freePorts picks: above the well-known and
+// most registered services' ports.
+const minPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 if
+// unknown: freePorts then asks for :0).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 0
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return n
 }
