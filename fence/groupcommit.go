@@ -950,6 +950,9 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		}
 	}
 	failed, err := t.mirrorEvents(evs, !db.Exclusive())
+	if db.Exclusive() { // ties are bbolt's only (liveness.go)
+		t.wakeHolders(evs)
+	}
 	// Committed: the journal holds the change; the next writer finishes
 	// what is left. A task whose file could not move fails the operations
 	// that moved it, not the others; a failed fsync fails them all.

@@ -202,7 +202,11 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 		err     error
 	)
 	if !k.cfg.WatchLater {
-		w, changed, err = k.tree.keeperWatch()
+		var missed bool
+		w, changed, missed, err = k.openWatch()
+		if missed {
+			w.(*holderSub).signal() // read the lease at once
+		}
 	}
 	if k.cfg.Tie != nil {
 		k.untie = k.cfg.Tie.Untie
@@ -215,6 +219,24 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 	}
 	go k.loop(ctx, w, changed)
 	return err
+}
+
+// openWatch sets up the keeper's watch: a claim tied in its own commit
+// (Tie) on a bbolt journal hears of its own process's leases only
+// (holderwake.go); any other watches the journal. missed says that a
+// change to the lease may have come before the watch: the keeper reads it
+// at once. It is only ever said of a holder's watch: a journal watch
+// cannot tell, and the caller decides.
+func (k *LeaseKeeper) openWatch() (w journal.Watcher, changed <-chan struct{}, missed bool, err error) {
+	if k.cfg.Tie != nil && k.tree.store.Name() == "bbolt" && k.tree.batch.writerSlot != nil && !noWatch() {
+		if sub := k.tree.batch.live.wake.subscribe(k.cfg.Token); sub != nil {
+			// Subscribed first: an append after this wakes the keeper;
+			// one before it grew the anchor.
+			return sub, sub.C(), k.cfg.Tie.anchorGrew(), nil
+		}
+	}
+	w, changed, err = k.tree.keeperWatch()
+	return w, changed, false, err
 }
 
 // keeperWatch sets up a keeper's journal watch.
@@ -236,6 +258,7 @@ type attachWatch struct {
 	w       journal.Watcher
 	changed <-chan struct{}
 	done    chan struct{}
+	check   bool // read the lease at once
 }
 
 // Watch sets up the journal watch of a keeper started with WatchLater and
@@ -244,8 +267,9 @@ type attachWatch struct {
 // lands later will be. A non-nil error is a *WatchError: the keeper goes
 // on polling. It does nothing on a keeper that has ended.
 func (k *LeaseKeeper) Watch() error {
-	w, changed, err := k.tree.keeperWatch()
-	a := attachWatch{w: w, changed: changed, done: make(chan struct{})}
+	w, changed, missed, err := k.openWatch()
+	_, holder := w.(*holderSub)
+	a := attachWatch{w: w, changed: changed, done: make(chan struct{}), check: missed || !holder}
 	select {
 	case k.attach <- a:
 	case <-k.done:
@@ -375,7 +399,7 @@ func (k *LeaseKeeper) loop(ctx context.Context, w journal.Watcher, changed <-cha
 			waiting, wrote = false, true
 		case a := <-k.attach:
 			w, changed, attached = a.w, a.changed, a.done
-			wrote = true // check at once: a revoke may have landed unwatched
+			wrote = a.check // a revoke may have landed unwatched
 		case <-tick.C:
 		}
 		if wrote {

@@ -125,11 +125,15 @@ func (e *LiveDirError) Error() string {
 // claim. The anchor is opened close-on-exec, so that no command this
 // process starts keeps it alive. release removes the link.
 func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
-	name, err := t.batch.live.tie(t.metaDir, token, false)
+	live := &t.batch.live
+	name, _, _, err := live.tie(t.metaDir, token, false)
 	if err != nil {
 		return nil, err
 	}
-	return func() { unlinkLive(t.metaDir, name) }, nil
+	return func() {
+		unlinkLive(t.metaDir, name)
+		live.untied(token)
+	}, nil
 }
 
 // tieClaim ties the claim of token to this process as holdLiveness
@@ -137,11 +141,12 @@ func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
 // process die before then, the claim is released with no attempt counted
 // (nothing was run under it), not reaped as an attempt.
 func (t *Tree) tieClaim(token uint64, unstarted bool) (*ProcessTie, error) {
-	name, err := t.batch.live.tie(t.metaDir, token, unstarted)
+	live := &t.batch.live
+	name, a, size, err := live.tie(t.metaDir, token, unstarted)
 	if err != nil {
 		return nil, err
 	}
-	return &ProcessTie{metaDir: t.metaDir, name: name}, nil
+	return &ProcessTie{metaDir: t.metaDir, name: name, live: live, token: token, anchor: a, anchorSize: size}, nil
 }
 
 // liveAnchor is the one locked file behind every liveness file of this
@@ -157,6 +162,11 @@ type liveAnchor struct {
 	mu      sync.Mutex
 	current *anchor
 	all     []*anchor // every anchor made, kept open (locked) until close
+	// tied counts this Tree's ties by token: a lease tied here is woken
+	// in the process (holderwake.go).
+	tied map[uint64]int
+	// wake is the watch on the anchors (holderwake.go).
+	wake holderWake
 }
 
 // anchorPrefix begins the name of a liveness anchor in .fence/live.
@@ -169,11 +179,12 @@ type anchor struct {
 
 // tie links the current anchor (made first if need be) as token's
 // liveness file in .fence/live under metaDir, marked unstarted if asked,
-// and returns the link's name.
-func (l *liveAnchor) tie(metaDir string, token uint64, unstarted bool) (string, error) {
+// and returns the link's name, the anchor and its size then (see
+// ProcessTie.anchorGrew).
+func (l *liveAnchor) tie(metaDir string, token uint64, unstarted bool) (string, *anchor, int64, error) {
 	dfd, err := openLiveDir(metaDir, true)
 	if err != nil {
-		return "", err
+		return "", nil, 0, err
 	}
 	defer unix.Close(dfd)
 	l.mu.Lock() // against close, which removes an anchor with no links
@@ -181,7 +192,7 @@ func (l *liveAnchor) tie(metaDir string, token uint64, unstarted bool) (string, 
 	for range 2 {
 		a, err := l.get(dfd)
 		if err != nil {
-			return "", err
+			return "", nil, 0, err
 		}
 		name := strconv.FormatUint(token, 10) + "." + a.suffix
 		if unstarted {
@@ -189,17 +200,65 @@ func (l *liveAnchor) tie(metaDir string, token uint64, unstarted bool) (string, 
 		}
 		err = unix.Linkat(dfd, a.name, dfd, name, 0)
 		if err == nil {
-			return name, nil
+			var st unix.Stat_t
+			size := int64(-1) // unknown: a keeper reads its lease at once
+			if unix.Fstat(a.fd, &st) == nil {
+				size = st.Size
+			}
+			if l.tied == nil {
+				l.tied = map[uint64]int{}
+			}
+			l.tied[token]++
+			return name, a, size, nil
 		}
 		if err != unix.ENOENT {
-			return "", &os.LinkError{Op: "link", Old: a.name, New: name, Err: err}
+			return "", nil, 0, &os.LinkError{Op: "link", Old: a.name, New: name, Err: err}
 		}
 		// The anchor's name is gone (a hand cleared .fence/live, or made
 		// it anew): a new anchor; the old one stays locked for the claims
 		// linked to it.
 		l.current = nil
 	}
-	return "", fmt.Errorf("liveness anchor in %s vanished twice", filepath.Join(metaDir, liveDirName))
+	return "", nil, 0, fmt.Errorf("liveness anchor in %s vanished twice", filepath.Join(metaDir, liveDirName))
+}
+
+// untied forgets one tie of token (see tied).
+func (l *liveAnchor) untied(token uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tied[token]--; l.tied[token] <= 0 {
+		delete(l.tied, token)
+	}
+}
+
+// ties reports whether token is tied in this process.
+func (l *liveAnchor) ties(token uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tied[token] > 0
+}
+
+// suffixes returns the suffixes of this process's anchors: their ties'
+// names end with them.
+func (l *liveAnchor) suffixes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, len(l.all))
+	for i, a := range l.all {
+		out[i] = a.suffix
+	}
+	return out
+}
+
+// size returns the size of anchor a, or false if it is closed.
+func (l *liveAnchor) size(a *anchor) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var st unix.Stat_t
+	if a.fd < 0 || unix.Fstat(a.fd, &st) != nil {
+		return 0, false
+	}
+	return st.Size, true
 }
 
 // unlinkLive removes name from .fence/live, never through a symlink.
@@ -244,6 +303,7 @@ func (l *liveAnchor) get(dfd int) (*anchor, error) {
 		_ = unix.Unlinkat(dfd, tmp, 0)
 		return nil, &os.PathError{Op: "lock", Path: tmp, Err: err}
 	}
+	l.wake.watchAnchor(fd) // before any tie of it has a name
 	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
 		unix.Close(fd)
 		_ = unix.Unlinkat(dfd, tmp, 0)
@@ -269,6 +329,7 @@ func (l *liveAnchor) close(metaDir string) {
 			_ = unix.Unlinkat(dfd, a.name, 0)
 		}
 		unix.Close(a.fd)
+		a.fd = -1
 	}
 	if err == nil {
 		unix.Close(dfd)

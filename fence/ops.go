@@ -184,6 +184,12 @@ type ProcessTie struct {
 	mu            sync.Mutex
 	metaDir, name string
 	gone          bool
+	// live, token, anchor and anchorSize say whose tie it is, and how
+	// large its anchor was when it was made (see anchorGrew).
+	live       *liveAnchor
+	token      uint64
+	anchor     *anchor
+	anchorSize int64
 }
 
 // Untie drops the tie: the claim's holder is no longer this process.
@@ -197,6 +203,9 @@ func (p *ProcessTie) Untie() {
 	if !p.gone {
 		p.gone = true
 		unlinkLive(p.metaDir, p.name)
+		if p.live != nil {
+			p.live.untied(p.token)
+		}
 	}
 }
 

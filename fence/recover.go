@@ -172,6 +172,9 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	if err := removeSynced(mark); err != nil {
 		return rep, err
 	}
+	// Every lease the old journal held is gone with it: their holders
+	// (a run still going, say) read theirs now.
+	wakeAllHolders(meta)
 	return rep, nil
 }
 

@@ -214,6 +214,7 @@ func (t *Tree) Close() error {
 	}
 	if t.batch.writerSlot != nil {
 		t.batch.watch.close()
+		t.batch.live.wake.close()
 		t.batch.live.close(t.metaDir)
 	}
 	if t.owned {
