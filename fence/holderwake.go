@@ -192,14 +192,17 @@ func (t *Tree) wakeHolders(evs []record.Event) {
 		}
 	}
 	if len(foreign) > 0 {
-		appendToTies(t.metaDir, foreign, live.suffixes())
+		own := live.suffixes()
+		appendToTies(t.metaDir, func(token uint64, suffix string) bool {
+			return slices.Contains(foreign, token) && !slices.Contains(own, suffix)
+		})
 	}
 }
 
-// appendToTies appends a byte to every liveness file in .fence/live of one
-// of tokens, except those of this process's anchors (own). A file that is
-// not a regular file (a symlink, a FIFO a hand put there) is left alone.
-func appendToTies(metaDir string, tokens []uint64, own []string) {
+// appendToTies appends a byte to every liveness file in .fence/live whose
+// token and anchor suffix (its name's parts) want says. A file that is not
+// a regular file (a symlink, a FIFO a hand put there) is left alone.
+func appendToTies(metaDir string, want func(token uint64, suffix string) bool) {
 	dfd, err := openLiveDir(metaDir, false)
 	if err != nil {
 		return
@@ -213,7 +216,7 @@ func appendToTies(metaDir string, tokens []uint64, own []string) {
 			continue
 		}
 		n, err := strconv.ParseUint(tok, 10, 64)
-		if err != nil || !slices.Contains(tokens, n) || slices.Contains(own, strings.TrimSuffix(suffix, unstartedMark)) {
+		if err != nil || !want(n, strings.TrimSuffix(suffix, unstartedMark)) {
 			continue
 		}
 		fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
@@ -231,24 +234,7 @@ func appendToTies(metaDir string, tokens []uint64, own []string) {
 // wakeAllHolders appends to every liveness file in .fence/live: recover
 // replaced the journal, and every lease in it with it.
 func wakeAllHolders(metaDir string) {
-	dfd, err := openLiveDir(metaDir, false)
-	if err != nil {
-		return
-	}
-	dir := os.NewFile(uintptr(dfd), liveDirName)
-	names, _ := dir.Readdirnames(-1)
-	dir.Close()
-	var tokens []uint64
-	for _, name := range names {
-		if tok, _, ok := strings.Cut(name, "."); ok {
-			if n, err := strconv.ParseUint(tok, 10, 64); err == nil {
-				tokens = append(tokens, n)
-			}
-		}
-	}
-	if len(tokens) > 0 {
-		appendToTies(metaDir, tokens, nil)
-	}
+	appendToTies(metaDir, func(uint64, string) bool { return true })
 }
 
 // anchorGrew reports whether the tie's anchor was appended to since the

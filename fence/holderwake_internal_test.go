@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -156,4 +157,18 @@ func TestHolderWake_WatchLaterSeesWhatCameBefore(t *testing.T) {
 		}
 		lostWithin(t, k, "a revoke after Watch")
 	})
+}
+
+// A recover replaces the journal and every lease in it: it wakes every
+// holder, whose lease is gone.
+func TestHolderWake_Recover(t *testing.T) {
+	holder, _, k, _ := tiedTrees(t, 1, false)
+	// A recover cut short leaves this mark: the next one rebuilds.
+	if err := os.WriteFile(filepath.Join(holder.metaDir, recoveringName), []byte("a recover began\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recover(holder.Root(), record.Defaults{TTL: time.Hour, MaxAttempts: 3}, Options{Timeout: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	lostWithin(t, k, "a recover")
 }
