@@ -190,26 +190,44 @@ func (c *containment) idle() error {
 	if c.task == "" {
 		return nil
 	}
-	if empty, err := cgroupEmpty(c.task); err == nil && empty {
+	if n, err := cgroupProcs(c.task); err == nil && n == 0 {
 		return nil
 	}
 	return c.end()
 }
 
-// cgroupEmpty reports whether no process is left in the cgroup dir
-// (zombies are not listed in cgroup.procs).
-func cgroupEmpty(dir string) (bool, error) {
+// cgroupProcs counts the processes left in the cgroup dir (zombies are
+// not listed in cgroup.procs). Plain system calls, not os.ReadFile,
+// which also stats the file and adds it to the network poller (a cgroup
+// file can be polled): a look is on the path of every task of run
+// --loop.
+func cgroupProcs(dir string) (int, error) {
 	fd, err := unix.Open(filepath.Join(dir, "cgroup.procs"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	defer unix.Close(fd)
-	var buf [64]byte
-	n, err := unix.Read(fd, buf[:])
-	if err != nil {
-		return false, err
+	var buf [4096]byte
+	n, inPid := 0, false
+	for {
+		got, err := unix.Read(fd, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if got == 0 {
+			return n, nil
+		}
+		for _, b := range buf[:got] {
+			digit := b >= '0' && b <= '9'
+			if digit && !inPid {
+				n++
+			}
+			inPid = digit
+		}
 	}
-	return len(strings.TrimSpace(string(buf[:n]))) == 0, nil
 }
 
 // end kills what is left in the task's cgroup and removes it.
@@ -420,11 +438,14 @@ func (c *containment) killTask(pgid int) (int, error) {
 		}
 		return 0, nil
 	}
-	left := 0
-	if c.task != "" {
-		left = countLines(filepath.Join(c.task, "cgroup.procs"))
+	if c.task == "" {
+		return 0, nil
 	}
-	return left, c.idle()
+	left, err := cgroupProcs(c.task)
+	if err == nil && left == 0 {
+		return 0, nil
+	}
+	return left, c.end()
 }
 
 // hasChildren reports whether this process has a child, alive or dead
@@ -451,11 +472,6 @@ func (c *containment) close() {
 		_, _ = io.Copy(io.Discard, c.guardDone)
 		c.guardDone.Close()
 	}
-}
-
-func countLines(path string) int {
-	b, _ := os.ReadFile(path)
-	return len(strings.Fields(string(b)))
 }
 
 // procEntry is what /proc/<pid>/stat says of a process.
