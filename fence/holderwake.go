@@ -200,8 +200,10 @@ func (t *Tree) wakeHolders(evs []record.Event) {
 }
 
 // appendToTies appends a byte to every liveness file in .fence/live whose
-// token and anchor suffix (its name's parts) want says. A file that is not
-// a regular file (a symlink, a FIFO a hand put there) is left alone.
+// token and anchor suffix (its name's parts) want says. Only a tie is
+// written to: a regular file that is the very anchor its name says, as
+// scanHolders counts ties. A stray file, a symlink, a FIFO, or a hard
+// link to some other file that a hand put there is left alone.
 func appendToTies(metaDir string, want func(token uint64, suffix string) bool) {
 	dfd, err := openLiveDir(metaDir, false)
 	if err != nil {
@@ -215,8 +217,13 @@ func appendToTies(metaDir string, want func(token uint64, suffix string) bool) {
 		if !ok {
 			continue
 		}
+		suffix = strings.TrimSuffix(suffix, unstartedMark)
 		n, err := strconv.ParseUint(tok, 10, 64)
-		if err != nil || !want(n, strings.TrimSuffix(suffix, unstartedMark)) {
+		if err != nil || !want(n, suffix) {
+			continue
+		}
+		var anchor unix.Stat_t
+		if unix.Fstatat(dfd, anchorPrefix+suffix, &anchor, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			continue
 		}
 		fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
@@ -224,7 +231,7 @@ func appendToTies(metaDir string, want func(token uint64, suffix string) bool) {
 			continue
 		}
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && idOf(&st) == idOf(&anchor) {
 			_, _ = unix.Write(fd, []byte{'\n'})
 		}
 		unix.Close(fd)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,4 +173,32 @@ func TestHolderWake_Recover(t *testing.T) {
 		t.Fatal(err)
 	}
 	lostWithin(t, k, "a recover")
+}
+
+// A wake writes to ties only: a file in .fence/live named like a tie of
+// the revoked token but not a link to the anchor its name says (a hand's
+// hard link to some other file, a stray copy) is left as it was.
+func TestHolderWake_WritesOnlyToTies(t *testing.T) {
+	_, other, k, c := tiedTrees(t, 1, false)
+	liveDir := filepath.Join(other.metaDir, liveDirName)
+	victim := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(victim, []byte("mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	suffix := strings.TrimPrefix(c.Tie.anchor.name, anchorPrefix)
+	tok := strconv.FormatUint(c.Token, 10)
+	// A link named as a tie of the real anchor, and one of an anchor
+	// that does not exist.
+	for _, name := range []string{tok + "." + suffix + unstartedMark, tok + ".nosuchanchor"} {
+		if err := os.Link(victim, filepath.Join(liveDir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.Revoke(context.Background(), "t1", "op", "test"); err != nil {
+		t.Fatal(err)
+	}
+	lostWithin(t, k, "a revoke")
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "mine\n" {
+		t.Fatalf("a file linked into .fence/live under a tie's name now reads %q (%v); want it untouched", b, err)
+	}
 }
