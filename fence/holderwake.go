@@ -54,6 +54,10 @@ type holderWake struct {
 	err    error    // why there is no watch: keepers fall back to the journal's
 	subs   map[*holderSub]struct{}
 	closed bool
+	// unheard holds the tokens whose lease this process changed while
+	// none of its keepers listened (a keeper that starts its watch
+	// later: see subscribe).
+	unheard map[uint64]bool
 }
 
 // holderSub is one keeper's view of its process's wakes (a
@@ -130,30 +134,51 @@ func (h *holderWake) loop(f *os.File) {
 }
 
 // subscribe returns a keeper's wake for token, or nil if this Tree has no
-// watch on its anchors (the keeper then watches the journal).
-func (h *holderWake) subscribe(token uint64) *holderSub {
+// watch on its anchors (the keeper then watches the journal). missed says
+// that this process changed the lease while nobody listened: the keeper
+// must read it at once.
+func (h *holderWake) subscribe(token uint64) (sub *holderSub, missed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.file == nil || h.err != nil || h.closed {
-		return nil
+		return nil, false
 	}
 	s := &holderSub{hub: h, token: token, c: make(chan struct{}, 1)}
 	if h.subs == nil {
 		h.subs = map[*holderSub]struct{}{}
 	}
 	h.subs[s] = struct{}{}
-	return s
+	missed = h.unheard[token]
+	delete(h.unheard, token)
+	return s, missed
 }
 
-// signalToken wakes this process's keepers of token.
+// signalToken wakes this process's keepers of token, or notes the change
+// for the keeper still to subscribe.
 func (h *holderWake) signalToken(token uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	heard := false
 	for s := range h.subs {
 		if s.token == token {
 			s.signal()
+			heard = true
 		}
 	}
+	if !heard {
+		if h.unheard == nil {
+			h.unheard = map[uint64]bool{}
+		}
+		h.unheard[token] = true
+	}
+}
+
+// forget drops what was noted for token: its tie is gone, no keeper of
+// it will subscribe.
+func (h *holderWake) forget(token uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.unheard, token)
 }
 
 // close ends the watch for good (Tree.Close): keepers still subscribed
@@ -186,8 +211,9 @@ func (t *Tree) wakeHolders(evs []record.Event) {
 	live := &t.batch.live
 	foreign := tokens[:0:0]
 	for _, tok := range tokens {
-		live.wake.signalToken(tok)
-		if !live.ties(tok) {
+		if live.ties(tok) {
+			live.wake.signalToken(tok)
+		} else {
 			foreign = append(foreign, tok)
 		}
 	}

@@ -202,3 +202,22 @@ func TestHolderWake_WritesOnlyToTies(t *testing.T) {
 		t.Fatalf("a file linked into .fence/live under a tie's name now reads %q (%v); want it untouched", b, err)
 	}
 }
+
+// A change by the holder's own process before its keeper listens (a
+// keeper that starts its watch later) is seen when Watch returns, as one
+// by another process is: it grows no anchor, so it is noted in the
+// process.
+func TestHolderWake_WatchLaterSeesItsOwnProcessBefore(t *testing.T) {
+	holder, _, k, _ := tiedTrees(t, 1, true)
+	if _, err := holder.Revoke(context.Background(), "t1", "op", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Watch(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Lost():
+	default:
+		t.Fatal("Watch returned with the revoke its own process made before it unseen")
+	}
+}

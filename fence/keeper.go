@@ -229,10 +229,11 @@ func (k *LeaseKeeper) Start(ctx context.Context) error {
 // cannot tell, and the caller decides.
 func (k *LeaseKeeper) openWatch() (w journal.Watcher, changed <-chan struct{}, missed bool, err error) {
 	if k.cfg.Tie != nil && k.tree.store.Name() == "bbolt" && k.tree.batch.writerSlot != nil && !noWatch() {
-		if sub := k.tree.batch.live.wake.subscribe(k.cfg.Token); sub != nil {
+		if sub, unheard := k.tree.batch.live.wake.subscribe(k.cfg.Token); sub != nil {
 			// Subscribed first: an append after this wakes the keeper;
-			// one before it grew the anchor.
-			return sub, sub.C(), k.cfg.Tie.anchorGrew(), nil
+			// one before it grew the anchor; a change by this process
+			// before it was noted.
+			return sub, sub.C(), unheard || k.cfg.Tie.anchorGrew(), nil
 		}
 	}
 	w, changed, err = k.tree.keeperWatch()

@@ -228,6 +228,7 @@ func (l *liveAnchor) untied(token uint64) {
 	defer l.mu.Unlock()
 	if l.tied[token]--; l.tied[token] <= 0 {
 		delete(l.tied, token)
+		l.wake.forget(token)
 	}
 }
 
