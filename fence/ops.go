@@ -428,7 +428,10 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		res.Deadline, res.Renewed = rec.Lease.Deadline, ev.Type == record.EvHeartbeat
 		if req.TieToProcess && t.store.Name() == "bbolt" {
 			// Before the commit: a link for a token that never commits
-			// is tidied by the next reaper (no lease holds it).
+			// is tidied by the next reaper (no lease holds it). A run of
+			// this function made again drops the last run's tie first.
+			res.Tie.Untie()
+			res.Tie, res.TieErr = nil, nil
 			tie, err := t.tieClaim(res.Token, req.TieUnstarted)
 			if err != nil {
 				res.TieErr = &TieError{Err: err}
