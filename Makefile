@@ -70,7 +70,9 @@ test: ## run every test: unit, scripts through the real binary, multi-process ra
 test-race: ## the tests under the race detector
 	# atexit_sleep_ms=0: a race-built process otherwise sleeps 1 s at exit,
 	# and the scripts and the race test start about two thousand of them.
-	GORACE=atexit_sleep_ms=0 $(GO) test -race -tags $(TEST_TAGS) -count=1 ./...
+	# The scripts run four ways (bbolt, etcd, each through the front):
+	# under the race detector that is more than go test's default 10 min.
+	GORACE=atexit_sleep_ms=0 $(GO) test -race -tags $(TEST_TAGS) -count=1 -timeout 45m ./...
 
 bench: ## run the benchmarks (not part of make test) and write docs/BENCHMARKS.md
 	@mkdir -p bin

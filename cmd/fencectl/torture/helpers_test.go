@@ -81,6 +81,19 @@ func buildFencectl(out, extra string) error {
 	return nil
 }
 
+// raceBuild reports whether this test binary, and so the fencectl it
+// built, runs under the race detector.
+func raceBuild() bool {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // tortBackend is a journal store the torture parts run on.
 type tortBackend struct {
 	name string
