@@ -113,23 +113,28 @@ func (h *holderWake) watchAnchor(fd int) {
 	}
 }
 
-// loop wakes every subscribed keeper after each batch of appends: which
-// lease changed is for each to read.
+// loop wakes every subscribed keeper after each batch of appends (an
+// overflowed queue reads as an event too): which lease changed is for
+// each to read. A read that fails ends the watch: the keepers are woken
+// once more, and later ones watch the journal instead.
 func (h *holderWake) loop(f *os.File) {
 	buf := make([]byte, 4096)
 	for {
-		if _, err := f.Read(buf); err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return
-			}
-			// A read error (an overflowed queue reads as an event, not
-			// as one): wake everyone rather than miss a change.
+		_, err := f.Read(buf)
+		if errors.Is(err, os.ErrClosed) {
+			return
 		}
 		h.mu.Lock()
 		for s := range h.subs {
 			s.signal()
 		}
+		if err != nil && h.err == nil {
+			h.err = err
+		}
 		h.mu.Unlock()
+		if err != nil {
+			return
+		}
 	}
 }
 
