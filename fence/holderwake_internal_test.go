@@ -126,17 +126,7 @@ func TestHolderWake_OtherTasksWakeNobody(t *testing.T) {
 func TestHolderWake_WatchLaterSeesWhatCameBefore(t *testing.T) {
 	t.Run("revoked before", func(t *testing.T) {
 		_, other, k, _ := tiedTrees(t, 1, true)
-		if _, err := other.Revoke(context.Background(), "t1", "op", "test"); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.Watch(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-k.Lost():
-		default:
-			t.Fatal("Watch returned with the revoke that came before it unseen")
-		}
+		seenWhenWatched(t, other, k)
 	})
 	t.Run("nothing before", func(t *testing.T) {
 		_, other, k, _ := tiedTrees(t, 2, true)
@@ -209,7 +199,14 @@ func TestHolderWake_WritesOnlyToTies(t *testing.T) {
 // process.
 func TestHolderWake_WatchLaterSeesItsOwnProcessBefore(t *testing.T) {
 	holder, _, k, _ := tiedTrees(t, 1, true)
-	if _, err := holder.Revoke(context.Background(), "t1", "op", "test"); err != nil {
+	seenWhenWatched(t, holder, k)
+}
+
+// seenWhenWatched revokes t1 through revoker before k (started with
+// WatchLater) watches, and fails unless Watch returns with it seen.
+func seenWhenWatched(t *testing.T, revoker *Tree, k *LeaseKeeper) {
+	t.Helper()
+	if _, err := revoker.Revoke(context.Background(), "t1", "op", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.Watch(); err != nil {
@@ -218,6 +215,6 @@ func TestHolderWake_WatchLaterSeesItsOwnProcessBefore(t *testing.T) {
 	select {
 	case <-k.Lost():
 	default:
-		t.Fatal("Watch returned with the revoke its own process made before it unseen")
+		t.Fatal("Watch returned with the revoke that came before it unseen")
 	}
 }

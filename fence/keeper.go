@@ -16,8 +16,9 @@ import (
 
 // Keeper defaults.
 const (
-	// DefaultCheckInterval is how often a keeper re-reads its lease when the
-	// journal watch is silent (it also re-reads on every journal write).
+	// DefaultCheckInterval is how often a keeper re-reads its lease when its
+	// watch is silent (it also re-reads whenever the watch says the lease
+	// may have changed: see openWatch).
 	DefaultCheckInterval = time.Second
 	// DefaultKeeperTick is how often the keeper looks at the clock.
 	DefaultKeeperTick = 50 * time.Millisecond
@@ -55,7 +56,7 @@ type KeeperConfig struct {
 	// Tie is the claim's tie made with the claim
 	// (ClaimRequest.TieToProcess): the keeper keeps it, as one it made.
 	Tie *ProcessTie
-	// WatchLater starts the keeper without its journal watch, for a claim
+	// WatchLater starts the keeper without its watch, for a claim
 	// not worked on yet (run --loop's task in hand): it heartbeats and
 	// holds the tie, and is not woken by every commit of the tree. Watch
 	// sets the watch up when the work starts.
@@ -180,8 +181,8 @@ func (e *WatchError) Unwrap() error { return e.Err }
 // heartbeat one lease twice and close its channels twice.
 var ErrKeeperStarted = errors.New("lease keeper already started: a keeper runs once; make a new one with NewKeeper")
 
-// Start sets up the journal watch (and with TieToProcess the liveness
-// file), then runs the keeper in the background until Stop, ctx's end, or
+// Start sets up the keeper's watch (openWatch; with TieToProcess, the
+// liveness file too), then runs the keeper in the background until Stop, ctx's end, or
 // the end of the lease. The watch is in place when Start returns, so a
 // holder that starts its work after Start cannot miss a revoke that lands
 // right away. A non-nil error is a *WatchError or a *TieError (or both,
@@ -262,8 +263,8 @@ type attachWatch struct {
 	check   bool // read the lease at once
 }
 
-// Watch sets up the journal watch of a keeper started with WatchLater and
-// checks the lease at once: when it returns, a revoke that landed while
+// Watch sets up the watch of a keeper started with WatchLater and checks
+// the lease at once if it may have changed unwatched: when it returns, a revoke that landed while
 // the keeper had no watch has been seen (Lost is closed), and one that
 // lands later will be. A non-nil error is a *WatchError: the keeper goes
 // on polling. It does nothing on a keeper that has ended.
