@@ -577,6 +577,10 @@ func (t *Tree) beginWrite(db journal.Store, adopt bool) error {
 		}
 		return nil
 	}
+	// Every writer runs on this host: a long-lived process knows inbox/
+	// and .fence/tmp are still empty without reading them (fsmirror's
+	// quiet.go).
+	t.mirror.WatchQuiet()
 	if err := t.settle(db); err != nil {
 		return err
 	}

@@ -1734,3 +1734,44 @@ func behindTheBack(t *testing.T, tree *fence.Tree, fn func(journal.Tx) error) {
 		t.Fatal(err)
 	}
 }
+
+// A long-lived Tree stops reading an inbox/ it found empty (fsmirror's
+// WatchQuiet): whatever is dropped there later, in any way, is still
+// adopted by the next claim, and a file staged by a dead process is still
+// swept.
+func TestClaim_QuietInboxStillAdopts(t *testing.T) {
+	tree := newTree(t)
+	inbox := filepath.Join(tree.Root(), "inbox")
+	ctx := context.Background()
+	for range 4 { // the watch comes with the second listing
+		if _, err := tree.Claim(ctx, fence.ClaimRequest{Agent: "a"}); !errors.Is(err, fence.ErrNothingToClaim) {
+			t.Fatalf("claim on an empty tree: %v", err)
+		}
+	}
+	drops := []func(name string) error{
+		func(name string) error { return os.WriteFile(filepath.Join(inbox, name), []byte(name), 0o644) },
+		func(name string) error {
+			src := filepath.Join(t.TempDir(), name)
+			if err := os.WriteFile(src, []byte(name), 0o644); err != nil {
+				return err
+			}
+			return os.Rename(src, filepath.Join(inbox, name))
+		},
+	}
+	for i, drop := range drops {
+		id := fmt.Sprintf("dropped-%d", i)
+		if err := drop(id); err != nil {
+			t.Fatal(err)
+		}
+		c, err := tree.Claim(ctx, fence.ClaimRequest{Agent: "a"})
+		if err != nil || c.Task.ID != id {
+			t.Fatalf("claim after dropping %s: %+v, %v", id, c.Task.ID, err)
+		}
+		if _, err := tree.Complete(ctx, fence.FencedRequest{ID: id, Token: c.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tree.Claim(ctx, fence.ClaimRequest{Agent: "a"}); !errors.Is(err, fence.ErrNothingToClaim) {
+			t.Fatalf("claim after %s was done: %v", id, err)
+		}
+	}
+}

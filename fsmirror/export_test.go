@@ -92,3 +92,15 @@ func (m *Mirror) OpenTask(dir Dir, id string) (*os.File, error) {
 // LinkMoves reports whether m moves by link and unlink (renameat2 said, or
 // a Fault pretended, that the file system lacks RENAME_NOREPLACE).
 func LinkMoves(m *Mirror) bool { return m.linkMoves.Load() }
+
+// QuietListings counts the listings of quiet directories actually read
+// (see WatchQuiet).
+func (m *Mirror) QuietListings() int {
+	q := m.quietFor(Inbox)
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.listed
+}

@@ -64,6 +64,26 @@ func (m *Mirror) Entries(dir Dir) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	// inbox/ and .fence/tmp, in a long-lived process: see quiet.go.
+	if q := m.quietFor(dir); q != nil {
+		id, ok := m.dirID(dir)
+		if ok && q.stillEmpty(dir, id) {
+			return nil, nil
+		}
+		if ok {
+			gen := q.beforeList(dir, fd, id)
+			entries, err := m.readEntries(dir, fd)
+			if err == nil {
+				q.afterList(dir, id, gen, len(entries))
+			}
+			return entries, err
+		}
+	}
+	return m.readEntries(dir, fd)
+}
+
+// readEntries reads the directory dir, held open as fd.
+func (m *Mirror) readEntries(dir Dir, fd int) ([]Entry, error) {
 	path := m.Path(dir, "")
 	// A fresh descriptor for reading, so the kept one's offset never moves.
 	rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

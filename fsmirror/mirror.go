@@ -99,6 +99,9 @@ type Mirror struct {
 
 	heldMu sync.Mutex
 	held   map[string]heldFile // staged files this process writes (see Stage)
+
+	quietMu sync.Mutex
+	quiet   *quiet // see WatchQuiet; nil: every listing reads
 }
 
 // table is a set of open directory descriptors and the identity of the
@@ -232,6 +235,9 @@ func (m *Mirror) Close() error {
 	tab := m.tab.Swap(nil)
 	if tab == nil {
 		return nil
+	}
+	if q := m.quietFor(Inbox); q != nil {
+		q.close()
 	}
 	m.heldMu.Lock()
 	for name, h := range m.held {
@@ -381,6 +387,16 @@ func (m *Mirror) dirfd(dir Dir) (int, error) {
 		return -1, fmt.Errorf("unknown tree directory %q", dir)
 	}
 	return fd, nil
+}
+
+// dirID returns the identity of the directory dir this mirror holds.
+func (m *Mirror) dirID(dir Dir) (fileID, bool) {
+	tab := m.tab.Load()
+	if tab == nil {
+		return fileID{}, false
+	}
+	id, ok := tab.ids[dir]
+	return id, ok
 }
 
 // CheckPerms returns a warning if the root or a directory of the tree is
