@@ -1742,6 +1742,18 @@ func behindTheBack(t *testing.T, tree *fence.Tree, fn func(journal.Tx) error) {
 func TestClaim_QuietInboxStillAdopts(t *testing.T) {
 	tree := newTree(t)
 	inbox := filepath.Join(tree.Root(), "inbox")
+	// Grown, as by a big drop adopted before: only such a directory is
+	// worth a watch.
+	for i := range 2000 {
+		if err := os.WriteFile(filepath.Join(inbox, fmt.Sprintf(".grow-%04d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2000 {
+		if err := os.Remove(filepath.Join(inbox, fmt.Sprintf(".grow-%04d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx := context.Background()
 	for range 4 { // the watch comes with the second listing
 		if _, err := tree.Claim(ctx, fence.ClaimRequest{Agent: "a"}); !errors.Is(err, fence.ErrNothingToClaim) {

@@ -104,3 +104,11 @@ func (m *Mirror) QuietListings() int {
 	defer q.mu.Unlock()
 	return q.listed
 }
+
+// WatchSmallDirs makes WatchQuiet watch directories of any size, for
+// tests, until the test ends.
+func WatchSmallDirs(t interface{ Cleanup(func()) }) {
+	old := quietMinSize
+	quietMinSize = 0
+	t.Cleanup(func() { quietMinSize = old })
+}

@@ -28,12 +28,18 @@ import (
 // lost event (the queue overflowed) counts as an entry; so does a replaced
 // directory (Refresh), whose watch is dropped.
 //
+// Only a directory that has grown (quietMinSize) is watched: listing a
+// small one costs less than the inotify instance the watch takes from the
+// user's limit (fs.inotify.max_user_instances, 128 by default), which the
+// lease keepers of every long-lived process need too.
+//
 // Only where every writer runs on this host (bbolt trees, whose journal
 // refuses network file systems): inotify does not see what another host
 // does to a directory it shares.
 
-// quietDirs are the directories WatchQuiet watches.
-var quietDirs = []Dir{Inbox, Staging}
+// quietMinSize is the size from which a directory is worth watching:
+// eight blocks, about a thousand entries once made.
+var quietMinSize int64 = 32 << 10
 
 // quiet is a Mirror's watch of its quiet directories.
 type quiet struct {
@@ -106,7 +112,7 @@ func (q *quiet) beforeList(dir Dir, fd int, id fileID) uint64 {
 		q.dirs[dir] = d
 	}
 	d.lists++
-	if d.lists >= 2 && d.wd < 0 && !q.failed {
+	if d.lists >= 2 && d.wd < 0 && !q.failed && grown(fd) {
 		d.wd = q.watch(fd)
 	}
 	q.drain()
@@ -129,6 +135,13 @@ func (q *quiet) afterList(dir Dir, id fileID, gen uint64, n int) {
 	if q.gen == gen {
 		d.empty = n == 0
 	}
+}
+
+// grown reports whether the directory held open as fd has reached
+// quietMinSize.
+func grown(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Size >= quietMinSize
 }
 
 // watch adds a watch of the directory held open as fd, by the

@@ -30,6 +30,7 @@ func names(t *testing.T, m *fsmirror.Mirror, dir fsmirror.Dir) []string {
 // a listing is skipped, failing if none is.
 func quietInbox(t *testing.T, m *fsmirror.Mirror) {
 	t.Helper()
+	fsmirror.WatchSmallDirs(t)
 	m.WatchQuiet()
 	for range 3 {
 		before := m.QuietListings()
@@ -41,6 +42,38 @@ func quietInbox(t *testing.T, m *fsmirror.Mirror) {
 		}
 	}
 	t.Fatal("an empty inbox/ was read at every listing: WatchQuiet skips none")
+}
+
+// A small directory is read every time: not worth an inotify instance.
+func TestQuiet_SmallDirsAreRead(t *testing.T) {
+	m := newTree(t)
+	m.WatchQuiet()
+	for range 5 {
+		names(t, m, fsmirror.Inbox)
+	}
+	if got := m.QuietListings(); got != 5 {
+		t.Errorf("5 listings of a small empty inbox/ read it %d times, want 5", got)
+	}
+}
+
+// A grown directory is watched without the tests' setting.
+func TestQuiet_GrownInboxIsWatched(t *testing.T) {
+	m := newTree(t)
+	for i := range 2000 {
+		put(t, m, fsmirror.Inbox, fmt.Sprintf("grow-%04d", i), "")
+	}
+	for i := range 2000 {
+		if err := os.Remove(m.Path(fsmirror.Inbox, fmt.Sprintf("grow-%04d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.WatchQuiet()
+	for range 5 {
+		names(t, m, fsmirror.Inbox)
+	}
+	if got := m.QuietListings(); got != 2 {
+		t.Errorf("5 listings of a grown empty inbox/ read it %d times, want 2", got)
+	}
 }
 
 func TestQuiet_EmptyInboxNotReadAgain(t *testing.T) {
