@@ -169,7 +169,7 @@ func flagName(a string) string {
 func flagArity(flags []cli.Flag) map[string]bool {
 	m := map[string]bool{}
 	for _, f := range flags {
-		_, isBool := f.(*cli.BoolFlag)
+		_, isBool := plainFlag(f).(*cli.BoolFlag)
 		for _, n := range f.Names() {
 			m[n] = !isBool
 		}

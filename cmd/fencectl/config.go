@@ -65,7 +65,7 @@ type envHold map[cli.Flag][]string
 // envField is where a flag keeps its variables; nil for a type not listed
 // (TestEnv_EveryVariableIsHeld checks that no such flag has any).
 func envField(f cli.Flag) *[]string {
-	switch f := f.(type) {
+	switch f := plainFlag(f).(type) {
 	case *cli.StringFlag:
 		return &f.EnvVars
 	case *cli.DurationFlag:
@@ -228,7 +228,7 @@ func treeRoot(c *cli.Context) string {
 // empty --reason is no reason, which is what it says.
 func checkEmpty(c *cli.Context) error {
 	for _, f := range c.Command.Flags {
-		sf, ok := f.(*cli.StringFlag)
+		sf, ok := plainFlag(f).(*cli.StringFlag)
 		if !ok || sf.Name == "reason" {
 			continue
 		}

@@ -49,7 +49,7 @@ func TestEnv_FlagsFirst(t *testing.T) {
 			if !ok {
 				// A text variable is never malformed (checkCommand and
 				// the command check its value as they check the flag's).
-				if _, text := f.(*cli.StringFlag); !text {
+				if _, text := plainFlag(f).(*cli.StringFlag); !text {
 					t.Errorf("%s --%s reads %v: add a good value for it here", m.name, name, vars)
 				}
 				continue

@@ -527,7 +527,7 @@ func arityOfCmd(cmd *cli.Command, globals map[string]bool, a string) map[string]
 func arityOf(flags []cli.Flag) map[string]bool {
 	m := map[string]bool{"help": false, "h": false}
 	for _, f := range flags {
-		_, isBool := f.(*cli.BoolFlag)
+		_, isBool := plainFlag(f).(*cli.BoolFlag)
 		for _, n := range f.Names() {
 			m[n] = !isBool
 		}

@@ -121,11 +121,13 @@ stopped because its stdout had no reader (nothing claimed, task released).`,
 		c.HideHelp, c.HideHelpCommand = true, true
 		// reads numbers in decimal only;
 		c.Flags = strictNumbers(c.Flags)
+		// (with names worked out once: flagnames.go);
+		c.Flags = nameOnce(c.Flags)
 		// and shows its usage as the user types it.
 		c.UsageText = "fencectl " + c.UsageText
 	}
 	// urfave adds --help only along with its own help command.
-	app.Flags = append(strictNumbers(app.Flags), cli.HelpFlag)
+	app.Flags = append(nameOnce(strictNumbers(app.Flags)), cli.HelpFlag)
 	// urfave shows the app's help (--help, or no command) before any
 	// Before runs, so there the global flags keep their variables: the
 	// help lists them.

@@ -117,7 +117,7 @@ func init() {
 
 // placeholder names what a flag takes, as the USAGE lines do.
 func placeholder(f cli.Flag) string {
-	switch f.(type) {
+	switch plainFlag(f).(type) {
 	case *cli.DurationFlag:
 		return "D"
 	case *cli.GenericFlag:
@@ -249,7 +249,7 @@ func valueHint(flags []cli.Flag, name, complaint string) string {
 			if n != name {
 				continue
 			}
-			switch f.(type) {
+			switch plainFlag(f).(type) {
 			case *cli.DurationFlag:
 				return durationHint
 			case *cli.BoolFlag:
