@@ -1,6 +1,10 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
 
 // Flag names, worked out once.
 //
@@ -64,21 +68,35 @@ func nameOnce(flags []cli.Flag) []cli.Flag {
 		if f == cli.HelpFlag || f == cli.VersionFlag {
 			continue
 		}
-		names := f.Names()
 		switch f := f.(type) {
 		case *cli.BoolFlag:
-			out[i] = &namedBool{f, names}
+			out[i] = &namedBool{f, flagNamesOf(f, f.Name, f.Aliases)}
 		case *cli.StringFlag:
-			out[i] = &namedString{f, names}
+			out[i] = &namedString{f, flagNamesOf(f, f.Name, f.Aliases)}
 		case *cli.DurationFlag:
-			out[i] = &namedDuration{f, names}
+			out[i] = &namedDuration{f, flagNamesOf(f, f.Name, f.Aliases)}
 		case *cli.GenericFlag:
-			out[i] = &namedGeneric{f, names}
+			out[i] = &namedGeneric{f, flagNamesOf(f, f.Name, f.Aliases)}
 		case *cli.StringSliceFlag:
-			out[i] = &namedStringSlice{f, names}
+			out[i] = &namedStringSlice{f, flagNamesOf(f, f.Name, f.Aliases)}
 		}
 	}
 	return out
+}
+
+// flagNamesOf is f.Names() for a flag named name with aliases: urfave/cli
+// cuts each at its first comma or space (the form of its first version),
+// which none of fencectl's names has; a name that does is left to it. The
+// app is built for every command the daemon runs, so this too is done
+// once a command.
+func flagNamesOf(f cli.Flag, name string, aliases []string) []string {
+	all := append([]string{name}, aliases...)
+	for _, n := range all {
+		if strings.ContainsAny(n, ", ") {
+			return f.Names()
+		}
+	}
+	return all
 }
 
 // plainFlag is the flag f wraps (see nameOnce), or f itself.
