@@ -65,21 +65,20 @@ func (m *Mirror) Entries(dir Dir) ([]Entry, error) {
 		return nil, err
 	}
 	// inbox/ and .fence/tmp, in a long-lived process: see quiet.go.
-	if q := m.quietFor(dir); q != nil {
-		id, ok := m.dirID(dir)
-		if ok && q.stillEmpty(dir, id) {
-			return nil, nil
-		}
-		if ok {
-			gen := q.beforeList(dir, fd, id)
-			entries, err := m.readEntries(dir, fd)
-			if err == nil {
-				q.afterList(dir, id, gen, len(entries))
-			}
-			return entries, err
-		}
+	q := m.quietFor(dir)
+	id, ok := m.dirID(dir)
+	if q == nil || !ok {
+		return m.readEntries(dir, fd)
 	}
-	return m.readEntries(dir, fd)
+	if q.stillEmpty(dir, id) {
+		return nil, nil
+	}
+	gen := q.beforeList(dir, fd, id)
+	entries, err := m.readEntries(dir, fd)
+	if err == nil {
+		q.afterList(dir, id, gen, len(entries))
+	}
+	return entries, err
 }
 
 // readEntries reads the directory dir, held open as fd.
