@@ -42,9 +42,9 @@
 // one transaction per process.
 //
 // What it costs where it hurts, 16 clients each committing alone on one
-// member (make bench, Backend_Library/backend=etcd/clients=16): 50 to 80
-// claims/s, every claim run again a few times, most of them at once on
-// the new head (rebase.go). A writers' queue that hands the turn over in
+// member (make bench, Backend_Library/backend=etcd/clients=16, and by
+// hand): 43 to 82 claims/s, every claim run again 3 to 20 times, most of
+// them at once on the new head (rebase.go). A writers' queue that hands the turn over in
 // the commit that gives it up, entered after one lost race, did not do
 // better (65 to 87 claims/s, alternating with this one), nor did skipping
 // a commit the queue would refuse. The way without a hot key is etcd's
