@@ -193,38 +193,6 @@ func (b *Backend) unreachable(err error) error {
 // writers' queue holds everyone up.
 const writeLockTTL = 5
 
-// writeLock waits for this process's turn at the head of the writers'
-// queue and returns the function that gives it up.
-func (b *Backend) writeLock(ctx context.Context) (func(), error) {
-	b.sessMu.Lock()
-	if b.sess != nil {
-		select {
-		case <-b.sess.Done(): // its lease was lost: make another
-			b.sess = nil
-		default:
-		}
-	}
-	if b.sess == nil {
-		sess, err := newSession(ctx, b.cli, writeLockTTL)
-		if err != nil {
-			b.sessMu.Unlock()
-			return nil, err
-		}
-		b.sess = sess
-	}
-	sess := b.sess
-	b.sessMu.Unlock()
-	m := concurrency.NewMutex(sess, b.cfg.Prefix+keyWriters)
-	if err := m.Lock(ctx); err != nil {
-		return nil, err
-	}
-	return func() {
-		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Unlock(c)
-	}, nil
-}
-
 // newSession makes a concurrency session whose lease is granted within
 // ctx: concurrency.NewSession would grant it with the session's own
 // context, which must outlive the call (its keepalives run on it), so an

@@ -40,7 +40,7 @@ func (*headMoved) Error() string { return "etcd: another writer moved the head; 
 // headMovedFrom reads the meta keys from the Else of a failed commit
 // (nil if they are not there).
 func headMovedFrom(resp *clientv3.TxnResponse, metaKey string) *headMoved {
-	if len(resp.Responses) != 1 {
+	if len(resp.Responses) == 0 {
 		return nil
 	}
 	m := parseMeta(resp.Responses[0].GetResponseRange().GetKvs(), metaKey)
@@ -56,7 +56,7 @@ func headMovedFrom(resp *clientv3.TxnResponse, metaKey string) *headMoved {
 // its new revision.
 func (t *Tx) rebased(m *headMoved) (*Tx, error) {
 	n := t.s.newTx(t.ctx, true)
-	n.locked = t.locked
+	n.turn = t.turn
 	n.rev, n.firstPage = t.rev, t.firstPage
 	n.pages = maps.Clone(t.pages)
 	n.fetched = make(map[string]*mvccpb.KeyValue, len(t.fetched)+len(t.got))

@@ -27,6 +27,9 @@ type snapshot struct {
 	swept bool
 	pages map[pageKey]*clientv3.GetResponse
 	extra []*etcdserverpb.ResponseOp // the answers to readSnapshot's extra reads
+	// queued is how many writers wait in the writers' queue (queue.go):
+	// an optimistic commit would fail on it.
+	queued int64
 }
 
 // readSnapshot reads a snapshot: expiry and liveness pages for the reap
@@ -52,7 +55,9 @@ func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPa
 			keys = append(keys, pageKey{f.lo, f.hi, f.limit})
 			ops = append(ops, clientv3.OpGet(f.lo, clientv3.WithRange(f.hi), clientv3.WithLimit(f.limit)))
 		}
-		return keys, append(ops, extra...)
+		// Last, after extra: how many wait in the writers' queue.
+		queue := clientv3.OpGet(p+keyWriters+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return keys, append(append(ops, extra...), queue)
 	}
 	ready := p + famReady + readyFrom
 	common := []family{
@@ -77,7 +82,9 @@ func (b *Backend) readSnapshot(ctx context.Context, extra []clientv3.Op, readyPa
 		pre = sweptKeys
 	}
 	first := len(pre) + 1
-	s := &snapshot{rev: resp.Header.Revision, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:], swept: resp.Succeeded}
+	last := len(resp.Responses) - 1
+	s := &snapshot{rev: resp.Header.Revision, pages: map[pageKey]*clientv3.GetResponse{}, extra: resp.Responses[first:last], swept: resp.Succeeded,
+		queued: resp.Responses[last].GetResponseRange().GetCount()}
 	for i, k := range pre {
 		s.pages[k] = (*clientv3.GetResponse)(resp.Responses[i+1].GetResponseRange())
 	}

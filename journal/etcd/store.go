@@ -150,26 +150,43 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	locked := false
+	var turn *writerTurn
+	waits := 0 // runs that let a lone queued writer's turn pass
+	defer func() {
+		if turn != nil {
+			turn.release()
+		}
+	}()
 	spread := 0
 	fresh := false // no prepared snapshot, no cached liveness key (prepared.go)
 	for attempt := 0; ; attempt++ {
 		if attempt == escalateAfter {
-			unlock, err := s.b.writeLock(ctx)
-			for err != nil && isCompacted(err) && ctx.Err() == nil {
-				// The queue's wait watches from a revision etcd compacted
-				// away: join it again.
-				unlock, err = s.b.writeLock(ctx)
+			var err error
+			turn, err = s.b.joinQueue(ctx)
+			for errors.Is(err, errTurnLost) && ctx.Err() == nil {
+				turn, err = s.b.joinQueue(ctx) // its lease ran out while it waited
 			}
 			if err != nil {
 				return s.contended(ctx, attempt, err)
 			}
-			defer unlock()
-			locked = true
 		}
 		t := s.newTx(ctx, true)
-		t.locked, t.spread, t.fresh = locked, spread, fresh
+		t.turn, t.spread, t.fresh = turn, spread, fresh
 		err := t.beginReading(ids, claims)
+		if err == nil && turn == nil && t.queued > 0 {
+			// Writers wait in the queue: a commit now would fail on
+			// them, so none is sent. Behind a queue of several, join it;
+			// behind one writer, let its turn pass (queue.go).
+			if t.queued >= queueJoinAt || waits == maxQueueWaits {
+				Queued.Add(1)
+				attempt = escalateAfter - 1
+			} else {
+				waits++
+				attempt--
+				time.Sleep(time.Duration(rand.Int64N(int64(queueWait))))
+			}
+			continue
+		}
 		for rebases := 0; ; rebases++ {
 			if err == nil {
 				err = fn(t)
@@ -209,6 +226,18 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 		if !errors.Is(err, errConflict) {
 			return err
 		}
+		if turn == nil && t.queued >= queueJoinAt && attempt < escalateAfter-1 {
+			// Lost to the queue (the commit's Else counted it): join
+			// it now rather than lose to it again (queue.go).
+			Queued.Add(1)
+			attempt = escalateAfter - 1
+		}
+		if turn != nil && turn.lost() {
+			// Its lease ran out while it held the turn: join again.
+			turn.release()
+			turn = nil
+			attempt = escalateAfter - 1
+		}
 		Retries.Add(1)
 		if ctx.Err() != nil {
 			return s.contended(ctx, attempt+1, ctx.Err())
@@ -218,7 +247,7 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 		// once. Against the queue at 3 losses it doubled the CLI's claims
 		// at 8 processes (37 → 77 claims/s): the queue costs several
 		// consensus rounds per writer, a backoff none.
-		if attempt > 0 && !locked {
+		if attempt > 0 && turn == nil {
 			time.Sleep(time.Duration(rand.Int64N(int64(min(1<<attempt, 32)) * int64(500*time.Microsecond))))
 		}
 	}
@@ -229,6 +258,22 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 // request only, but a writer that keeps losing must still reach the
 // writers' queue.
 const maxRebases = 16
+
+// queueJoinAt is how many writers in the queue make a writer that meets
+// them join it at once (queue.go): a queue that long is contention that
+// lasts. Behind one, a writer lets its turn pass, up to maxQueueWaits
+// times, each a random pause of up to queueWait, and races again: two
+// writers that met once must not take turns for good, at two extra
+// writes a commit.
+const (
+	queueJoinAt   = 2
+	maxQueueWaits = 8
+	queueWait     = time.Millisecond
+)
+
+// Queued counts, process-wide, the Update runs that found writers in the
+// queue and joined it at once instead of losing to it again (queue.go).
+var Queued atomic.Int64
 
 // Rebases counts, process-wide, the runs made again at once on a moved
 // head (rebase.go).
@@ -279,9 +324,15 @@ func (t *Tx) commit() error {
 	}
 	t.markSweep()
 	cmps := make([]clientv3.Cmp, 0, len(t.reads)+len(t.ranges)+1)
-	if !t.locked {
-		// Nobody is at the head of the writers' queue (see Update).
+	if t.turn == nil {
+		// Nobody is in the writers' queue (see Update).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(t.s.prefix+keyWriters+"/"), "=", 0).WithPrefix())
+	} else {
+		if t.turn.lost() {
+			return errConflict // Update joins the queue again
+		}
+		// Still this writer's turn, given up by this very commit.
+		cmps = append(cmps, t.turn.holds())
 	}
 	for k, rev := range t.reads {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
@@ -300,14 +351,25 @@ func (t *Tx) commit() error {
 			ops = append(ops, clientv3.OpPut(k, o.val))
 		}
 	}
-	// A failed commit brings the meta keys back (rebase.go).
+	// A failed commit brings the meta keys back (rebase.go), and the
+	// turn's key, if it holds one.
 	metaKey := t.key(famMeta, "")
-	resp, err := t.s.b.cli.Txn(t.ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(metaKey, clientv3.WithPrefix())).Commit()
+	orElse := []clientv3.Op{clientv3.OpGet(metaKey, clientv3.WithPrefix())}
+	if t.turn != nil {
+		ops = append(ops, t.turn.giveUp())
+		orElse = append(orElse, t.turn.check())
+	} else {
+		orElse = append(orElse, clientv3.OpGet(t.s.prefix+keyWriters+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	}
+	resp, err := t.s.b.cli.Txn(t.ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err == nil && resp.Succeeded && t.headMod {
 		t.s.committed.Store(resp.Header.Revision)
 	}
 	if err == nil && resp.Succeeded {
 		t.committed = true
+		if t.turn != nil {
+			t.turn.released = true
+		}
 		t.s.commits.Add(1)
 		t.s.cacheCommitted(t, resp.Header.Revision)
 		if upgrade && to == SchemaVersion && t.s.onUpgrade != nil {
@@ -329,6 +391,13 @@ func (t *Tx) commit() error {
 		return t.s.b.unreachable(err)
 	case !resp.Succeeded:
 		t.s.dropCache() // what was read is stale somewhere: read afresh
+		if t.turn != nil && t.turn.goneIn(resp) {
+			return errConflict // Update joins the queue again
+		}
+		if t.turn == nil && len(resp.Responses) > 1 && resp.Responses[1].GetResponseRange().GetCount() > 0 {
+			t.queued = resp.Responses[1].GetResponseRange().GetCount()
+			return errConflict // lost to the queue (Update may join it)
+		}
 		if moved := headMovedFrom(resp, metaKey); moved != nil && moved.headRev != t.reads[t.key(famMeta, metaHead)] {
 			return moved
 		}

@@ -47,7 +47,11 @@ type Tx struct {
 	// untracked marks scans whose result needs no check at commit (see
 	// Expired).
 	untracked bool
-	locked    bool            // this run holds the writers' queue (Store.Update)
+	turn      *writerTurn // this run holds the writers' queue (Store.Update)
+	// queued is how many writers waited in the queue at the snapshot, or
+	// at a failed commit (queue.go): a commit of this run's would fail on
+	// them.
+	queued    int64
 	expired   []string        // Expired's snapshot answer, once read
 	issued    map[uint64]bool // tokens this run issued: no claim yet
 	readyPage int64           // the next page size of the ready scan
@@ -161,6 +165,7 @@ func (t *Tx) beginWith(extra []clientv3.Op) ([]*etcdserverpb.ResponseOp, error) 
 		}
 	}
 	t.rev, t.headRev, t.floor, t.swept = snap.rev, snap.headRev, snap.floor, snap.swept
+	t.queued = snap.queued
 	if t.pages == nil {
 		t.pages = map[pageKey]*clientv3.GetResponse{}
 	}
