@@ -42,7 +42,7 @@
 // one transaction per process.
 //
 // What it costs where it hurts, 16 clients each committing alone on one
-// member (Backend_Library/backend=etcd/clients=16): 72 to 96 claims/s,
+// member (Backend_Library/backend=etcd/clients=16): 72 to 95 claims/s,
 // about 1 run again a claim, most of them at once on the new head
 // (rebase.go), now that writers behind a queue of several join it rather
 // than lose to it (queue.go; before, runs fell into 36 to 46 claims/s
