@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/record"
 )
@@ -171,5 +173,44 @@ func TestQueue_JoinBehindSeveralPassBehindOne(t *testing.T) {
 	}
 	if Queued.Load() != queued {
 		t.Error("a writer behind a lone turn joined the queue")
+	}
+}
+
+// A writer that joined the queue and then changed nothing (its function
+// refused) gives its turn up: the queue is empty after it.
+func TestQueue_RefusalGivesTheTurnUp(t *testing.T) {
+	cfg, dir := newJournal(t)
+	ctx := context.Background()
+	b, s := open(t, cfg, dir)
+	pfx := cfg.Prefix + keyWriters + "/"
+	for _, name := range []string{"a", "c"} {
+		if _, err := b.cli.Put(ctx, pfx+name, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := fmt.Errorf("refused")
+	queued := Queued.Load()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Update(func(journal.Tx) error { return refused })
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for Queued.Load() == queued && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, name := range []string{"a", "c"} {
+		if _, err := b.cli.Delete(ctx, pfx+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != refused {
+		t.Fatalf("Update = %v, want the refusal", err)
+	}
+	resp, err := b.cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Errorf("%d keys left in the queue after a refused write", resp.Count)
 	}
 }

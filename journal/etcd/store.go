@@ -160,7 +160,8 @@ func (s *Store) UpdateReading(ids []string, claims bool, fn func(journal.Tx) err
 	spread := 0
 	fresh := false // no prepared snapshot, no cached liveness key (prepared.go)
 	for attempt := 0; ; attempt++ {
-		if attempt == escalateAfter {
+		// (A run made again while it holds a turn keeps it.)
+		if attempt == escalateAfter && turn == nil {
 			var err error
 			turn, err = s.b.joinQueue(ctx)
 			for errors.Is(err, errTurnLost) && ctx.Err() == nil {
