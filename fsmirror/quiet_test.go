@@ -44,35 +44,33 @@ func quietInbox(t *testing.T, m *fsmirror.Mirror) {
 	t.Fatal("an empty inbox/ was read at every listing: WatchQuiet skips none")
 }
 
-// A small directory is read every time: not worth an inotify instance.
-func TestQuiet_SmallDirsAreRead(t *testing.T) {
-	m := newTree(t)
-	m.WatchQuiet()
-	for range 5 {
-		names(t, m, fsmirror.Inbox)
-	}
-	if got := m.QuietListings(); got != 5 {
-		t.Errorf("5 listings of a small empty inbox/ read it %d times, want 5", got)
-	}
-}
-
-// A grown directory is watched without the tests' setting.
-func TestQuiet_GrownInboxIsWatched(t *testing.T) {
-	m := newTree(t)
-	for i := range 2000 {
-		put(t, m, fsmirror.Inbox, fmt.Sprintf("grow-%04d", i), "")
-	}
-	for i := range 2000 {
-		if err := os.Remove(m.Path(fsmirror.Inbox, fmt.Sprintf("grow-%04d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m.WatchQuiet()
-	for range 5 {
-		names(t, m, fsmirror.Inbox)
-	}
-	if got := m.QuietListings(); got != 2 {
-		t.Errorf("5 listings of a grown empty inbox/ read it %d times, want 2", got)
+// A small directory is read every time (not worth an inotify instance);
+// a grown one is watched from its second listing on, without the tests'
+// setting.
+func TestQuiet_OnlyGrownDirsAreWatched(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		grow  int // files made and removed first
+		reads int // of 5 listings
+	}{{"small", 0, 5}, {"grown", 2000, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newTree(t)
+			for i := range c.grow {
+				put(t, m, fsmirror.Inbox, fmt.Sprintf("grow-%04d", i), "")
+			}
+			for i := range c.grow {
+				if err := os.Remove(m.Path(fsmirror.Inbox, fmt.Sprintf("grow-%04d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.WatchQuiet()
+			for range 5 {
+				names(t, m, fsmirror.Inbox)
+			}
+			if got := m.QuietListings(); got != c.reads {
+				t.Errorf("5 listings of a %s empty inbox/ read it %d times, want %d", c.name, got, c.reads)
+			}
+		})
 	}
 }
 
