@@ -654,6 +654,13 @@ func (t *Tree) nextClaimableExcept(tx journal.Tx, inClaimed map[string]fsmirror.
 // and a claim by another process can see the task in between. Its file
 // is in no state directory then, but it is not lost: the task is passed
 // over, not failed as missing.
+//
+// The staged name is looked at first and the state directories after: a
+// move from one to the other is one rename, so a file that is in neither
+// when both were looked at in that order is missing, while one placed
+// between the caller's look in its directory and this one is found here
+// (looking only at the staged name failed a task whose add had just
+// placed its file).
 func (t *Tree) beingPlaced(tx journal.Tx, id string) bool {
 	placed := false
 	_ = tx.TaskEventsBackward(id, func(ev record.Event) (bool, error) {
@@ -662,6 +669,10 @@ func (t *Tree) beingPlaced(tx journal.Tx, id string) bool {
 		}
 		return false, nil
 	})
+	if !placed {
+		_, _, err := t.mirror.Locate(id)
+		placed = err == nil
+	}
 	return placed
 }
 
