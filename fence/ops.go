@@ -26,7 +26,11 @@ type Result struct {
 	Task  record.Task
 	Event *record.Event
 	Retry bool
-	Path  string // where the task's file is now
+	// MovedOn, for a retry, says the task has changed since the retried
+	// call ended the token's lease (MovedOn): Task is the task as it is
+	// now, never with the lease of whoever holds it now.
+	MovedOn bool
+	Path    string // where the task's file is now
 }
 
 // AddRequest describes a new task.
@@ -977,7 +981,10 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		}
 		res.Task = rec
 		if IsRetry(typ, rec, claim) {
-			res.Retry = true
+			res.Retry, res.MovedOn = true, MovedOn(rec, claim)
+			// The caller's lease has ended: the answer to a dead token
+			// never carries the live one of whoever claimed the task since.
+			res.Task.Lease = nil
 			// The retry of a call whose commit landed and whose process
 			// died before its move: the move is the retry's to finish (on
 			// a journal whose writers take turns, the next writer's settle

@@ -98,6 +98,14 @@ func IsRetry(op record.EventType, task record.Task, claim *record.Claim) bool {
 	return claim != nil && claim.Task == task.ID && claim.Ended != nil && claim.Ended.By == op
 }
 
+// MovedOn reports whether task has changed since claim's lease ended: it
+// was claimed again, requeued, promoted after its backoff, edited. The
+// answer to a retry then says so rather than describe the task as the
+// retried call left it.
+func MovedOn(task record.Task, claim *record.Claim) bool {
+	return task.Lease != nil || task.Last == nil || task.Last.Token != claim.Token || task.Updated.After(claim.Ended.At)
+}
+
 func lostBy(t record.EventType) string {
 	switch t {
 	case record.EvReap:

@@ -585,8 +585,8 @@ func TestTree_RetryAnswersSuccessOnce(t *testing.T) {
 			if err != nil {
 				t.Fatalf("second %s: %v", op, err)
 			}
-			if !res.Retry || res.Event != nil {
-				t.Errorf("second %s: Retry = %v, Event = %v; want a retry with no event", op, res.Retry, res.Event)
+			if !res.Retry || res.Event != nil || res.MovedOn {
+				t.Errorf("second %s: Retry = %v, Event = %v, MovedOn = %v; want a retry with no event, not moved on", op, res.Retry, res.Event, res.MovedOn)
 			}
 			if res.Task.State != v.Task.State || res.Path != tree.Path("t1", v.Task.State) || res.Task.Attempts != v.Task.Attempts {
 				t.Errorf("second %s: result %+v (path %s), the task is %s", op, res.Task, res.Path, v.Task.State)
@@ -611,6 +611,10 @@ func TestTree_RetryAfterTaskMovedOn(t *testing.T) {
 	res, err := tree.Release(bg, fence.FencedRequest{ID: "t1", Token: a.Token})
 	if err != nil || !res.Retry {
 		t.Fatalf("repeat of a's release: %+v, %v; want a retry", res, err)
+	}
+	// The answer to a dead token never carries the live one.
+	if !res.MovedOn || res.Task.Lease != nil {
+		t.Errorf("repeat of a's release: MovedOn = %v, Lease = %+v; want moved on, no lease (b's token must not reach a)", res.MovedOn, res.Task.Lease)
 	}
 	unchanged(t, tree, before, "retry after the task moved on")
 	if _, err := tree.Verify(bg, fence.FencedRequest{ID: "t1", Token: b.Token}); err != nil {

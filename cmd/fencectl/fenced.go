@@ -32,6 +32,10 @@ func fencedRequest(c *cli.Context) (fence.FencedRequest, error) {
 	return fence.FencedRequest{ID: id, Token: tok, Agent: c.String("agent"), Reason: c.String("reason"), TTL: c.Duration("ttl")}, nil
 }
 
+// doneBy is what a command that ends a lease did, for the answer to its
+// retry.
+var doneBy = map[string]string{"complete": "completed", "release": "released", "fail": "failed"}
+
 // fencedAction runs one token-checked mutation and prints its result.
 func fencedAction(out *output, op func(*fence.Tree, context.Context, fence.FencedRequest) (fence.Result, error), text func(io.Writer, fence.Result)) cli.ActionFunc {
 	return func(c *cli.Context) error {
@@ -44,8 +48,12 @@ func fencedAction(out *output, op func(*fence.Tree, context.Context, fence.Fence
 			if err != nil {
 				return err
 			}
-			out.print(newFenced(res.Task, res.Path, req.Token, res.Retry, res.Event), func(w io.Writer) {
-				text(w, res)
+			out.print(fencedAnswer(res, req.Token), func(w io.Writer) {
+				if res.MovedOn {
+					fmt.Fprintf(w, "%s: this token had already %s it; the task has changed since (it is in %s/ now)\n", res.Task.ID, doneBy[c.Command.Name], res.Task.State)
+				} else {
+					text(w, res)
+				}
 				if res.Retry {
 					fmt.Fprintln(w, "(a retry: this token had already done that; nothing changed)")
 				}

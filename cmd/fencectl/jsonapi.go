@@ -157,7 +157,11 @@ type fencedJSON struct {
 	LastLease   *lastLeaseJSON `json:"last_lease,omitempty"`
 	Lease       *leaseJSON     `json:"lease,omitempty"`
 	MaxAttempts int            `json:"max_attempts"`
-	Name        string         `json:"name,omitempty"`
+	// MovedOn, on a retry, says the task changed after the retried call
+	// (claimed again, requeued…): the record is as it is now, without
+	// anyone's lease.
+	MovedOn bool   `json:"moved_on,omitempty"`
+	Name    string `json:"name,omitempty"`
 	notices
 	Output   string    `json:"output,omitempty"`
 	Path     string    `json:"path"`
@@ -167,6 +171,13 @@ type fencedJSON struct {
 	Task     string    `json:"task"`
 	Token    uint64    `json:"token"`
 	Updated  time.Time `json:"updated"`
+}
+
+// fencedAnswer is newFenced for the result of a fenced operation.
+func fencedAnswer(res fence.Result, token uint64) *fencedJSON {
+	j := newFenced(res.Task, res.Path, token, res.Retry, res.Event)
+	j.MovedOn = res.MovedOn
+	return j
 }
 
 func newFenced(t record.Task, path string, token uint64, retry bool, event *record.Event) *fencedJSON {

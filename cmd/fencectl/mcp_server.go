@@ -447,7 +447,7 @@ func fencedResult(req fence.FencedRequest, res fence.Result, err error) (*fenced
 	if err != nil {
 		return nil, err
 	}
-	return newFenced(res.Task, res.Path, req.Token, res.Retry, res.Event), nil
+	return fencedAnswer(res, req.Token), nil
 }
 
 func (m *mcpServer) heartbeat(ctx context.Context, in heartbeatIn) (*fencedJSON, error) {
@@ -527,7 +527,7 @@ func (m *mcpServer) put(ctx context.Context, in putIn) (*fencedJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := newFenced(res.Task, res.Path, req.Token, res.Retry, res.Event)
+	j := fencedAnswer(res, req.Token)
 	j.Output, j.Name = m.tree.OutputPath(req.ID, in.Name), in.Name
 	return j, nil
 }

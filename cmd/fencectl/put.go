@@ -62,7 +62,7 @@ NAME follows the id rule. A later put of the same NAME replaces the file.
 					return err
 				}
 				path := t.OutputPath(id, name)
-				j := newFenced(res.Task, res.Path, tok, res.Retry, res.Event)
+				j := fencedAnswer(res, tok)
 				j.Output, j.Name = path, name
 				out.print(j, func(w io.Writer) {
 					fmt.Fprintf(w, "%s: wrote %s\n", id, path)
