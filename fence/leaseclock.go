@@ -150,7 +150,7 @@ type bootRecord struct {
 }
 
 func readBootFile(meta string) (bootRecord, error) {
-	b, err := os.ReadFile(filepath.Join(meta, bootFileName))
+	b, err := journal.ReadRegular(filepath.Join(meta, bootFileName), 4096)
 	if err != nil {
 		return bootRecord{}, err
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -324,7 +323,7 @@ func rebuild(rep *RecoverReport, m *fsmirror.Mirror, meta string, lock journal.T
 // writeSynced writes a small file at path and syncs it and its directory,
 // so that it survives a crash right after.
 func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	f, err := journal.OpenRegular(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

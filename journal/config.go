@@ -111,7 +111,7 @@ func ParseURL(s string) (Config, error) {
 // ReadConfig reads the config file of the journal of dir; found is false
 // when there is none (the tree uses bbolt).
 func ReadConfig(dir string) (c Config, found bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, ConfigName))
+	b, err := ReadRegular(filepath.Join(dir, ConfigName), 1<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, false, nil
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fencectl/fencectl/journal"
 )
 
 // Lock is a held flock on .fence/lock.
@@ -153,14 +155,19 @@ func (w *lockWaiter) await(timeout time.Duration) (*Lock, error) {
 
 // openLockFile opens the lock file: read-write for a writer, read-only for
 // a reader, creating it if it is missing.
-func openLockFile(path string, exclusive bool) (*os.File, error) {
+func openLockFile(path string, exclusive bool) (f *os.File, err error) {
+	defer func() {
+		if _, ok := errors.AsType[*journal.NotRegularError](err); ok {
+			err = fmt.Errorf("%w: move it aside, and the next command makes a new lock file", err)
+		}
+	}()
 	if !exclusive {
-		f, err := openPlain(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		f, err := openPlain(path, os.O_RDONLY, 0)
 		if !errors.Is(err, fs.ErrNotExist) {
 			return f, err
 		}
 	}
-	return openPlain(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	return openPlain(path, os.O_RDWR|os.O_CREATE, 0o600)
 }
 
 func flockRetry(fd, how int) error {
@@ -182,16 +189,10 @@ func (l *Lock) Release() error {
 	return err
 }
 
-// openPlain opens a file with open(2) and wraps it with os.NewFile. The
-// result works like os.OpenFile's for files, but the runtime's network
-// poller is left alone: os.OpenFile tries to register every file with it,
-// and in a process whose first file this is, that means creating the
-// epoll instance first (six system calls for nothing, under the lock for
-// bbolt's file).
+// openPlain opens a file of the journal's (its lock, its file) through
+// journal.OpenRegular: never a FIFO planted in its place, which would
+// keep a reader's open waiting past any timeout, and never registered
+// with the runtime's network poller.
 func openPlain(path string, flag int, perm uint32) (*os.File, error) {
-	fd, err := unix.Open(path, flag|unix.O_CLOEXEC, perm)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
+	return journal.OpenRegular(path, flag, perm)
 }
