@@ -2,6 +2,7 @@ package fence
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -129,6 +130,29 @@ func (t *Tree) publishPending(evs []record.Event) error {
 // file found nowhere is reported, not fatal: the journal is the truth and
 // `replay` explains the loss.
 func (t *Tree) place(b *fsmirror.Batch, m move) error {
+	err := t.placeOnce(b, m)
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	// Another file holds the name the committed move goes to (a copy, a
+	// restore by hand, a leftover): the journal says where the task's file
+	// is, so that one is not the task's. Set it aside, as replay would,
+	// and move the task's own file in: a claim that committed must not
+	// fail after its commit, with a token nobody is given.
+	q, qerr := t.mirror.Quarantine(m.to, m.id)
+	if qerr != nil {
+		return err
+	}
+	from := string(m.from)
+	if m.staged != "" {
+		from = "staging"
+	}
+	t.notify(NoticeQuarantined, m.id, fmt.Sprintf("%s/%s was another file than the task's (which the journal had in %s/): set aside as .fence/quarantine/%s", m.to, m.id, from, q))
+	return t.placeOnce(b, m)
+}
+
+// placeOnce is place without the setting aside of an occupant.
+func (t *Tree) placeOnce(b *fsmirror.Batch, m move) error {
 	var err error
 	switch {
 	case m.err != nil:
