@@ -32,10 +32,12 @@ and keeps the lease alive in the background (a heartbeat every ttl/3). It
 follows the lease's real deadline: a heartbeat with the same token and a
 shorter --ttl (CMD's own) is answered with one of run's own at once.
 
-If the lease is lost (revoked, cancelled, reaped, taken over) or would run out before a
-heartbeat can get through (journal busy, disk error), CMD's process group gets
-SIGTERM at once and SIGKILL after --grace (shortened so that it lands before
-the lease deadline); the task is not completed and run exits 3. With --loop a
+If the lease is lost (revoked, cancelled, reaped, taken over), CMD's process
+group is killed at once (SIGTERM, then SIGKILL): another agent may hold the
+task already. If it would run out before a heartbeat can get through (journal
+busy, disk error), CMD gets SIGTERM at once and SIGKILL after --grace
+(shortened so that it lands before the lease deadline). Either way the task is
+not completed and run exits 3. With --loop a
 lost lease ends that task only: the loop goes on with the next one.
 
 Nothing CMD starts outlives its task: when the task ends (CMD exits, the
@@ -91,7 +93,7 @@ a live process; 128+N a signal ended run before CMD started.`,
 			agentFlag(),
 			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"FENCE_TTL"}, Usage: "lease length (default: the tree's)"},
 			&cli.DurationFlag{Name: "heartbeat", Usage: "time between heartbeats (default: ttl/3)"},
-			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time between SIGTERM and SIGKILL when the lease is lost (shortened to land before the deadline)"},
+			&cli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time between SIGTERM and SIGKILL when the lease is at risk, or run is signalled (shortened to land before the deadline); a lost lease gets none"},
 			&cli.DurationFlag{Name: "wait", Usage: "keep trying this long while nothing is ready"},
 			&cli.BoolFlag{Name: "loop", Usage: "keep claiming and running the next task until nothing is ready; a failed command or a lost lease ends that task only"},
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: 1, Usage: "with --loop: run up to N tasks side by side in this one process (each with its own lease and containment; their commits are shared)"},
@@ -931,8 +933,21 @@ wait:
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			stopAt := now()
 			killLater(minTime(stopAt.Add(grace), keeper.Deadline().Add(-margin)))
+			if _, atRisk := errors.AsType[*fence.LeaseAtRiskError](ended); !atRisk {
+				// The lease is over already (revoked, cancelled, reaped,
+				// taken over, or ended by CMD itself): another agent may
+				// hold the task now, and CMD writing on would write into
+				// its file. No grace: the grace is for a lease that still
+				// runs, to end before its deadline.
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				killAt = stopAt
+			}
 			if !out.json { // with --json the error object says it, once
-				fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", why, cfg.argv[0], max(killAt.Sub(stopAt), 0).Round(time.Millisecond))
+				if killAt.Equal(stopAt) {
+					fmt.Fprintf(out.stderr, "fencectl run: %s; killed %s (SIGTERM, then SIGKILL)\n", why, cfg.argv[0])
+				} else {
+					fmt.Fprintf(out.stderr, "fencectl run: %s; sent SIGTERM to %s, SIGKILL in %s\n", why, cfg.argv[0], max(killAt.Sub(stopAt), 0).Round(time.Millisecond))
+				}
 			}
 		case sg := <-s.sigs:
 			if sig == nil {

@@ -19,24 +19,47 @@ import (
 // a binary built with the test hooks): graces, deadlines and periodic
 // checks that are due only when the clock says so.
 
+// A signal to run is passed on to CMD; one that ignores it is killed
+// after --grace, on the lease clock.
 func TestRun_IgnoredTermGetsKillAfterGrace(t *testing.T) {
 	rt := newRunTree(t)
 	rt.OK("add", "--id", "t1")
 	marks := t.TempDir()
 	run, out := rt.StartRun("t1", "--ttl", "60s", "--grace", "5s", "--", "sh", "-c", worker(marks, true))
 	pid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
-	rt.OK("revoke", "t1")
+	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	clitest.WaitFile(t, marks+"/term")
 	// Still alive: the grace has not passed on the test clock.
 	if !clitest.Alive(pid) {
 		t.Fatalf("CMD died before its grace ran out")
 	}
 	rt.Advance(6 * time.Second)
+	clitest.WaitExit(t, run)
+	if clitest.Alive(pid) {
+		t.Errorf("CMD (pid %d) still alive after run ended\n%s", pid, out)
+	}
+}
+
+// A revoked lease is over: CMD, even one that ignores SIGTERM, is killed at
+// once, with no grace (on a clock that does not move), since another agent
+// may claim the task and CMD would write into its file.
+func TestRun_RevokedCommandIsKilledAtOnce(t *testing.T) {
+	rt := newRunTree(t)
+	rt.OK("add", "--id", "t1")
+	marks := t.TempDir()
+	run, out := rt.StartRun("t1", "--ttl", "60s", "--grace", "5s", "--", "sh", "-c", worker(marks, true))
+	pid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
+	rt.OK("revoke", "t1")
 	if code := clitest.WaitExit(t, run); code != exitFenced {
 		t.Fatalf("run exited %d, want 3\n%s", code, out)
 	}
 	if clitest.Alive(pid) {
-		t.Errorf("CMD (pid %d) still alive after run ended", pid)
+		t.Errorf("CMD (pid %d) still alive after its lease was revoked", pid)
+	}
+	if !strings.Contains(out.String(), "(SIGTERM, then SIGKILL)") {
+		t.Errorf("stderr does not say CMD was killed at once:\n%s", out)
 	}
 }
 
@@ -154,9 +177,11 @@ while [ ! -e `+marks+`/go ]; do sleep 0.01; done; touch `+marks+`/finished`)
 		// CMD hands the task back and would go on: run must stop it,
 		// since the task may now go to another agent.
 		run, out := rt.StartRun("t1", "--", "sh", "-c", `trap 'echo x > `+marks+`/term; exit 143' TERM
+`+clitest.HostPid(marks+"/pid")+`
 "$FC" release "$FENCE_TASK" --token "$FENCE_TOKEN" >/dev/null || exit 9
 while :; do sleep 0.01; done`)
-		clitest.WaitFile(t, marks+"/term")
+		pid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
+		waitFor(t, "the command to be killed", func() bool { return !clitest.Alive(pid) })
 		if code := clitest.WaitExit(t, run); code != 0 {
 			t.Fatalf("run exited %d, want 0\n%s", code, out)
 		}
@@ -190,9 +215,10 @@ func TestRun_NoWatchIsReportedOnce(t *testing.T) {
 	script := `if [ "$FENCE_TASK" = t1 ] && [ ! -e ` + marks + `/pid ]; then ` + worker(marks, false) + `; fi; exit 0`
 	run, out := rt.StartRun("--loop", "--", "sh", "-c", script)
 	clitest.WaitFile(t, marks+"/pid")
+	pid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
 	rt.OK("revoke", "t1")
 	rt.Advance(2 * time.Second) // the periodic check is due
-	clitest.WaitFile(t, marks+"/term")
+	waitFor(t, "the command to be killed", func() bool { return !clitest.Alive(pid) })
 	if code := clitest.WaitExit(t, run); code != 0 {
 		t.Fatalf("run --loop exited %d\n%s", code, out)
 	}
@@ -275,9 +301,11 @@ func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
 				}
 			}
 			rt.OK("revoke", "t1")
-			clitest.WaitFile(t, marks+"/term")
 			if code := clitest.WaitExit(t, run); code != exitFenced {
 				t.Fatalf("run exited %d, want 3\n%s", code, out)
+			}
+			if clitest.Alive(pid) {
+				t.Errorf("the command (pid %d) outlived its revoked lease", pid)
 			}
 		})
 	}

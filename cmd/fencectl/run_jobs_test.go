@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -193,19 +194,25 @@ func TestRun_JobsLostLeaseEndsOneTaskOnly(t *testing.T) {
 	marks := t.TempDir()
 	run, out := rt.StartRun("--loop", "--jobs", "2", "--agent", "pool", "--", "sh", "-c",
 		`trap 'echo term >> `+marks+`/$FENCE_TASK; exit 143' TERM
+`+clitest.HostPid(marks+"/pid.$FENCE_TASK")+`
 touch `+marks+`/up.$FENCE_TASK
 while [ ! -e `+marks+`/go ]; do sleep 0.01; done
 echo ran >> `+marks+`/$FENCE_TASK`)
 	for _, id := range []string{"a", "b"} {
 		waitFor(t, "the command of "+id+" to start", func() bool { _, err := os.Stat(marks + "/up." + id); return err == nil })
 	}
+	pidA, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid.a"))
 	rt.OK("cancel", "a", "--reason", "operator")
-	waitFor(t, "a's command to get SIGTERM", func() bool { b, _ := os.ReadFile(marks + "/a"); return string(b) == "term\n" })
+	// A lost lease kills at once: no grace, no trap run.
+	waitFor(t, "a's command to be killed", func() bool { return !clitest.Alive(pidA) })
 	if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code := clitest.WaitExit(t, run); code != 0 {
 		t.Fatalf("run --jobs 2 exited %d, want 0\n%s", code, out)
+	}
+	if b, _ := os.ReadFile(marks + "/a"); strings.Contains(string(b), "ran") {
+		t.Errorf("a's command ran on after its lease was lost: %q", b)
 	}
 	if b, _ := os.ReadFile(marks + "/b"); string(b) != "ran\n" {
 		t.Errorf("b's command: %q, want it to have run to its end, untouched", b)

@@ -39,7 +39,6 @@ func TestRun_RevokeStopsCommand(t *testing.T) {
 	run, out := rt.StartRun("t1", "--ttl", "60s", "--", "sh", "-c", worker(marks, false)+`; echo never`)
 	clitest.WaitFile(t, marks+"/pid")
 	rt.OK("revoke", "t1", "--reason", "operator")
-	clitest.WaitFile(t, marks+"/term")
 	if code := clitest.WaitExit(t, run); code != exitFenced {
 		t.Fatalf("run exited %d, want 3\n%s", code, out)
 	}
