@@ -118,7 +118,7 @@ func askDaemon(c *cli.Context, name, exe string, req daemonlink.Request) (code i
 	// accepts connections for a daemon that is stopped (SIGSTOP) or
 	// leaving, which would never run the request; this one runs here.
 	dec := json.NewDecoder(conn)
-	_ = conn.SetReadDeadline(time.Now().Add(daemonlink.Wait))
+	_ = conn.SetReadDeadline(time.Now().Add(daemonlink.HelloWithin(req.Timeout)))
 	var hello daemonlink.Reply
 	if err := dec.Decode(&hello); err != nil || !hello.Ready {
 		return 0, false, nil
@@ -129,7 +129,7 @@ func askDaemon(c *cli.Context, name, exe string, req daemonlink.Request) (code i
 	// The step is bounded by --timeout (and claim's --wait) in the daemon
 	// as in its own process; a daemon that hangs past a generous bound is
 	// given up on, as one that died.
-	_ = conn.SetReadDeadline(time.Now().Add(answerWithin(c)))
+	_ = conn.SetReadDeadline(time.Now().Add(answerWithin(c, req.Timeout)))
 	// A waiting claim whose reader leaves hangs up: the daemon cancels a
 	// step whose client has gone, and nothing is claimed for nobody.
 	left := watchReaderWhileWaiting(c, out, conn)
@@ -154,16 +154,12 @@ func askDaemon(c *cli.Context, name, exe string, req daemonlink.Request) (code i
 
 // answerWithin is how long a client waits for the daemon's answer:
 // three times --timeout (10 s if 0) and claim's --wait, plus 30 s.
-func answerWithin(c *cli.Context) time.Duration {
-	timeout := c.Duration("timeout")
-	if timeout <= 0 {
-		timeout = fence.DefaultTimeout
-	}
+func answerWithin(c *cli.Context, timeout time.Duration) time.Duration {
 	wait := time.Duration(0)
 	if c.Command.Name == "claim" {
 		wait = c.Duration("wait")
 	}
-	return 3*timeout + wait + 30*time.Second
+	return daemonlink.AnswerWithin(timeout, wait)
 }
 
 // daemonExecutable is the program a daemon for an etcd tree runs: this

@@ -427,3 +427,71 @@ func TestFront_DaemonThatCannotStart(t *testing.T) {
 		t.Errorf("the front waited %s for a daemon that had exited", took)
 	}
 }
+
+// TestFront_StoppedDaemonWithFullQueue stops the daemon and fills its
+// queue of connections (what thousands of steps tried against a stopped
+// daemon leave behind): the front's connect fails at once and the step
+// runs in its own process, instead of waiting in connect(2) for good.
+func TestFront_StoppedDaemonWithFullQueue(t *testing.T) {
+	ft := newFrontTree(t, clitest.Binary{Path: filepath.Join(frontDir(t), "fencectl")}, 1)
+	var c struct {
+		Token uint64 `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(ft.ok("claim", "t1", "--json")), &c); err != nil {
+		t.Fatal(err)
+	}
+	pids := daemonPids(ft.dir)
+	if len(pids) != 1 {
+		t.Fatalf("%d daemons for the tree, want 1", len(pids))
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pids[0], syscall.SIGCONT)
+	self, err := os.Executable() // what fencectl-full beside the front is
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := daemonlink.Socket(ft.dir, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := false
+	for i := 0; i < 1<<17 && !full; i++ {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Connect(fd, &unix.SockaddrUnix{Name: name})
+		unix.Close(fd)
+		switch {
+		case err == unix.EAGAIN:
+			full = true
+		case err != nil:
+			t.Fatalf("connect %d to the stopped daemon: %v", i, err)
+		}
+	}
+	if !full {
+		t.Fatal("the stopped daemon's queue never filled")
+	}
+	step := ft.bin.Command(ft.dir, "verify", "t1", "--token", strconv.FormatUint(c.Token, 10))
+	var out strings.Builder
+	step.Stdout, step.Stderr = &out, &out
+	if err := step.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- step.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("verify beside a stopped daemon with a full queue: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = step.Process.Kill()
+		t.Fatalf("verify beside a stopped daemon with a full queue still waits after 60 s\n%s", out.String())
+	}
+}

@@ -43,9 +43,6 @@ import (
 // fullName is the full command set's program, beside this one.
 const fullName = "fencectl-full"
 
-// defaultTimeout is fence.DefaultTimeout: the front does not link fence.
-const defaultTimeout = 10 * time.Second
-
 func main() {
 	if s, ok := readStep(os.Args[1:]); ok {
 		if code, done := send(s); done {
@@ -143,7 +140,7 @@ func readStep(args []string) (s step, ok bool) {
 	if !timeoutSet {
 		timeout = env["FENCE_TIMEOUT"]
 	}
-	s.timeout = defaultTimeout
+	s.timeout = daemonlink.DefaultTimeout
 	if timeout != "" {
 		d, err := time.ParseDuration(timeout)
 		if err != nil || d < 0 {

@@ -51,7 +51,7 @@ func send(s step) (code int, done bool) {
 	// A daemon says it is ready before anything is sent: the kernel
 	// accepts connections for a daemon that is stopped (SIGSTOP) or
 	// leaving, which would never run the request.
-	if hello, err := c.read(daemonlink.Wait); err != nil || !hello.Ready {
+	if hello, err := c.read(daemonlink.HelloWithin(s.timeout)); err != nil || !hello.Ready {
 		handOn(off)
 	}
 	req := daemonlink.AppendRequest(nil, daemonlink.Request{Args: os.Args, Env: s.env, Root: s.root, Cwd: s.cwd, Timeout: s.timeout})
@@ -61,7 +61,7 @@ func send(s step) (code int, done bool) {
 	// The step is bounded by --timeout in the daemon as in its own
 	// process; a daemon that hangs past a generous bound is given up on,
 	// as one that died.
-	reply, err := c.read(3*s.timeoutOrDefault() + 30*time.Second)
+	reply, err := c.read(daemonlink.AnswerWithin(s.timeout, 0))
 	if err != nil {
 		if daemonlink.Retries[s.command] {
 			handOn(off)
@@ -74,13 +74,6 @@ func send(s step) (code int, done bool) {
 	_, _ = os.Stdout.Write(reply.Stdout)
 	_, _ = os.Stderr.Write(reply.Stderr)
 	return reply.Code, true
-}
-
-func (s step) timeoutOrDefault() time.Duration {
-	if s.timeout <= 0 {
-		return defaultTimeout
-	}
-	return s.timeout
 }
 
 // daemonProgram is the program whose daemon serves the tree at root:
@@ -160,17 +153,16 @@ func dial(name, exe, root string) (*conn, error) {
 }
 
 func connect(name string) (*conn, error) {
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
-	// A name starting with @ is an abstract socket. Connected while
-	// blocking (a unix socket connects at once, or fails).
+	// A name starting with @ is an abstract socket. A unix socket
+	// connects at once, or fails: non-blocking, a daemon whose queue of
+	// connections is full (stopped, SIGSTOP, with thousands of steps
+	// left waiting) answers EAGAIN instead of keeping this step waiting
+	// for good; the step then runs in its own process.
 	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: name}); err != nil {
-		_ = syscall.Close(fd)
-		return nil, err
-	}
-	if err := syscall.SetNonblock(fd, true); err != nil {
 		_ = syscall.Close(fd)
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,43 @@ var Retries = map[string]bool{"verify": true, "heartbeat": true}
 // Wait bounds a client's wait for a daemon to say it is ready, one just
 // started included.
 const Wait = 2 * time.Second
+
+// minHello is the least a client waits for a running daemon to say it is
+// ready: a daemon that answers at all answers in microseconds.
+const minHello = 100 * time.Millisecond
+
+// HelloWithin is how long a client whose step is bounded by timeout (its
+// --timeout; 0 or less: try once) waits for a daemon to say it is ready:
+// Wait, or less under a shorter --timeout, so that a stopped daemon does
+// not hold the step past it. A step whose daemon says nothing runs in its
+// own process: nothing was sent.
+func HelloWithin(timeout time.Duration) time.Duration {
+	return min(Wait, max(timeout, minHello))
+}
+
+// AnswerWithin is how long a client waits for a daemon's answer to a step
+// bounded by timeout (0 or less: the default) and, for a claim, its wait:
+// three times the timeout, plus the wait, plus 30 s, for a daemon that
+// hangs past a generous bound is given up on as one that died. It
+// saturates: a huge --timeout must not wrap round to a deadline in the
+// past, which gave up on every step at once while the daemon made it.
+func AnswerWithin(timeout, wait time.Duration) time.Duration {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	d := 30 * time.Second
+	for _, part := range []time.Duration{timeout, timeout, timeout, max(wait, 0)} {
+		if d > math.MaxInt64-part {
+			return math.MaxInt64
+		}
+		d += part
+	}
+	return d
+}
+
+// DefaultTimeout is fence.DefaultTimeout, which this package does not
+// link.
+const DefaultTimeout = 10 * time.Second
 
 // Request is what a client sends: one JSON line.
 type Request struct {
