@@ -78,6 +78,9 @@ func (t *Tree) writeFor(ctx context.Context, op string, ids []string, fn func(tx
 func (t *Tree) submit(ctx context.Context, p *pendingOp) (evs []record.Event, committed bool, err error) {
 	p.done, p.lead = make(chan struct{}), make(chan struct{}, 1)
 	p.ticket, _ = ctx.Value(ticketKey{}).(*groupTicket)
+	if gone, ok := ctx.Value(callerKey{}).(func() bool); ok {
+		p.gone = func() bool { return ctx.Err() != nil || gone() }
+	}
 	t.batch.submit(t, p)
 	return p.evs, p.committed, p.err
 }
@@ -258,6 +261,7 @@ type pendingOp struct {
 	done       chan struct{} // closed when the operation is finished
 	lead       chan struct{} // a value asks the waiting caller to lead the next group
 	ticket     *groupTicket  // the call of Together this operation belongs to, if any
+	gone       func() bool   // reports that its caller has gone (WithCaller); nil: never
 }
 
 // batcher queues writer operations of one Tree.
@@ -634,11 +638,22 @@ func (t *Tree) runGroup(group []*pendingOp) {
 		fail(group, err)
 		return
 	}
-	err = t.commitAll(db, group)
+	// Under the lock, the last moment before anything is made: a step
+	// whose caller has gone meanwhile (a daemon's client that gave up
+	// while the step waited, the daemon stopped) is not made, rather
+	// than made for nobody: a claim whose token nobody gets.
+	live := slices.DeleteFunc(slices.Clone(group), func(p *pendingOp) bool {
+		if p.gone != nil && p.gone() {
+			p.err = errCallerGone
+			return true
+		}
+		return false
+	})
+	err = t.commitAll(db, live)
 	if err == nil {
 		t.finishUnblocking(db)
 	}
-	if err == nil && !adoptFirst && slices.ContainsFunc(group, func(p *pendingOp) bool { return p.committed && len(p.evs) > 0 }) {
+	if err == nil && !adoptFirst && slices.ContainsFunc(live, func(p *pendingOp) bool { return p.committed && len(p.evs) > 0 }) {
 		// Adopting is a change of the tree's own: a group that changed
 		// nothing (every operation refused, a stale token above all) must
 		// leave inbox/ and the journal as they were, so only a group

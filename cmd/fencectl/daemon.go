@@ -336,6 +336,10 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 	// as its own process would have ended with it.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The hang-up read below cancels ctx, but a daemon stopped while the
+	// step waited may run it on before that read is scheduled: the step's
+	// group asks the socket itself, right before it makes anything.
+	ctx = fence.WithCaller(ctx, func() bool { return hungUp(conn) })
 	go func() {
 		var b [1]byte
 		_, _ = conn.Read(b[:])
@@ -352,6 +356,22 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 		return
 	}
 	_ = enc.Encode(daemonlink.Reply{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Code: code})
+}
+
+// hungUp reports whether the client of conn has hung up (or its
+// connection failed), without reading what it may still have sent.
+func hungUp(conn *net.UnixConn) bool {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := false
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		n, err := unix.Poll(fds, 0)
+		gone = err == nil && n == 1 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+	})
+	return gone
 }
 
 // hangUp closes a client's connection and counts it gone.

@@ -495,3 +495,62 @@ func TestFront_StoppedDaemonWithFullQueue(t *testing.T) {
 		t.Fatalf("verify beside a stopped daemon with a full queue still waits after 60 s\n%s", out.String())
 	}
 }
+
+// TestFront_GoneCallerStepNotMade: a client sends a claim, the daemon
+// waits for the tree's lock, is stopped (SIGSTOP: a frozen cgroup, a
+// starved host), and the client gives up and hangs up meanwhile. When
+// the daemon runs again it must not make the claim: nobody would get its
+// token, and the task would be held by nobody until its lease ran out.
+func TestFront_GoneCallerStepNotMade(t *testing.T) {
+	ft := newFrontTree(t, clitest.Binary{Path: filepath.Join(frontDir(t), "fencectl")}, 2)
+	ft.ok("claim", "t1", "--agent", "a") // starts the daemon
+	pids := daemonPids(ft.dir)
+	if len(pids) != 1 {
+		t.Fatalf("%d daemons for the tree, want 1", len(pids))
+	}
+	self, err := os.Executable()
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := daemonlink.Socket(ft.dir, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock := holdTreeLock(t, ft.dir)
+	defer unlock()
+	conn, err := net.Dial("unix", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	if hello, err := r.ReadString('\n'); err != nil || !strings.Contains(hello, `"ready":true`) {
+		t.Fatalf("daemon's first line: %q, %v", hello, err)
+	}
+	cwd, _ := os.Getwd()
+	req := daemonlink.AppendRequest(nil, daemonlink.Request{Args: []string{"fencectl", "--dir", ft.dir, "claim", "t2", "--agent", "ghost"},
+		Env: map[string]string{}, Root: ft.dir, Cwd: cwd, Timeout: 10 * time.Second})
+	if _, err := conn.Write(append(req, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	waitBlockedInFlock(t, pids[0])
+	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close() // the client gives up
+	unlock()
+	if err := syscall.Kill(pids[0], syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// A write through the daemon queues behind the ghost's group: once
+	// it is answered, that group has run.
+	if code, out, errOut := ft.run(nil, "heartbeat", "t1", "--token", "1"); code != 3 {
+		t.Fatalf("heartbeat with a token never issued: exit %d, want 3\n%s%s", code, out, errOut)
+	}
+	if got := ft.holder("t2"); got != "" {
+		t.Errorf("t2 is held by %q: the daemon made the claim of a client that had gone", got)
+	}
+	ft.ok("replay", "--check")
+}
