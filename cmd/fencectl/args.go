@@ -36,6 +36,9 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 			}
 		}
 		out = append(out, args[i])
+		if err := checkGlobalValue(globals, args[i], args[i+1:]); err != nil {
+			return nil, err
+		}
 		if takesValue(globals, args[i]) && i+1 < len(args) {
 			out = append(out, args[i+1])
 			i++
@@ -81,6 +84,9 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 		if _, ok := local[name]; !ok {
 			if _, ok := globals[name]; ok {
 				dst, arity = &hoisted, globals
+				if err := checkGlobalValue(globals, a, rest[j+1:]); err != nil {
+					return nil, err
+				}
 			}
 		}
 		*dst = append(*dst, a)
@@ -104,6 +110,30 @@ func reorderArgs(app *cli.App, args []string) ([]string, error) {
 		out = append(out, "--")
 	}
 	return append(out, positional...), nil
+}
+
+// checkGlobalValue refuses a global --dir given empty (`--dir ""`,
+// `--dir=`), as checkEmpty refuses a command's text flag: `--dir "$TREE"`
+// with TREE unset must not quietly mean the current directory, whose tree
+// would then be changed. (FENCE_DIR="" is unset, as every FENCE_*
+// variable given empty is.) next is what follows a on the command line.
+func checkGlobalValue(globals map[string]bool, a string, next []string) error {
+	if flagName(a) != "dir" {
+		return nil
+	}
+	value, inline := "", strings.Contains(a, "=")
+	switch {
+	case inline:
+		_, value, _ = strings.Cut(a, "=")
+	case takesValue(globals, a) && len(next) > 0:
+		value = next[0]
+	default:
+		return nil // no value at all: urfave says so
+	}
+	if value == "" {
+		return usagef("--dir is empty: give the tree's directory, or leave the flag out (then FENCE_DIR, else the current directory)")
+	}
+	return nil
 }
 
 // takesCommandLine names the commands that take a command line after `--`.

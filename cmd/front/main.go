@@ -117,6 +117,9 @@ func readStep(args []string) (s step, ok bool) {
 				value = args[i]
 			}
 			if name == "dir" {
+				if value == "" {
+					return s, false // fencectl-full refuses an empty --dir
+				}
 				dir, dirSet = value, true
 			} else {
 				timeout, timeoutSet = value, true
