@@ -176,11 +176,37 @@ func Open(root string, o Options) (*Tree, error) {
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}
+	if store.Name() == "bbolt" {
+		t.keepPrivate(meta, store.Path(meta))
+	}
 	if lc != nil && lc.damaged != nil {
 		t.notify(NoticeWarning, filepath.Join(meta, bootFileName), lc.damaged.Error()+": replaced; no lease is reaped as claimed before a reboot until the next reboot (one of an earlier boot, if any, ends at its TTL)")
 	}
 	t.warnNetworkFS()
 	return t, nil
+}
+
+// keepPrivate puts .fence/ back to 0700 and the journal file to 0600 when
+// another user may read them (a backup restored with another umask, a
+// chmod by hand): the journal names every live token, and a token is all
+// it takes to act on a task. It says so; one it cannot change (another
+// owner's) it only reports.
+func (t *Tree) keepPrivate(meta, journalPath string) {
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+	}{{meta, 0o700}, {journalPath, 0o600}} {
+		fi, err := os.Lstat(f.path)
+		if err != nil || fi.Mode().Perm()&0o077 == 0 || !(fi.IsDir() || fi.Mode().IsRegular()) {
+			continue
+		}
+		was := fi.Mode().Perm()
+		if err := os.Chmod(f.path, f.mode); err != nil {
+			t.notify(NoticeWarning, f.path, fmt.Sprintf("other users may read it (mode %#o), and it names live tokens: %v; run chmod %o %s", was, err, f.mode, f.path))
+			continue
+		}
+		t.notify(NoticeWarning, f.path, fmt.Sprintf("other users could read it (mode %#o), and it names live tokens: set to %#o", was, f.mode))
+	}
 }
 
 // PermsWarning is what Open warns of the tree's permissions (a state
