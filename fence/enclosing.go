@@ -26,21 +26,41 @@ var treeDirs = append(slices.Clone(fsmirror.StateDirs), fsmirror.Inbox, fsmirror
 // insideTree returns a refusal if root lies in one of the directories of
 // a task tree above it (the nearest tree up the path decides; a tree in
 // some other subdirectory of a tree's root is left alone), else nil.
+//
+// It looks along the path as given and along the path its symlinks lead
+// to: a link to another tree's available/ is inside that tree all the
+// same (and `cd link` gives a working directory that names the link).
 func insideTree(root string) error {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil
 	}
-	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+	if err := insideTreeAt(abs, abs); err != nil {
+		return err
+	}
+	if real := realPath(abs); real != abs {
+		return insideTreeAt(abs, real)
+	}
+	return nil
+}
+
+// insideTreeAt is insideTree for path, which names the root abs (itself,
+// or what its symlinks lead to).
+func insideTreeAt(abs, path string) error {
+	shown := abs
+	if path != abs {
+		shown = abs + " (" + path + " once its symlinks are followed)"
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
 		if hasJournal(dir) {
-			rel, err := filepath.Rel(dir, abs)
+			rel, err := filepath.Rel(dir, path)
 			if err != nil {
 				return nil
 			}
 			first, _, _ := strings.Cut(rel, string(filepath.Separator))
 			for _, d := range treeDirs {
 				if first == string(d) {
-					return invalidf(InputRoot, RuleInsideTree, abs, "%s is inside %s/ of the task tree %s, not a tree of its own; nothing changed. Run fencectl at the tree's root: --dir %s (or FENCE_DIR=%s)", abs, d, dir, dir, dir)
+					return invalidf(InputRoot, RuleInsideTree, abs, "%s is inside %s/ of the task tree %s, not a tree of its own; nothing changed. Run fencectl at the tree's root: --dir %s (or FENCE_DIR=%s)", shown, d, dir, dir, dir)
 				}
 			}
 			return nil
@@ -48,6 +68,21 @@ func insideTree(root string) error {
 		if dir == filepath.Dir(dir) {
 			return nil
 		}
+	}
+}
+
+// realPath is abs with the symlinks of its longest existing part
+// followed (a root init is to make may not exist yet).
+func realPath(abs string) string {
+	rest := ""
+	for p := abs; ; p = filepath.Dir(p) {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if p == filepath.Dir(p) {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
 	}
 }
 
