@@ -252,3 +252,34 @@ func fmtTime(t time.Time) string {
 	}
 	return t.UTC().Format(time.RFC3339)
 }
+
+// AfterCommitError is the failure of what follows a commit (a task's file
+// moved, an output published, a directory synced) for a change the
+// journal holds: the step happened, and the caller must hear that as well
+// as what is behind, or it would redo work that was taken (an agent told
+// "no space left" after its complete was recorded).
+type AfterCommitError struct{ Err error }
+
+func (e *AfterCommitError) Error() string {
+	return fmt.Sprintf("%v; the change itself is recorded (the journal has it: repeating the command answers that it was done), and the next command on the tree, or fencectl replay, finishes what is left", e.Err)
+}
+
+func (e *AfterCommitError) Unwrap() error { return e.Err }
+
+// ClaimUndoneError says a claim was made and then undone because its
+// token could not reach the caller (UndoClaim): nothing is held.
+type ClaimUndoneError struct {
+	Task       string
+	Token      uint64
+	Why        error
+	ReleaseErr error // the undo failed: the lease stays until its TTL
+}
+
+func (e *ClaimUndoneError) Error() string {
+	if e.ReleaseErr != nil {
+		return fmt.Sprintf("claimed %s (token %d), but %v; releasing it failed too (%v): its lease ends at its TTL", e.Task, e.Token, e.Why, e.ReleaseErr)
+	}
+	return fmt.Sprintf("claimed %s, but %v; the claim was released at once: nothing is held, the task is claimable again", e.Task, e.Why)
+}
+
+func (e *ClaimUndoneError) Unwrap() error { return e.Why }

@@ -980,12 +980,12 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 			continue
 		}
 		if err != nil {
-			p.err = err
+			p.err = &AfterCommitError{Err: err}
 			continue
 		}
 		for _, ev := range p.evs {
 			if ferr := failed[ev.Task]; ferr != nil {
-				p.err = ferr
+				p.err = &AfterCommitError{Err: ferr}
 				break
 			}
 		}

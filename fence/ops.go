@@ -445,6 +445,14 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		}
 		return append(evs, ev), nil
 	})
+	if ace, after := errors.AsType[*AfterCommitError](err); after && res.Token != 0 && !res.Renewed {
+		// The claim committed and its file could not be moved into
+		// claimed/ (EPERM, EIO…): its caller gets an error, so nobody
+		// would hold this token until its lease ran out. Undone at once.
+		res.Tie.Untie()
+		res.Path = t.Path(res.Task.ID, record.Claimed)
+		return ClaimResult{Reaped: res.Reaped}, t.UndoClaim(ctx, res, ace.Err)
+	}
 	if err != nil {
 		res.Tie.Untie()
 		return ClaimResult{}, err // nothing committed: no reap to tell of
@@ -454,6 +462,20 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	}
 	res.Path = t.Path(res.Task.ID, record.Claimed)
 	return res, nil
+}
+
+// UndoClaim releases claim c, made but never handed to its caller (its
+// file could not be placed, its answer could not be written: why), so
+// that the task is not held by a token nobody has until the lease runs
+// out, then reaped as a failed attempt. It returns the error to report:
+// why, and that the claim was undone (or, if the release failed too,
+// that the lease stays until its TTL).
+func (t *Tree) UndoClaim(ctx context.Context, c ClaimResult, why error) error {
+	_, err := t.Release(ctx, FencedRequest{ID: c.Task.ID, Token: c.Token, Agent: c.Agent, Reason: "claim undone: " + why.Error()})
+	if err != nil {
+		return &ClaimUndoneError{Task: c.Task.ID, Token: c.Token, Why: why, ReleaseErr: err}
+	}
+	return &ClaimUndoneError{Task: c.Task.ID, Token: c.Token, Why: why}
 }
 
 // settledOnTheWay is what claim-next settled before the claim proper: the
@@ -1007,6 +1029,9 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		if out != nil {
 			if err := t.mirror.CheckOutput(req.ID, out.name); err != nil {
 				return nil, &TaskFileError{Err: fmt.Errorf("%w; nothing changed (move the entry aside)", err)}
+			}
+			if err := t.mirror.PrepareOutput(req.ID); err != nil {
+				return nil, fmt.Errorf("%w; nothing changed", err)
 			}
 		}
 		d, err := tx.Defaults()

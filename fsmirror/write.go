@@ -85,6 +85,31 @@ func (m *Mirror) publish(staged, task, name string) error {
 	return nil
 }
 
+// PrepareOutput makes out/<task> (durably) if it is missing, for a fenced
+// write about to commit: what is left after the commit is then a rename
+// of the staged file, which needs no new inode. A full file system (no
+// inode left for the directory) refuses the write before it commits,
+// instead of failing it after, with the change recorded.
+func (m *Mirror) PrepareOutput(task string) error {
+	if err := ValidateID(task); err != nil {
+		return err
+	}
+	outfd, err := m.dirfd(Out)
+	if err != nil {
+		return err
+	}
+	switch err := unix.Mkdirat(outfd, task, 0o755); err {
+	case nil:
+		if err := unix.Fsync(outfd); err != nil {
+			return &fs.PathError{Op: "fsync", Path: m.Path(Out, ""), Err: err}
+		}
+	case unix.EEXIST:
+	default:
+		return &fs.PathError{Op: "mkdir", Path: m.Path(Out, task), Err: err}
+	}
+	return nil
+}
+
 // ValidateOutputName checks an output name against the id rule; the error
 // says "output name" and quotes a long name shortened.
 func ValidateOutputName(name string) error { return validateName(name, "output name") }

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/fencectl/fencectl/cmd/internal/daemonlink"
 	"github.com/fencectl/fencectl/fence"
+	"github.com/fencectl/fencectl/journal/record"
 )
 
 func claimCommand(out *output) *cli.Command {
@@ -95,6 +98,9 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 			if c.IsSet("token") && (c.IsSet("request-id") || c.IsSet("wait")) {
 				return usagef("--token restores a claim you hold; --request-id and --wait are for a new claim: give one or the other")
 			}
+			if v := os.Getenv(daemonlink.UndeliveredVar); v != "" && out.served == nil {
+				return undoUndelivered(c, out, v)
+			}
 			if c.NArg() > 1 || c.IsSet("batch") || c.IsSet("partial") {
 				return claimBatch(c, out, format)
 			}
@@ -117,11 +123,94 @@ Exit 4 when nothing is ready (or the named task is not available).`,
 				if err != nil {
 					return err
 				}
-				printClaim(out, format, res)
-				return nil
+				return deliver(c.Context, t, out, []fence.ClaimResult{res}, func() { printClaim(out, format, res) })
 			})
 		},
 	}
+}
+
+// deliver prints claims (print) and undoes them if the answer could not
+// be written (stdout closed, a full disk behind a redirect: ENOSPC, EIO):
+// nobody could read their tokens, and the tasks would stay held until
+// their leases ran out, then be reaped as failed attempts. A reader that
+// has gone (EPIPE) is claim_reader.go's: nothing is claimed then.
+func deliver(ctx context.Context, t *fence.Tree, out *output, claims []fence.ClaimResult, print func()) error {
+	if out.served != nil {
+		// The client writes the answer: it hands the claims back to be
+		// undone if it cannot (daemonlink.UndeliveredVar).
+		var undo strings.Builder
+		for _, c := range claims {
+			if !c.Renewed {
+				fmt.Fprintf(&undo, "%s %d\n", c.Task.ID, c.Token)
+			}
+		}
+		out.served.undo = undo.String()
+		print()
+		return nil
+	}
+	w := &errWriter{w: out.stdout}
+	was := out.stdout
+	out.stdout = w
+	print()
+	out.stdout = was
+	if w.err == nil {
+		return nil
+	}
+	why := fmt.Errorf("its answer could not be written to stdout (%w)", w.err)
+	var first error
+	for _, c := range claims {
+		if c.Renewed {
+			continue // the claim was held before; its holder has the token
+		}
+		if err := t.UndoClaim(ctx, c, why); first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		return why
+	}
+	return first
+}
+
+// undoUndelivered releases the claims a daemon made whose answer its
+// client could not write (daemonlink.UndeliveredVar: the write's error,
+// then one "ID TOKEN" per line), and reports that error. It claims
+// nothing.
+func undoUndelivered(c *cli.Context, out *output, v string) error {
+	writeErr, lines, _ := strings.Cut(v, "\n")
+	why := fmt.Errorf("its answer could not be written to stdout (%s)", writeErr)
+	return withTree(c, out, func(t *fence.Tree) error {
+		var first error
+		for _, line := range strings.Split(strings.TrimSpace(lines), "\n") {
+			id, tok, _ := strings.Cut(line, " ")
+			token, err := strconv.ParseUint(tok, 10, 64)
+			if err != nil || id == "" {
+				continue
+			}
+			cr := fence.ClaimResult{Task: record.Task{ID: id}, Token: token, Agent: agentName(c)}
+			if err := t.UndoClaim(c.Context, cr, why); first == nil {
+				first = err
+			}
+		}
+		if first == nil {
+			return why
+		}
+		return first
+	})
+}
+
+// errWriter keeps the first error of the writes to w.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 func printClaim(out *output, format string, res fence.ClaimResult) {

@@ -42,8 +42,7 @@ func claimBatch(c *cli.Context, out *output, format string) error {
 		if err != nil {
 			return err
 		}
-		printBatch(out, format, res)
-		return nil
+		return deliver(c.Context, t, out, res.Assigned, func() { printBatch(out, format, res) })
 	})
 }
 

@@ -99,6 +99,8 @@ type served struct {
 	// declined says why the command was not run here after all
 	// (checkServedTree): the client runs it in its own process.
 	declined string
+	// undo is the claims the answer carries (daemonlink.Reply.Undo).
+	undo string
 }
 
 // errDeclined ends a command the daemon declines once it has read its
@@ -355,7 +357,7 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 		_ = enc.Encode(daemonlink.Reply{Decline: why})
 		return
 	}
-	_ = enc.Encode(daemonlink.Reply{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Code: code})
+	_ = enc.Encode(daemonlink.Reply{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Code: code, Undo: out.served.undo})
 }
 
 // hungUp reports whether the client of conn has hung up (or its

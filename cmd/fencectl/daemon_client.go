@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -147,8 +148,15 @@ func askDaemon(c *cli.Context, name, exe string, req daemonlink.Request) (code i
 	if reply.Decline != "" {
 		return 0, false, nil
 	}
-	out.stdout.Write(reply.Stdout)
+	_, werr := out.stdout.Write(reply.Stdout)
 	out.stderr.Write(reply.Stderr)
+	if werr != nil && reply.Undo != "" {
+		// Nobody can read these claims' tokens: this command releases
+		// them, in this process (or fencectl-etcd's), and says why.
+		_ = os.Setenv("FENCE_DAEMON", "off")
+		_ = os.Setenv(daemonlink.UndeliveredVar, strings.ReplaceAll(werr.Error(), "\n", " ")+"\n"+reply.Undo)
+		return 0, false, nil
+	}
 	return reply.Code, true, nil
 }
 

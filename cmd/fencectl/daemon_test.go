@@ -213,8 +213,8 @@ func TestDaemon_KilledDaemon(t *testing.T) {
 	go func() { done <- waiting.Wait() }()
 	select {
 	case err := <-done:
-		if code := clitest.ExitCode(err); code != 1 || !strings.Contains(stderr.String(), "ended before answering") {
-			t.Fatalf("claim whose daemon was killed: exit %d, %q; want exit 1 saying the daemon ended before answering", code, stderr.String())
+		if code := clitest.ExitCode(err); code != 1 || !strings.Contains(stderr.String(), "did not answer") {
+			t.Fatalf("claim whose daemon was killed: exit %d, %q; want exit 1 saying the daemon did not answer", code, stderr.String())
 		}
 	case <-time.After(20 * time.Second):
 		_ = waiting.Process.Kill()

@@ -220,7 +220,7 @@ func TestFront_DaemonKilledMidStep(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"claim", "t1", "--agent", "a"}, 1, "ended before answering"},
+		{[]string{"claim", "t1", "--agent", "a"}, 1, "did not answer"},
 		{[]string{"heartbeat", "t2", "--token", tok}, 0, ""},
 	} {
 		pids := daemonPids(ft.dir)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -71,8 +72,13 @@ func send(s step) (code int, done bool) {
 	if reply.Decline != "" {
 		handOn(off)
 	}
-	_, _ = os.Stdout.Write(reply.Stdout)
+	_, werr := os.Stdout.Write(reply.Stdout)
 	_, _ = os.Stderr.Write(reply.Stderr)
+	if werr != nil && reply.Undo != "" {
+		// Nobody can read these claims' tokens: fencectl-full releases
+		// them and says why (daemonlink.UndeliveredVar).
+		handOn(map[string]string{daemonlink.UndeliveredVar: errText(werr) + "\n" + reply.Undo, "FENCE_DAEMON": "off"})
+	}
 	return reply.Code, true
 }
 
@@ -170,6 +176,9 @@ func connect(name string) (*conn, error) {
 }
 
 func (c *conn) close() { _ = c.f.Close() }
+
+// errText is err's message on one line.
+func errText(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
 
 // startDaemon starts `exe daemon --dir root` in a session of its own,
 // with no terminal and none of our streams (a caller waiting for this

@@ -116,6 +116,8 @@ func ParseReply(line []byte) (Reply, error) {
 			}
 		case "code":
 			r.Code, err = p.integer()
+		case "undo":
+			r.Undo, err = p.str()
 		default:
 			err = p.skip()
 		}

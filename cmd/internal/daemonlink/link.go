@@ -100,7 +100,18 @@ type Reply struct {
 	Stdout  []byte `json:"stdout,omitempty"`
 	Stderr  []byte `json:"stderr,omitempty"`
 	Code    int    `json:"code"`
+	// Undo names the claims the answer carries, one "ID TOKEN" per line:
+	// a client that cannot write the answer (stdout closed, a full disk)
+	// hands them to UndeliveredVar, so that they are released rather than
+	// held by tokens nobody read.
+	Undo string `json:"undo,omitempty"`
 }
+
+// UndeliveredVar carries to the full command set the claims whose answer
+// a client could not write: the write's error on the first line, then
+// Reply.Undo. The claim command then releases them and reports the error,
+// and claims nothing.
+const UndeliveredVar = "FENCE_DAEMON_UNDELIVERED"
 
 // ConfigFile is the journal config of a tree whose journal is not the
 // default bbolt file (fence.TreeJournal reads it).
@@ -179,7 +190,7 @@ func RelativeTLSFiles(env map[string]string) bool {
 // LostError is a step sent to a daemon that ended before answering: the
 // step may or may not have happened, so it must not run again.
 func LostError(root, command string, err error) string {
-	return fmt.Sprintf("the fencectl daemon for %s ended before answering (%v): the %s may or may not have happened; `fencectl show ID` tells (FENCE_DAEMON=off runs every command in its own process)", root, err, command)
+	return fmt.Sprintf("the fencectl daemon for %s did not answer (%v): the %s may or may not have happened; `fencectl show ID` tells (FENCE_DAEMON=off runs every command in its own process)", root, err, command)
 }
 
 // LostVar carries LostError from the front to the full command set it
