@@ -215,6 +215,12 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 		return err
 	}
 	defer cont.close()
+	if out.noticeMu == nil {
+		out.noticeMu = &sync.Mutex{} // the guard's watch tells from a goroutine of its own
+	}
+	cont.watchGuard(func(detail string) {
+		out.notice(fence.Notice{Kind: fence.NoticeContainment, Name: cont.mode, Detail: detail})
+	})
 	if cont.mode == containPgroup && os.Getenv(containEnv) == "" {
 		out.notice(fence.Notice{Kind: fence.NoticeContainment, Name: containPgroup, Detail: "a setsid child of CMD outlives run if run is killed with SIGKILL (" + strings.Join(cont.fallback, "; ") + ")"})
 	}
@@ -865,7 +871,7 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 	}
 	pgid := cmd.Process.Pid
 	s.cont.started(pgid)
-	spare := map[int]bool{pgid: true, s.cont.guardPid: true}
+	spare := map[int]bool{pgid: true, s.cont.guardPid(): true}
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 	var (

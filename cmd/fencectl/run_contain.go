@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -44,16 +45,14 @@ const (
 
 // containment is how one run process keeps its commands' processes in.
 type containment struct {
-	mode      string
-	cgroup    string   // cgroup mode: the run's cgroup directory
-	task      string   // the current task's cgroup, under cgroup
-	taskDir   *os.File // and a handle on it, for clone into cgroup
-	tasks     int      // task cgroups made so far
-	userns    bool     // pidns mode: with a user namespace
-	guardW    *os.File // the guard's pipe; closing it (or dying) tells it to kill
-	guardDone *os.File // reaches EOF when the guard has exited
-	guardPid  int      // spared by killAll should the guard be run's child after all
-	fallback  []string // why stronger mechanisms were not available
+	mode     string
+	cgroup   string     // cgroup mode: the run's cgroup directory
+	task     string     // the current task's cgroup, under cgroup
+	taskDir  *os.File   // and a handle on it, for clone into cgroup
+	tasks    int        // task cgroups made so far
+	userns   bool       // pidns mode: with a user namespace
+	guard    *guardProc // nil in pidns mode
+	fallback []string   // why stronger mechanisms were not available
 	// job is set on a job's view of the containment (run --jobs, see
 	// forJob): its tasks run beside other jobs' tasks, so it looks at its
 	// own task's cgroup only, never at run's children.
@@ -277,8 +276,32 @@ func (c *containment) probe() error {
 // containment is set up, then has no child at all between tasks unless
 // a command left something behind, which one waitid tells it without a
 // scan of /proc (see killAll). run learns that the guard has exited from
-// the guard's end of a second pipe (guardDone), not from wait.
+// the guard's end of a second pipe (guardProc.done), not from wait.
 func (c *containment) startGuard(dir string, hold *os.File) error {
+	g := &guardProc{dir: dir, hold: hold}
+	if err := g.start(); err != nil {
+		return err
+	}
+	c.guard = g
+	return nil
+}
+
+// guardProc is the guard of one run, shared by its jobs' views of the
+// containment; it is started again if it dies while run goes on
+// (watchGuard).
+type guardProc struct {
+	mu      sync.Mutex
+	w       *os.File // the guard's pipe; closing it (or dying) tells it to kill
+	done    *os.File // reaches EOF when the guard has exited
+	pid     int      // spared by killAll should the guard be run's child after all
+	dir     string   // its cgroup ("-": none)
+	hold    *os.File // what it keeps open until everything is killed (the request lock)
+	pgid    int      // the process group it is to kill (pgroup mode), 0 between tasks
+	closing bool     // run is ending it (close)
+}
+
+// start starts a guard process for g.dir and makes it g's.
+func (g *guardProc) start() error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -290,21 +313,77 @@ func (c *containment) startGuard(dir string, hold *os.File) error {
 		return err
 	}
 	defer doneW.Close()
-	g := exec.Command("/proc/self/exe")
-	g.ExtraFiles = []*os.File{r, doneW}
-	if hold != nil {
-		g.ExtraFiles = append(g.ExtraFiles, hold)
+	cmd := exec.Command("/proc/self/exe")
+	cmd.ExtraFiles = []*os.File{r, doneW}
+	if g.hold != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, g.hold)
 	}
-	g.Env = []string{guardEnv + "=" + dir, guardSpawnEnv + "=" + strconv.Itoa(len(g.ExtraFiles))}
-	out, err := g.Output()
+	cmd.Env = []string{guardEnv + "=" + g.dir, guardSpawnEnv + "=" + strconv.Itoa(len(cmd.ExtraFiles))}
+	out, err := cmd.Output()
 	pid, perr := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil || perr != nil {
 		w.Close()
 		done.Close()
 		return fmt.Errorf("start the guard: %w", errors.Join(err, perr))
 	}
-	c.guardW, c.guardDone, c.guardPid = w, done, pid
+	g.w, g.done, g.pid = w, done, pid
+	if g.pgid > 0 {
+		fmt.Fprintf(g.w, "pgroup %d\n", g.pgid)
+	}
 	return nil
+}
+
+// guardPid is the guard's pid, 0 if none.
+func (c *containment) guardPid() int {
+	if c.guard == nil {
+		return 0
+	}
+	c.guard.mu.Lock()
+	defer c.guard.mu.Unlock()
+	return c.guard.pid
+}
+
+// tell sends the guard one line (pgroup mode).
+func (g *guardProc) tell(line string, pgid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pgid = pgid
+	fmt.Fprintln(g.w, line)
+}
+
+// watchGuard starts the guard again whenever it exits while run goes on
+// (killed by hand, by the OOM killer): without it, a SIGKILL of run would
+// leave CMD's processes running on a task that goes to another agent.
+// said tells of each new guard, or of one that could not be started.
+func (c *containment) watchGuard(said func(detail string)) {
+	g := c.guard
+	if g == nil {
+		return
+	}
+	go func() {
+		for {
+			g.mu.Lock()
+			done := g.done
+			g.mu.Unlock()
+			_, _ = io.Copy(io.Discard, done) // EOF: the guard has exited
+			g.mu.Lock()
+			if g.closing {
+				g.mu.Unlock()
+				return
+			}
+			old, oldW := g.pid, g.w
+			err := g.start()
+			pid := g.pid
+			g.mu.Unlock()
+			oldW.Close()
+			done.Close()
+			if err != nil {
+				said(fmt.Sprintf("the guard (pid %d) that kills CMD's processes should run be killed has died, and a new one could not be started (%v): a SIGKILL of run now leaves them running", old, err))
+				return
+			}
+			said(fmt.Sprintf("the guard (pid %d) that kills CMD's processes should run be killed had died; a new one (pid %d) took its place", old, pid))
+		}
+	}()
 }
 
 // ownCgroup2 returns the directory of this process's cgroup v2.
@@ -368,8 +447,8 @@ func (c *containment) prepare(cmd *exec.Cmd) {
 // nothing per task: a message wakes the guard, twice a task under run
 // --loop.
 func (c *containment) started(pgid int) {
-	if c.guardW != nil && c.mode != containCgroup {
-		fmt.Fprintf(c.guardW, "pgroup %d\n", pgid)
+	if c.guard != nil && c.mode != containCgroup {
+		c.guard.tell(fmt.Sprintf("pgroup %d", pgid), pgid)
 	}
 }
 
@@ -390,8 +469,8 @@ func (c *containment) killAll(pgid int) (int, error) {
 	// The guard, reparented to run should run be the nearest subreaper
 	// of its middle process (run as PID 1 of a container), is spared.
 	spare := map[int]bool{}
-	if c.guardPid > 0 {
-		spare[c.guardPid] = true
+	if pid := c.guardPid(); pid > 0 {
+		spare[pid] = true
 	}
 	var ds []procEntry
 	if c.mode != containPidns && hasChildren() {
@@ -412,8 +491,8 @@ func (c *containment) killAll(pgid int) (int, error) {
 	if err == nil && len(ds) > 0 {
 		err = killDescendants(self, spare, 10*time.Second)
 	}
-	if c.guardW != nil && c.mode != containCgroup {
-		fmt.Fprintln(c.guardW, "idle")
+	if c.guard != nil && c.mode != containCgroup {
+		c.guard.tell("idle", 0)
 	}
 	return left, err
 }
@@ -465,12 +544,16 @@ func (c *containment) close() {
 	if c.cgroup != "" {
 		removeCgroup(c.cgroup)
 	}
-	if c.guardW != nil {
-		c.guardW.Close()
+	if g := c.guard; g != nil {
+		g.mu.Lock()
+		g.closing = true
+		w, done := g.w, g.done
+		g.mu.Unlock()
+		w.Close()
 		// The guard has killed what was left and removed the cgroup
-		// when it exits, closing its end of guardDone.
-		_, _ = io.Copy(io.Discard, c.guardDone)
-		c.guardDone.Close()
+		// when it exits, closing its end of done.
+		_, _ = io.Copy(io.Discard, done)
+		done.Close()
 	}
 }
 

@@ -54,7 +54,7 @@ func init() {
 
 // guardSpawn starts the guard for mode in a session of its own, passing
 // on files descriptors from fd 3 on: run's pipe, the guard's end of
-// guardDone and the request lock if any; it prints the guard's pid and
+// guardProc.done and the request lock if any; it prints the guard's pid and
 // returns without waiting.
 func guardSpawn(mode, files string) int {
 	n, err := strconv.Atoi(files)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
@@ -160,4 +162,85 @@ func TestRun_GuardIsNotRunsChild(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A guard that dies while run goes on (killed by hand, by the OOM
+// killer) is replaced: a SIGKILL of run afterwards still kills
+// everything CMD started (in pgroup mode, its process group).
+func TestRun_DeadGuardIsReplaced(t *testing.T) {
+	for _, mode := range []string{containCgroup, containPgroup} {
+		t.Run(mode, func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.Env = append(rt.Env, containEnv+"="+mode)
+			clitest.RequireContainment(t, rt, mode)
+			rt.OK("add", "--id", "t1")
+			marks := t.TempDir()
+			run, _ := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
+			pids := clitest.TreePids(t, marks)
+			first := guardsOf(run.Process.Pid)
+			if len(first) != 1 {
+				t.Fatalf("%d guards for run (pid %d), want 1", len(first), run.Process.Pid)
+			}
+			if err := syscall.Kill(first[0], syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "a new guard", func() bool {
+				g := guardsOf(run.Process.Pid)
+				return len(g) == 1 && g[0] != first[0]
+			})
+			run.Process.Kill()
+			clitest.WaitExit(t, run)
+			escape := map[string]bool{}
+			if mode == containPgroup {
+				escape = map[string]bool{"setsid": true, "daemon": true} // pgroup's documented limit
+			}
+			clitest.WaitDead(t, pids, escape)
+		})
+	}
+}
+
+// guardsOf lists the live guards of the run with pid runPid: processes
+// whose environment names the guard mode (FENCECTL_RUN_GUARD) and whose
+// cgroup directory (cgroup mode) or process group (pgroup mode: the
+// guard's "-") was made for that run, found by the guard's pipe from run.
+func guardsOf(runPid int) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !clitest.Alive(pid) {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !strings.Contains(string(env), guardEnv+"=") || strings.Contains(string(env), guardSpawnEnv+"=") {
+			continue
+		}
+		// The guard holds the read end of a pipe whose write end run
+		// holds: the same pipe inode among both processes' descriptors.
+		if sharesPipe(pid, runPid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// sharesPipe reports whether processes a and b have a pipe in common.
+func sharesPipe(a, b int) bool {
+	pipes := func(pid int) map[string]bool {
+		m := map[string]bool{}
+		fds, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+		for _, fd := range fds {
+			if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "pipe:") {
+				m[l] = true
+			}
+		}
+		return m
+	}
+	pb := pipes(b)
+	for p := range pipes(a) {
+		if pb[p] {
+			return true
+		}
+	}
+	return false
 }
