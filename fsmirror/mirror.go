@@ -146,13 +146,29 @@ func Open(root string) (*Mirror, error) {
 		return m, nil
 	}
 	var nd *NotDirectoryError
+	var pe *fs.PathError
 	switch {
+	case errors.As(err, &nd) && nd.Kind == Symlink:
+		// Never "move it aside and init": the directory it points to
+		// may be this tree's own (.fence with the journal), and init
+		// would then send the user to recover, which starts a journal
+		// without its history.
+		target, _ := os.Readlink(nd.Path)
+		return nil, fmt.Errorf("open tree %s: %w (if %s is this tree's own directory, moved, put it back in place of the link; otherwise remove the link and make a directory there)", root, err, target)
 	case errors.As(err, &nd):
-		return nil, fmt.Errorf("open tree %s: %w (move it aside, then run `fencectl init`)", root, err)
+		return nil, fmt.Errorf("open tree %s: %w (move it aside and make a directory there: mkdir %s)", root, err, nd.Path)
+	case errors.Is(err, fs.ErrNotExist) && errors.As(err, &pe) && filepath.Clean(pe.Path) != filepath.Clean(root) && pe.Op == "open" && dirExists(root):
+		return nil, fmt.Errorf("open tree %s: %w (a directory of the tree is missing: mkdir %s restores it)", root, err, pe.Path)
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open tree %s: %w (not a fencectl tree? run `fencectl init` to create it)", root, err)
 	}
 	return nil, fmt.Errorf("open tree %s: %w", root, err)
+}
+
+// dirExists reports whether path is a directory.
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // open opens root and the layout below it, creating missing directories
