@@ -157,7 +157,7 @@ func Open(root string) (*Mirror, error) {
 		return nil, fmt.Errorf("open tree %s: %w (if %s is this tree's own directory, moved, put it back in place of the link; otherwise remove the link and make a directory there)", root, err, target)
 	case errors.As(err, &nd):
 		return nil, fmt.Errorf("open tree %s: %w (move it aside and make a directory there: mkdir %s)", root, err, nd.Path)
-	case errors.Is(err, fs.ErrNotExist) && errors.As(err, &pe) && filepath.Clean(pe.Path) != filepath.Clean(root) && pe.Op == "open" && dirExists(root):
+	case errors.Is(err, fs.ErrNotExist) && errors.As(err, &pe) && filepath.Clean(pe.Path) != filepath.Clean(root) && pe.Op == "open" && dirExists(filepath.Join(root, string(Meta))):
 		return nil, fmt.Errorf("open tree %s: %w (a directory of the tree is missing: mkdir %s restores it)", root, err, pe.Path)
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open tree %s: %w (not a fencectl tree? run `fencectl init` to create it)", root, err)
