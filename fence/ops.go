@@ -464,6 +464,17 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 	return res, nil
 }
 
+// missingLabels are the labels of want that rec does not carry.
+func missingLabels(rec record.Task, want []string) []string {
+	var missing []string
+	for _, l := range want {
+		if !slices.Contains(rec.Labels, l) {
+			missing = append(missing, l)
+		}
+	}
+	return missing
+}
+
 // UndoClaim releases claim c, made but never handed to its caller (its
 // file could not be placed, its answer could not be written: why), so
 // that the task is not held by a token nobody has until the lease runs
@@ -510,6 +521,17 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 				return record.Event{}, record.Task{}, err
 			} else if known && req.ID != "" && c.Task != req.ID {
 				return record.Event{}, record.Task{}, invalidf(InputRequestID, RuleConflict, req.RequestID, "request id %q of agent %s already holds task %s, not %s", req.RequestID, req.Agent, c.Task, req.ID)
+			} else if known && len(req.Labels) > 0 {
+				// Asked again with labels the granted task lacks: the same
+				// conflict as another task named (a gpu worker must not be
+				// handed a task that is not for it).
+				rec, ok, err := tx.Task(c.Task)
+				if err != nil {
+					return record.Event{}, record.Task{}, err
+				}
+				if missing := missingLabels(rec, req.Labels); ok && len(missing) > 0 {
+					return record.Event{}, record.Task{}, invalidf(InputRequestID, RuleConflict, req.RequestID, "request id %q of agent %s already holds task %s, which has no label %s", req.RequestID, req.Agent, c.Task, strings.Join(missing, ", "))
+				}
 			}
 			again := req
 			again.Token, again.ID = tok, ""
