@@ -78,6 +78,29 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	if req.Content == nil {
 		req.Content = eofReader{}
 	}
+	// A refusal writes nothing, not even content staged to be removed
+	// again (50 MB of stdin for a task that exists): what would refuse it
+	// is read first. The write checks it all again, in its own
+	// transaction.
+	if err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+		if _, known, err := tx.Task(req.ID); err != nil || known {
+			if known {
+				return invalidf(InputID, RuleExists, req.ID, "task %s already exists", req.ID)
+			}
+			return err
+		}
+		for _, dep := range req.After {
+			if _, known, err := tx.Task(dep); err != nil || !known {
+				if err == nil {
+					err = &NoSuchTaskError{Task: dep}
+				}
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return Result{}, err
+	}
 	staged, err := t.mirror.Stage("add", req.Content, -1)
 	if err != nil {
 		return Result{}, err
@@ -1011,6 +1034,28 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		if err := fsmirror.ValidateOutputName(out.name); err != nil {
 			return Result{}, invalidf(InputOutputName, RuleFormat, out.name, "%v", err)
 		}
+		// A refusal writes nothing, not even the content staged to be
+		// removed again: the token is checked first by a read (the write
+		// checks it again, in its own transaction). A retry stores
+		// nothing, so it stages nothing either.
+		retry := false
+		if err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+			rec, claim, err := lookup(tx, req.ID, req.Token)
+			if err != nil {
+				return err
+			}
+			if retry = IsRetry(typ, rec, claim); retry {
+				return nil
+			}
+			return Authorize(rec, req.Token, claim, now)
+		}); err != nil {
+			return Result{}, err
+		}
+		if retry {
+			out = nil
+		}
+	}
+	if out != nil {
 		var err error
 		if staged, err = t.mirror.Stage("out", out.content, -1); err != nil {
 			return Result{}, err
