@@ -160,18 +160,29 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 		return nil
 	}
 	crashAt("adopt:after-commit")
+	moved := true
 	for i, m := range movesOf(evs) {
 		if i == 1 {
 			crashAt("adopt:mid")
 		}
 		if err := t.place(b, m); err != nil {
+			moved = false
 			t.notify(NoticeNotMoved, m.id, err.Error()+"; the task is available, its file stays in "+string(fsmirror.Staging)+" until a writer moves it")
 			continue
 		}
 		t.notify(NoticeAdopted, m.id, "inbox/"+m.id+" is now an available task")
 	}
 	if err := b.Sync(); err != nil {
+		moved = false
 		t.notify(NoticeWarning, string(fsmirror.Inbox), err.Error())
+	}
+	// Its moves are done: so says the mark, as after any commit, or the
+	// next writer would settle this commit again and write the mark
+	// itself, a refused step included (a refusal writes nothing).
+	if moved && db.Exclusive() {
+		if head, err := db.Head(); err == nil {
+			t.mirrored(head)
+		}
 	}
 	return nil
 }
