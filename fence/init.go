@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fencectl/fencectl/fsmirror"
 	"github.com/fencectl/fencectl/journal"
 	boltstore "github.com/fencectl/fencectl/journal/bolt"
@@ -254,10 +256,13 @@ func readDefaults(open func(journal.OpenOptions) (journal.Store, error), o journ
 func refuseOrphanTasks(root string) error {
 	var found []string
 	for _, d := range fsmirror.StateDirs {
-		f, err := os.Open(filepath.Join(root, string(d)))
+		// Never through a symlink: its target is no directory of this
+		// tree, and what is in it is none of init's business to name.
+		fd, err := unix.Open(filepath.Join(root, string(d)), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue // missing (init makes it), or not a directory (init reports it)
 		}
+		f := os.NewFile(uintptr(fd), string(d))
 		names, _ := f.Readdirnames(1)
 		f.Close()
 		if len(names) > 0 {
