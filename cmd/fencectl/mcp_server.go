@@ -537,7 +537,7 @@ func (m *mcpServer) status(ctx context.Context, _ noInput) (*statusJSON, error) 
 	if err != nil {
 		return nil, err
 	}
-	return newStatus(st), nil
+	return redactStatus(newStatus(st)), nil
 }
 
 func (m *mcpServer) show(ctx context.Context, in taskIn) (*showJSON, error) {
@@ -545,7 +545,7 @@ func (m *mcpServer) show(ctx context.Context, in taskIn) (*showJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newShow(v), nil
+	return redactShow(newShow(v)), nil
 }
 
 func (m *mcpServer) list(ctx context.Context, in listIn) (*listJSON, error) {
@@ -566,6 +566,7 @@ func (m *mcpServer) list(ctx context.Context, in listIn) (*listJSON, error) {
 	for _, r := range p.Tasks {
 		tasks = append(tasks, newTask(r, m.tree.Path(r.ID, r.State)))
 	}
+	redactTasks(tasks)
 	return &listJSON{More: p.More, Tasks: tasks}, nil
 }
 
@@ -589,7 +590,9 @@ func (m *mcpServer) log(ctx context.Context, in logIn) (*logJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &logJSON{Events: newEvents(evs)}, nil
+	events := newEvents(evs)
+	redactEvents(events)
+	return &logJSON{Events: events}, nil
 }
 
 // describeMismatch names, in an agent's words, the first argument that
