@@ -254,7 +254,7 @@ func (s *server) apiOutputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := []outputJSON{}
-	root, err := os.OpenRoot(filepath.Join(s.tree.Root(), string(fsmirror.Out)))
+	root, err := s.openOut()
 	if errors.Is(err, fs.ErrNotExist) {
 		s.writeJSON(w, list)
 		return
@@ -292,6 +292,31 @@ func (s *server) apiOutputs(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, list)
 }
 
+// openOut opens the tree's out/ as an os.Root, refusing anything but a
+// real directory in its place (fs.ErrNotExist): os.OpenRoot follows a
+// symlink, and a running serve would then hand out files from wherever
+// one planted there points. The directory opened is checked to be the one
+// looked at, so a swap in between is refused too.
+func (s *server) openOut() (*os.Root, error) {
+	path := filepath.Join(s.tree.Root(), string(fsmirror.Out))
+	before, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !before.IsDir() {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+	}
+	root, err := os.OpenRoot(path)
+	if err != nil {
+		return nil, err
+	}
+	if after, err := root.Stat("."); err != nil || !os.SameFile(before, after) {
+		root.Close()
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+	}
+	return root, nil
+}
+
 // apiOutput sends out/ID/NAME as a download: attachment, octet-stream,
 // never rendered. The file is opened inside out/ (os.Root), not
 // following a symlink at its name, so nothing outside the tree can be
@@ -312,7 +337,7 @@ func (s *server) apiOutput(w http.ResponseWriter, r *http.Request) {
 		s.out.writeJSON(w, errorObject{Code: exitNoSuchTask, Reason: fence.ReasonNoSuchTask, Task: id,
 			Message: fmt.Sprintf("task %s has no output %q: /api/tasks/%s/outputs lists them", id, name, id)})
 	}
-	root, err := os.OpenRoot(filepath.Join(s.tree.Root(), string(fsmirror.Out)))
+	root, err := s.openOut()
 	if err != nil {
 		notFound()
 		return

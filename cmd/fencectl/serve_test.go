@@ -249,6 +249,34 @@ func TestServe_OutputsStayInTheTree(t *testing.T) {
 	if len(outs) != 1 || outs[0].Name != "page.html" {
 		t.Errorf("outputs = %+v, want page.html alone (the symlink left out)", outs)
 	}
+	// out/ itself replaced by a symlink under a running serve: not
+	// followed either (os.OpenRoot would follow it).
+	elsewhere := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(elsewhere, "t1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(elsewhere, "t1", "stolen"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(f.dir, "out"), filepath.Join(f.dir, "out.real")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(f.dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := f.get("/api/tasks/t1/outputs/stolen", 404); strings.Contains(body, "secret") {
+		t.Errorf("an output read through a symlinked out/: %s", body)
+	}
+	f.getJSON("/api/tasks/t1/outputs", &outs)
+	if len(outs) != 0 {
+		t.Errorf("outputs through a symlinked out/ = %+v, want none", outs)
+	}
+	if err := os.Remove(filepath.Join(f.dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(f.dir, "out.real"), filepath.Join(f.dir, "out")); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{
 		"/api/tasks/t1/outputs/..%2F..%2F.fence%2Fjournal.db", "/api/tasks/..%2Ft1/outputs/page.html",
 		"/api/tasks/t1/outputs/.hidden", "/api/tasks/" + strings.Repeat("a", 200),
