@@ -39,6 +39,10 @@ const defaultEventLimit = 100
 // Fence-More.
 const maxEventLimit = 1000
 
+// maxTaskLimit is the most tasks one answer of /api/tasks holds (see
+// apiTasks).
+const maxTaskLimit = 1000
+
 // streamPage bounds the events one read of a stream sends.
 const streamPage = 500
 
@@ -209,6 +213,13 @@ func (s *server) apiTasks(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.apiError(w, err)
 		return
+	}
+	// At most maxTaskLimit a page, limit=0 included: one answer of a
+	// million tasks held the journal's read lock (and so every writer)
+	// for the whole read, and each client that did not read its answer
+	// kept all of it in memory. Fence-More says to go on with ?after.
+	if limit == 0 || limit > maxTaskLimit {
+		limit = maxTaskLimit
 	}
 	if err := textParam(q, "agent"); err != nil {
 		s.apiError(w, err)

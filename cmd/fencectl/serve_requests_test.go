@@ -231,6 +231,34 @@ func TestServe_EventsPaged(t *testing.T) {
 	}
 }
 
+// TestServe_TasksPaged: one answer of /api/tasks holds at most
+// maxTaskLimit tasks, ?limit=0 ("all") included, so that no request holds
+// the journal's lock (and every writer) for the whole tree, nor a client
+// that does not read its answer all of it in memory; Fence-More and
+// ?after go on from there.
+func TestServe_TasksPaged(t *testing.T) {
+	f := newServeFixture(t)
+	n := maxTaskLimit + 5
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(f.dir, "inbox", fmt.Sprintf("t%04d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.cli("reap") // a writer: adopts the inbox
+	for _, q := range []string{"limit=0", "limit=5000"} {
+		var tasks []taskJSON
+		resp := f.getJSON("/api/tasks?"+q, &tasks)
+		if len(tasks) != maxTaskLimit || resp.Header.Get("Fence-More") != "true" {
+			t.Fatalf("%s: %d tasks, more %s; want %d and more", q, len(tasks), resp.Header.Get("Fence-More"), maxTaskLimit)
+		}
+		var rest []taskJSON
+		resp = f.getJSON("/api/tasks?limit=0&after="+tasks[len(tasks)-1].Task, &rest)
+		if len(rest) != 5 || resp.Header.Get("Fence-More") != "false" {
+			t.Errorf("%s, second page: %d tasks, more %s; want the last 5", q, len(rest), resp.Header.Get("Fence-More"))
+		}
+	}
+}
+
 // TestServe_ReadsTakeTurns: serve runs one read of the journal at a
 // time, so that many clients queue inside serve instead of each holding
 // the journal's shared lock, which kept writers (claims by other
