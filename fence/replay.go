@@ -59,13 +59,14 @@ type replayState struct {
 	// claiming host wrote: the deadline is not compared. On bbolt it is,
 	// by replay --check as by replay.
 	ownClock bool
-	moves    []move      // misplaced files to put back
-	extra    []extraCopy // second copies to quarantine, second names to remove
-	adopt    []adoption  // unknown files to adopt
-	missing  []string    // tasks whose file is in no directory, to settle
-	counter  uint64      // raise the token counter to this (0: it is fine)
-	ceiling  uint64      // raise the ceiling files to this (0: they are fine)
-	lastSeq  uint64      // the log's last event when it was read
+	moves    []move            // misplaced files to put back
+	extra    []extraCopy       // second copies to quarantine, second names to remove
+	adopt    []adoption        // unknown files to adopt
+	missing  []string          // tasks whose file is in no directory, to settle
+	counter  uint64            // raise the token counter to this (0: it is fine)
+	ceiling  uint64            // raise the ceiling files to this (0: they are fine)
+	lastSeq  uint64            // the log's last event when it was read
+	own      map[string]uint64 // the tasks replay itself committed events for since: the last one's seq
 }
 
 // foldMark is what replay keeps of a task compact folded, while it reads
@@ -91,6 +92,7 @@ type extraCopy struct {
 
 type adoption struct {
 	id   string
+	seq  uint64 // the event of replay's own that adopted it
 	from fsmirror.Dir
 	to   record.State
 }
@@ -773,9 +775,11 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 					}
 					continue
 				}
-				if _, _, err := commit(tx, nil, adoptEvent(a.id, a.from, a.to, d.MaxAttempts, now)); err != nil {
+				_, ev, err := commit(tx, nil, adoptEvent(a.id, a.from, a.to, d.MaxAttempts, now))
+				if err != nil {
 					return err
 				}
+				a.seq = ev.Seq
 				chunk = append(chunk, a)
 			}
 			return nil
@@ -783,6 +787,7 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 		// The chunks committed before a failure are adopted: their files
 		// move below all the same.
 		for _, a := range adopted {
+			st.ownSeq(a.id, a.seq)
 			to, err := DirOf(a.to)
 			if err != nil {
 				return err
@@ -821,6 +826,9 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 		if i == 1 {
 			crashAt("replay:mid")
 		}
+		if !db.Exclusive() && t.changedSince(db, m.id, st.seenSeq(m.id)) {
+			continue // a writer on another host has it in hand
+		}
 		if err := t.place(b, m); err != nil {
 			return err
 		}
@@ -832,6 +840,11 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 		defer t.settleAgain(db, st)
 	}
 	for _, x := range st.extra {
+		// The scan of the directories that saw two copies may have seen
+		// one file twice, in the two places a writer moved it between.
+		if !db.Exclusive() && t.changedSince(db, x.id, st.seenSeq(x.id)) {
+			continue
+		}
 		if dropped, err := t.mirror.DropLink(x.dir, x.id, x.keep, x.id); err != nil || dropped {
 			if err != nil {
 				return err
@@ -860,6 +873,37 @@ func (t *Tree) touchedSince(tx journal.Tx, id string, seq uint64) bool {
 	}
 	_, _, err := t.mirror.Locate(id)
 	return err == nil
+}
+
+// ownSeq notes that replay's own commit for task id was event seq.
+func (st *replayState) ownSeq(id string, seq uint64) {
+	if st.own == nil {
+		st.own = map[string]uint64{}
+	}
+	st.own[id] = max(st.own[id], seq)
+}
+
+// seenSeq is the last event of task id replay knows of: the log as it
+// read it, or its own commit for the task since.
+func (st *replayState) seenSeq(id string) uint64 { return max(st.lastSeq, st.own[id]) }
+
+// changedSince reports whether task id has an event after seq, read
+// afresh: on a store whose writers do not take turns (etcd), a writer on
+// another host has committed a change to it since replay read the log,
+// and may be moving its file this very moment, so replay's plan for it is
+// stale: moving its file (or setting a second copy aside) would undo that
+// writer's move, or take the file an agent was just handed. Left for the
+// writer, and for settleAgain. One read per planned move, on etcd only.
+func (t *Tree) changedSince(db journal.Store, id string, seq uint64) bool {
+	newer := false
+	err := db.View(func(tx journal.Tx) error {
+		newer = false
+		return tx.TaskEventsBackward(id, func(ev record.Event) (bool, error) {
+			newer = ev.Seq > seq
+			return false, nil
+		})
+	})
+	return err != nil || newer
 }
 
 // settleAgain puts the files of the tasks replay moved where the journal
