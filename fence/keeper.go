@@ -510,8 +510,9 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		k.mu.Unlock()
 	}
 	var stale *StaleTokenError
+	var moved *JournalMovedError
 	switch {
-	case errors.As(err, &stale):
+	case errors.As(err, &stale), errors.As(err, &moved):
 		return k.lose(err)
 	case err != nil:
 		step = stepRetry

@@ -81,6 +81,9 @@ type Tree struct {
 	// nanoseconds; 0: none), as the last claim that found nothing to
 	// claim read it from the due index: a waiting claim's timer (waitWake).
 	nextDue *atomic.Int64
+	// config is the journal config (.fence/journal.json) this Tree's store
+	// was opened from, if any (see openedConfig).
+	config *openedConfig
 }
 
 // NoJournalError says a tree has no journal, and what to do.
@@ -118,7 +121,12 @@ func refuseUnfinishedRecover(root, meta string) error {
 	return nil
 }
 
-func (t *Tree) refuseUnfinishedRecover() error { return refuseUnfinishedRecover(t.root, t.metaDir) }
+func (t *Tree) refuseUnfinishedRecover() error {
+	if err := refuseUnfinishedRecover(t.root, t.metaDir); err != nil {
+		return err
+	}
+	return t.config.refuseMoved()
+}
 
 // Open opens the tree at root. It fails with a *NoJournalError, before
 // touching anything, if root has no journal, and with a
@@ -173,6 +181,9 @@ func Open(root string, o Options) (*Tree, error) {
 		o.Clock = lc.now
 	}
 	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc, nextDue: new(atomic.Int64)}
+	if owned && o.Journal == nil {
+		t.config = newOpenedConfig(meta)
+	}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}

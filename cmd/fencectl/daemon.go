@@ -264,6 +264,11 @@ func (d *daemon) tree(timeout time.Duration) (*fence.Tree, error) {
 	d.treeMu.Unlock()
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
+	if slot.t != nil && slot.t.JournalMoved() {
+		// A recover pointed the tree at another journal: open it anew.
+		slot.t.Close()
+		slot.t = nil
+	}
 	if slot.t != nil {
 		return slot.t, nil
 	}
