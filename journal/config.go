@@ -89,6 +89,11 @@ func ParseURL(s string) (Config, error) {
 	}
 	hosts, path, _ := strings.Cut(rest, "/")
 	c := Config{Backend: scheme, Prefix: strings.TrimRight("/"+path, "/")}
+	// USER[:PASSWORD]@ in the URL: refused, and never repeated (an error
+	// message ends up in logs): credentials come from variables only.
+	if i := strings.LastIndex(hosts, "@"); i >= 0 {
+		return Config{}, fmt.Errorf("journal etcd://%s@%s/...: a user name or password does not go in the URL (it would be written to .fence/journal.json and shown in messages): set FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD instead, and give etcd://%s/PREFIX", strings.Repeat("*", 3), hosts[i+1:], hosts[i+1:])
+	}
 	if hosts == "" {
 		return Config{}, fmt.Errorf("journal %q: no endpoint; want etcd://HOST:PORT[,HOST:PORT...]/PREFIX", s)
 	}

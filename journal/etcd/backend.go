@@ -119,7 +119,8 @@ func (b *Backend) connect() (*clientv3.Client, error) {
 			AutoSyncInterval:     0,
 		}
 		ca, cert, key := b.tlsFiles()
-		if ca.path != "" || cert.path != "" {
+		// A key alone is a mistake to say, not plain HTTP to go on with.
+		if ca.path != "" || cert.path != "" || key.path != "" {
 			t, err := tlsConfig(ca, cert, key)
 			if err != nil {
 				b.cliErr = err
