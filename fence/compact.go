@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"time"
 
@@ -402,6 +403,9 @@ func (t *Tree) CountEventsAfter(ctx context.Context, after uint64, limit int) (C
 		var err error
 		if p.Dropped, err = tx.Dropped(); err != nil {
 			return err
+		}
+		if after == math.MaxUint64 {
+			return nil // nothing follows the last seq there can be (after+1 would wrap to the start)
 		}
 		return tx.Events(after+1, func(ev record.Event) (bool, error) {
 			p.Last = ev.Seq

@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -66,6 +67,9 @@ func (t *Tree) EventsAfter(ctx context.Context, after uint64, limit int, heartbe
 	err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
 		p = EventPage{Last: after} // a store may run this more than once
 		read := 0
+		if after == math.MaxUint64 {
+			return nil // nothing follows the last seq there can be (after+1 would wrap to the start)
+		}
 		return tx.Events(after+1, func(ev record.Event) (bool, error) {
 			read++
 			p.Last = ev.Seq

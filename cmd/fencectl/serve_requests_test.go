@@ -229,6 +229,11 @@ func TestServe_EventsPaged(t *testing.T) {
 	if evs, _, more := page("/api/events?limit=5&after=" + fmt.Sprint(n-5)); len(evs) != 5 || more != "false" {
 		t.Errorf("the last 5: %d events, more %s", len(evs), more)
 	}
+	// The last seq there can be: nothing follows it (after+1 wrapped round
+	// to the start of the log).
+	if evs, _, more := page("/api/events?after=18446744073709551615"); len(evs) != 0 || more != "false" {
+		t.Errorf("after the largest seq: %d events, more %s; want none", len(evs), more)
+	}
 }
 
 // TestServe_TasksPaged: one answer of /api/tasks holds at most
