@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -32,7 +33,14 @@ func init() { serveMCP = runMCP }
 
 // runMCP serves s until the client closes its end (or ctx ends).
 func runMCP(ctx context.Context, s mcpSession) error {
-	srv := newMCPServer(s.tree, s.agent, s.notices, slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	// A claim for a client that no longer reads the answers is not made
+	// (claim_reader.go): the server would die of SIGPIPE writing its
+	// token, and the task be held by nobody until its lease ran out.
+	var readerGone func() bool
+	if f, ok := s.out.(*os.File); ok {
+		readerGone = func() bool { return noReader(f) }
+	}
+	srv := newMCPServer(s.tree, s.agent, s.notices, slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelWarn})), readerGone)
 	fmt.Fprintf(s.log, "fencectl mcp: serving %s (%s) on stdio\n", s.tree.Root(), s.tree.Journal().Backend)
 	out := &lineWriter{w: s.out}
 	// checkedLines enforces the line limit and answers bad lines itself;
@@ -49,11 +57,22 @@ type mcpServer struct {
 	tree    *fence.Tree
 	agent   string // when a call names none
 	notices *noticeBox
+	// readerGone says the client no longer reads the answers (stdio);
+	// nil: it always does.
+	readerGone func() bool
+}
+
+// refuseNoReader refuses a claim whose answer nobody would read.
+func (m *mcpServer) refuseNoReader() error {
+	if m.readerGone != nil && m.readerGone() {
+		return readerGoneError{}
+	}
+	return nil
 }
 
 // newMCPServer makes the server with every tool on tree.
-func newMCPServer(t *fence.Tree, agent string, box *noticeBox, logger *slog.Logger) *mcp.Server {
-	m := &mcpServer{tree: t, agent: agent, notices: box}
+func newMCPServer(t *fence.Tree, agent string, box *noticeBox, logger *slog.Logger, readerGone func() bool) *mcp.Server {
+	m := &mcpServer{tree: t, agent: agent, notices: box, readerGone: readerGone}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "fencectl", Version: buildVersion()}, &mcp.ServerOptions{
 		Instructions: mcpInstructions,
 		Logger:       logger,
@@ -388,6 +407,9 @@ func (m *mcpServer) claim(ctx context.Context, in claimIn) (*claimJSON, error) {
 	if in.Token != 0 && (in.RequestID != "" || in.Wait != "") {
 		return nil, usagef("token restores a claim you hold; request_id and wait are for a new claim: give one or the other")
 	}
+	if err := m.refuseNoReader(); err != nil {
+		return nil, err
+	}
 	res, err := m.tree.Claim(ctx, fence.ClaimRequest{ID: in.Task, Agent: agent, TTL: ttl, Wait: wait, Token: in.Token, RequestID: in.RequestID})
 	m.noteReaps(res.Reaped)
 	if err != nil {
@@ -409,6 +431,9 @@ func (m *mcpServer) claimBatch(ctx context.Context, in claimBatchIn) (*batchJSON
 	}
 	agent, ttl, wait, err := m.claimerArgs(in.Agent, in.TTL, in.Wait)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.refuseNoReader(); err != nil {
 		return nil, err
 	}
 	res, err := m.tree.ClaimBatch(ctx, fence.BatchClaimRequest{IDs: in.Tasks, Count: in.Batch, Partial: in.Partial, Agent: agent, TTL: ttl, Wait: wait})

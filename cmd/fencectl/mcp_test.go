@@ -3,9 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -102,7 +104,7 @@ func (m *mcpTree) inMemory(timeout time.Duration) *mcp.ClientSession {
 	}
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := newMCPServer(tree, "agent-default", box, nil).Connect(ctx, st, nil)
+	ss, err := newMCPServer(tree, "agent-default", box, nil, nil).Connect(ctx, st, nil)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -580,5 +582,42 @@ func TestMCPNextStep_EveryReason(t *testing.T) {
 		case operator[r] != strings.Contains(next, "tell your operator"):
 			t.Errorf("reason %s: next %q", r, next)
 		}
+	}
+}
+
+// TestMCP_NoReaderClaimsNothing: a client that stops reading the server's
+// answers (its end of stdout closed) and then asks for a claim gets none
+// made: the server would die of SIGPIPE writing the token, and the task be
+// held by nobody until its lease ran out.
+func TestMCP_NoReaderClaimsNothing(t *testing.T) {
+	m := newMCPTree(t, "bolt", nil)
+	m.mustCLI("add", "--id", "t1")
+	c := fencectlCmd(m.dir, "--dir", m.dir, "mcp")
+	c.Env = append(c.Env, m.env...)
+	stdin, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stdout = w
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	r.Close() // the client stops reading
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"claim","arguments":{"task":"t1"}}}`)
+	time.Sleep(300 * time.Millisecond) // the server handles the call
+	stdin.Close()
+	_ = c.Wait()
+	if st := m.mustCLI("show", "t1", "--json"); !strings.Contains(st, `"state":"available"`) {
+		t.Errorf("t1 after a claim whose answer nobody read:\n%s", st)
 	}
 }
