@@ -71,7 +71,9 @@ func (s *server) routes() http.Handler {
 			s.writeError(w, http.StatusMethodNotAllowed, classify(usagef("method %s not allowed on %s: the API is read-only (GET, HEAD)", r.Method, r.URL.Path)))
 			return
 		}
-		s.apiError(w, usagef("no such API endpoint %s %s: see `fencectl serve --help` for the list", r.Method, r.URL.Path))
+		// No such resource: 404, as for an unknown task (the body says
+		// which endpoints there are).
+		s.writeError(w, http.StatusNotFound, classify(usagef("no such API endpoint %s %s: see `fencectl serve --help` for the list", r.Method, r.URL.Path)))
 	})
 	var h http.Handler = mux
 	if s.loopback {

@@ -86,7 +86,7 @@ func TestServe_MethodNotAllowed(t *testing.T) {
 		t.Errorf("POST /: Allow %q", resp.Header.Get("Allow"))
 	}
 	for _, m := range []string{"GET", "POST"} {
-		if _, body := f.do(m, "/api/nothing", "", 400); !strings.Contains(body, "no such API endpoint") {
+		if _, body := f.do(m, "/api/nothing", "", 404); !strings.Contains(body, "no such API endpoint") {
 			t.Errorf("%s /api/nothing: %s", m, body)
 		}
 	}
