@@ -54,7 +54,7 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	case "off":
 		return 0, false, nil
 	default:
-		return 0, false, usagef("invalid FENCE_DAEMON=%q: on (the default: an etcd tree's steps go to the host's daemon) or off; fix or unset it", v)
+		return 0, false, usagef("invalid FENCE_DAEMON=%q: on (the default: an agent's steps go to the host's daemon for the tree) or off (each command in its own process); fix or unset it", v)
 	}
 	if backend != "etcd" || !exitsAfterRun {
 		return 0, false, nil
