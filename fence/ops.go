@@ -82,7 +82,7 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	// again (50 MB of stdin for a task that exists): what would refuse it
 	// is read first. The write checks it all again, in its own
 	// transaction.
-	if err := t.read(ctx, func(tx journal.Tx, _ time.Time) error {
+	if err := t.precheck(ctx, func(tx journal.Tx, _ time.Time) error {
 		if _, known, err := tx.Task(req.ID); err != nil || known {
 			if known {
 				return invalidf(InputID, RuleExists, req.ID, "task %s already exists", req.ID)
@@ -1039,7 +1039,7 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 		// checks it again, in its own transaction). A retry stores
 		// nothing, so it stages nothing either.
 		retry := false
-		if err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+		if err := t.precheck(ctx, func(tx journal.Tx, now time.Time) error {
 			rec, claim, err := lookup(tx, req.ID, req.Token)
 			if err != nil {
 				return err
@@ -1124,6 +1124,19 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 	}
 	res.Path = t.Path(req.ID, res.Task.State)
 	return res, err
+}
+
+// precheck reads, before a write stages its content, whether the write
+// would be refused (fn's error), so that a refusal stages nothing. It
+// does not wait for the lock: content is staged while a writer waits for
+// its turn, not after, so under a busy (or stuck) writer the read is
+// skipped and the write's own check, in its transaction, decides.
+func (t *Tree) precheck(ctx context.Context, fn func(tx journal.Tx, now time.Time) error) error {
+	err := t.withTimeout(NoWait).read(ctx, fn)
+	if errors.Is(err, ErrBusy) {
+		return nil
+	}
+	return err
 }
 
 // lookup reads a task and what the journal knows of token.
