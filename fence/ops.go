@@ -570,6 +570,10 @@ func (t *Tree) claimStepOnly(tx journal.Tx, req ClaimRequest, now time.Time, def
 			return record.Event{}, record.Task{}, err
 		}
 		if id == "" {
+			if len(req.Labels) > 0 {
+				// Other tasks may well be available: say which were asked for.
+				return record.Event{}, record.Task{}, fmt.Errorf("%w with label %s", ErrNothingToClaim, strings.Join(req.Labels, " and "))
+			}
 			return record.Event{}, record.Task{}, ErrNothingToClaim
 		}
 	}
