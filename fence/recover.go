@@ -29,6 +29,11 @@ type RecoverReport struct {
 	// Unfinished says the journal set aside was the one an earlier
 	// recover, cut short, was rebuilding (see recoveringName).
 	Unfinished bool `json:"unfinished,omitempty"`
+	// Defaults are the new journal's defaults, and DefaultsKept whether
+	// they are the old journal's (salvaged) or the ones recover was given
+	// (--ttl, --max-attempts: the old ones could not be read).
+	Defaults     record.Defaults `json:"-"`
+	DefaultsKept bool            `json:"-"`
 }
 
 // JournalReadableError refuses to recover a journal that opens fine.
@@ -154,6 +159,7 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	if salvaged.DefaultsOK {
 		d = salvaged.Defaults
 	}
+	rep.Defaults, rep.DefaultsKept = d, salvaged.DefaultsOK
 	seed, err := tokenFloor(meta, clock(), salvaged)
 	if err != nil {
 		return rep, err

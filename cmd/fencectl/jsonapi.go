@@ -501,12 +501,22 @@ type recoverJSON struct {
 	// Unfinished: the journal set aside was one an earlier recover, cut
 	// short, was rebuilding.
 	Unfinished bool `json:"unfinished,omitempty"`
+	// Defaults are the new journal's; kept says they are the old one's
+	// (else recover's --ttl and --max-attempts).
+	Defaults recoverDefaultsJSON `json:"defaults"`
 	notices
+}
+
+type recoverDefaultsJSON struct {
+	Kept        bool   `json:"kept"`
+	MaxAttempts int    `json:"max_attempts"`
+	TTL         string `json:"ttl"`
 }
 
 func newRecover(rep fence.RecoverReport) *recoverJSON {
 	return &recoverJSON{
-		Root: rep.Root, KeptAside: rep.KeptAside, Counts: stateCounts(rep.Counts), Freed: rep.Freed,
+		Defaults: recoverDefaultsJSON{Kept: rep.DefaultsKept, MaxAttempts: rep.Defaults.MaxAttempts, TTL: rep.Defaults.TTL.String()},
+		Root:     rep.Root, KeptAside: rep.KeptAside, Counts: stateCounts(rep.Counts), Freed: rep.Freed,
 		Released: rep.Released, FirstToken: rep.FirstToken, Findings: newFindings(rep.Findings),
 		Unfinished: rep.Unfinished,
 	}

@@ -75,6 +75,11 @@ journal's tree id goes into .fence/journal.json.
 					fmt.Fprintf(w, " (%d freed from claimed/)", len(rep.Freed))
 				}
 				fmt.Fprintf(w, "\nnew tokens start above %d; every older token is refused\n", rep.FirstToken)
+				if !rep.DefaultsKept {
+					// A tree made with --ttl 30s would otherwise come back
+					// with 10-minute leases without a word.
+					fmt.Fprintf(w, "the old defaults could not be read: leases of %s, %d attempts (--ttl and --max-attempts of recover; `fencectl defaults` changes them)\n", rep.Defaults.TTL, rep.Defaults.MaxAttempts)
+				}
 				if len(rep.Released) > 0 {
 					fmt.Fprintf(w, "%d no longer waiting (what they waited for was in the lost journal; `fencectl set ID --after ...` makes one wait again): %s\n", len(rep.Released), printable(idList(rep.Released, 10)))
 				}
