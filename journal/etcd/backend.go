@@ -187,6 +187,21 @@ func (b *Backend) unreachable(err error) error {
 	if transient || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "Unavailable") || strings.Contains(err.Error(), "connection refused") {
 		return &journal.UnreachableError{Store: "etcd", Endpoints: b.cfg.Endpoints, Err: err}
 	}
+	return b.explain(err)
+}
+
+// explain adds to etcd's bare refusals what to do about them: "user name
+// is empty" says nothing of where fencectl takes credentials from.
+func (b *Backend) explain(err error) error {
+	at := strings.Join(b.cfg.Endpoints, ",")
+	switch {
+	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrAuthOldRevision):
+		return fmt.Errorf("%w (etcd at %s wants a user: set FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD; they are never written to disk)", err, at)
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return fmt.Errorf("%w (etcd at %s: the user in FENCE_ETCD_USERNAME needs read and write access to the keys under %s)", err, at, b.cfg.Prefix)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return fmt.Errorf("%w (etcd at %s is out of its space quota: nothing was changed; compact and defragment it (etcdctl compact, etcdctl defrag, etcdctl alarm disarm), or raise its --quota-backend-bytes)", err, at)
+	}
 	return err
 }
 
