@@ -606,6 +606,14 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport, scan func() (dirS
 		if _, known := st.tasks[id]; known {
 			continue
 		}
+		// A file with more names than the tree holds shares its content
+		// with a file outside it (ln of a file elsewhere): a task would
+		// change as that file does. inbox/ refuses such a file, and so
+		// does replay: reported, left where it is.
+		if links, err := t.mirror.Links(dirs[0], id); err == nil && links > uint64(len(dirs)) {
+			add(Finding{Kind: FindingInvalidEntry, Task: id, Dir: string(dirs[0]), Detail: fmt.Sprintf("a file the journal does not know, whose content is shared with a file outside the tree (%d names): not adopted; copy it in (cp, not ln) to make it a task, or move it out", links)})
+			continue
+		}
 		to, _ := stateOfDir(dirs[0])
 		if to == record.Claimed || to == record.Waiting {
 			to = record.Available // no lease, nothing to wait for: the journal knows neither

@@ -208,6 +208,10 @@ func (m *Mirror) SyncContents(dir Dir, names []string) error {
 	return nil
 }
 
+// Links returns how many names the file name in dir has: more than the
+// tree holds means its content is shared with a file outside it.
+func (m *Mirror) Links(dir Dir, name string) (uint64, error) { return m.links(dir, name) }
+
 // links returns how many names the file name in dir has.
 func (m *Mirror) links(dir Dir, name string) (uint64, error) {
 	fd, err := m.dirfd(dir)
