@@ -48,6 +48,9 @@ type StaleTokenError struct {
 	State     record.State // the task's state now
 	LostAt    time.Time    // when Yours stopped authorising (zero if never did)
 	LostBy    string       // how: reaped, revoked, cancelled, completed, released, failed, expired
+	// ReapedFirst says the refused claim reaped expired leases before it
+	// was refused (a claim always does): those reaps stand.
+	ReapedFirst bool
 }
 
 func (e *StaleTokenError) Error() string {
@@ -71,7 +74,11 @@ func (e *StaleTokenError) Error() string {
 	default:
 		fmt.Fprintf(&b, "; task is %s", e.State)
 	}
-	b.WriteString("; nothing changed")
+	if e.ReapedFirst {
+		b.WriteString("; nothing else changed (the expired leases this claim found were reaped first, as every claim does)")
+	} else {
+		b.WriteString("; nothing changed")
+	}
 	return b.String()
 }
 

@@ -481,6 +481,9 @@ func (t *Tree) claimOnce(ctx context.Context, req ClaimRequest) (ClaimResult, er
 		return ClaimResult{}, err // nothing committed: no reap to tell of
 	}
 	if claimErr != nil {
+		if stale, ok := errors.AsType[*StaleTokenError](claimErr); ok && len(res.Reaped) > 0 {
+			stale.ReapedFirst = true // "nothing changed" would be false
+		}
 		return ClaimResult{Reaped: res.Reaped}, claimErr // the reaps before a refusal commit
 	}
 	res.Path = t.Path(res.Task.ID, record.Claimed)
