@@ -185,7 +185,7 @@ func jsonNames(t reflect.Type) []string {
 func TestJSON_FieldOrder(t *testing.T) {
 	fixed := map[string][]string{
 		"notice":  {"notice", "name", "detail"},
-		"recover": {"root", "kept_aside", "counts", "freed", "released", "first_token", "findings", "unfinished", "notices"},
+		"recover": {"root", "kept_aside", "counts", "freed", "released", "first_token", "findings", "unfinished", "defaults", "notices"},
 		"error":   {"code", "reason", "message", "rule", "task", "your_token", "holder", "held_since", "state", "waits_for", "not_before", "attempt", "lost_at", "lost_by", "run", "failed", "notices"},
 	}
 	types := map[string]reflect.Type{
