@@ -368,17 +368,8 @@ func (d *daemon) handle(ctx context.Context, conn *net.UnixConn) {
 // hungUp reports whether the client of conn has hung up (or its
 // connection failed), without reading what it may still have sent.
 func hungUp(conn *net.UnixConn) bool {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return true
-	}
-	gone := false
-	_ = rc.Control(func(fd uintptr) {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
-		n, err := unix.Poll(fds, 0)
-		gone = err == nil && n == 1 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
-	})
-	return gone
+	gone, err := pollSays(conn, unix.POLLRDHUP, unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR)
+	return err != nil || gone
 }
 
 // hangUp closes a client's connection and counts it gone.

@@ -367,17 +367,7 @@ func TestFront_RequestTooLongForTheDaemon(t *testing.T) {
 	if len(daemonPids(ft.dir)) != 1 {
 		t.Errorf("the daemon is gone after a request too long")
 	}
-	self, err := os.Executable()
-	if err == nil {
-		self, err = filepath.EvalSymlinks(self)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, err := daemonlink.Socket(ft.dir, self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	name := daemonSocket(t, ft.dir)
 	conn, err := net.Dial("unix", name)
 	if err != nil {
 		t.Fatal(err)
@@ -448,17 +438,7 @@ func TestFront_StoppedDaemonWithFullQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(pids[0], syscall.SIGCONT)
-	self, err := os.Executable() // what fencectl-full beside the front is
-	if err == nil {
-		self, err = filepath.EvalSymlinks(self)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, err := daemonlink.Socket(ft.dir, self)
-	if err != nil {
-		t.Fatal(err)
-	}
+	name := daemonSocket(t, ft.dir)
 	full := false
 	for i := 0; i < 1<<17 && !full; i++ {
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
@@ -553,4 +533,22 @@ func TestFront_GoneCallerStepNotMade(t *testing.T) {
 		t.Errorf("t2 is held by %q: the daemon made the claim of a client that had gone", got)
 	}
 	ft.ok("replay", "--check")
+}
+
+// daemonSocket is the socket of the daemon the front starts for the tree
+// at dir: fencectl-full's beside it, which is this test binary.
+func daemonSocket(t *testing.T, dir string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := daemonlink.Socket(dir, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }

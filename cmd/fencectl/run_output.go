@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,17 +39,25 @@ func (o *output) outputGone() string {
 // terminal or a socket shut down by its peer. A file, /dev/null or a
 // live pipe says neither.
 func noReader(f *os.File) bool {
-	rc, err := f.SyscallConn() // not Fd(): that would make f blocking
+	gone, err := pollSays(f, unix.POLLOUT, unix.POLLERR|unix.POLLHUP)
+	return err == nil && gone
+}
+
+// pollSays polls c once, without waiting, for events, and reports
+// whether it answers any of says. The descriptor is reached through
+// SyscallConn, not Fd(), which would make an *os.File blocking.
+func pollSays(c syscall.Conn, events, says int16) (bool, error) {
+	rc, err := c.SyscallConn()
 	if err != nil {
-		return false
+		return false, err
 	}
-	gone := false
-	_ = rc.Control(func(fd uintptr) {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		n, err := unix.Poll(fds, 0)
-		gone = err == nil && n == 1 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+	hit := false
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: events}}
+		n, perr := unix.Poll(fds, 0)
+		hit = perr == nil && n == 1 && fds[0].Revents&says != 0
 	})
-	return gone
+	return hit, err
 }
 
 // outputGoneError ends run: the task under a command that failed while
