@@ -47,7 +47,7 @@ type StaleTokenError struct {
 	HeldSince time.Time    // when the current lease was claimed (zero if none)
 	State     record.State // the task's state now
 	LostAt    time.Time    // when Yours stopped authorising (zero if never did)
-	LostBy    string       // how: reaped, revoked, cancelled, completed, released, failed, expired
+	LostBy    string       // how: reaped, revoked, cancelled, completed, released, failed, expired, LostByRestore
 	// ReapedFirst says the refused claim reaped expired leases before it
 	// was refused (a claim always does): those reaps stand.
 	ReapedFirst bool
@@ -63,6 +63,9 @@ func (e *StaleTokenError) Error() string {
 		fmt.Fprintf(&b, "task %s: lease of token %d expired at %s", e.Task, e.Yours, fmtTime(e.LostAt))
 	case ReasonStaleToken:
 		fmt.Fprintf(&b, "task %s: token %d is stale: lease %s at %s", e.Task, e.Yours, e.LostBy, fmtTime(e.LostAt))
+		if e.LostBy == LostByRestore {
+			b.WriteString(" (the journal was found restored from a backup: every lease it held was ended)")
+		}
 	default:
 		fmt.Fprintf(&b, "task %s: token %d does not hold this task", e.Task, e.Yours)
 	}

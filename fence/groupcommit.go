@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -910,8 +911,13 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 		update = func(fn func(journal.Tx) error) error { return pf.UpdateReading(ids, claims, fn) }
 	}
 	noted := false
-	err = update(func(tx journal.Tx) error {
+	run := func(tx journal.Tx) error {
 		reset() // the store may run this more than once: each run afresh
+		// Before any step is judged: a journal restored from a backup
+		// holds leases that ended since (restored.go).
+		if lost, err := tx.LostTokens(); err != nil || lost {
+			return cmp.Or(err, errTokensLost)
+		}
 		now := tx.Now()
 		t.batch.holders.begin(tx)
 		defer t.batch.holders.end()
@@ -942,7 +948,13 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 			return errNothingWritten
 		}
 		return nil
-	})
+	}
+	err = update(run)
+	if errors.Is(err, errTokensLost) {
+		if err = t.endRestoredLeases(db); err == nil {
+			err = update(run)
+		}
+	}
 	switch {
 	case errors.Is(err, errTrySolo):
 		return retry, nil

@@ -32,6 +32,9 @@ func Authorize(task record.Task, token uint64, claim *record.Claim, now time.Tim
 	e.Reason = ReasonStaleToken
 	if claim.Ended != nil {
 		e.LostAt, e.LostBy = claim.Ended.At, lostBy(claim.Ended.By)
+		if claim.Ended.Reason == ReasonJournalRestored {
+			e.LostBy = LostByRestore
+		}
 	}
 	return e
 }

@@ -240,6 +240,13 @@ type Tx interface {
 	Ceiling() uint64
 	// RaiseCounter sets the token counter to at least v.
 	RaiseCounter(v uint64) error
+	// LostTokens reports whether this journal lost tokens it issued: its
+	// counter is behind the witness the ceiling's files record
+	// (witness.go), so it is an older copy put in its place, a backup
+	// restored. Its leases are then those of the day of the copy, some
+	// of them ended since, and fence ends them all before any step is
+	// judged. It costs a stat of each file while they do not change.
+	LostTokens() (bool, error)
 
 	// Append adds ev to the log with the next sequence number and returns
 	// it as stored.

@@ -67,6 +67,19 @@ func (t *Tx) reserve(next uint64) (uint64, error) {
 	return next, meta.Put([]byte(keyCeiling), u64(raised))
 }
 
+// LostTokens reports whether the journal's token counter is behind the
+// witness of the ceiling's files: a journal.db put back from a backup (or
+// any older copy), whose leases are those of the day of the copy. The
+// files are read again only when they changed (journal.CeilingCache); a
+// file that cannot be read is reserve's to report, at the next token.
+func (t *Tx) LostTokens() (bool, error) {
+	if t.ceilings == nil || t.dir == "" {
+		return false, nil
+	}
+	_, seen, ok, _ := t.ceilings.Read(t.dir)
+	return ok && seen.Behind(getU64(t.tx.Bucket(bucketMeta).Get([]byte(keyToken)))), nil
+}
+
 // Ceiling returns the journal's copy of the token ceiling (0 before the
 // first claim of a journal made before ceilings existed).
 func (t *Tx) Ceiling() uint64 {

@@ -69,6 +69,9 @@ type DB struct {
 	// files hold was written (see Tx.reserve); zero for a fresh handle,
 	// which reads the files before its first token.
 	witnessAt time.Time
+	// ceilings is what the handle last read of the ceiling's files, for
+	// Tx.LostTokens, the check of every write.
+	ceilings  journal.CeilingCache
 	clock     func() time.Time // answers Tx.Now: bbolt has no clock of its own
 	onUpgrade func(from, to string)
 }
@@ -462,7 +465,7 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 	to := db.version
 	var witness *journal.Witness
 	err = db.b.Update(func(btx *bbolt.Tx) error {
-		tx := &Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), witnessAt: &db.witnessAt}
+		tx := &Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), witnessAt: &db.witnessAt, ceilings: &db.ceilings}
 		defer func() { witness = tx.witness }()
 		if err := fn(tx); err != nil {
 			return err

@@ -74,3 +74,20 @@ func (t *Tx) afterCommit() {
 		}
 	}
 }
+
+// LostTokens reports whether this snapshot of the journal is behind the
+// tokens it issued: behind the witness of the ceiling's files, or behind
+// a counter this process saw (the cluster restored from a snapshot while
+// it ran). The files are read again only when they changed
+// (journal.CeilingCache). Like reserve, a first sighting of a witness
+// ahead spoils the run, which reads a snapshot taken after the files.
+func (t *Tx) LostTokens() (bool, error) {
+	if err := t.begin(); err != nil {
+		return false, err
+	}
+	var seen journal.Witness
+	if t.s.dir != "" {
+		_, seen, _, _ = t.s.ceilings.Read(t.s.dir)
+	}
+	return t.behindWitness(seen)
+}
