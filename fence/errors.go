@@ -27,6 +27,7 @@ const (
 	ReasonCorruptJournal = "corrupt_journal"
 	ReasonJournalVersion = "journal_version" // written by another (newer) fencectl: not damaged
 	ReasonDrift          = "drift"
+	ReasonNotOwner       = "not_owner" // root refused a write to a tree another user owns (exit 1)
 )
 
 // StaleTokenError is the refusal every fenced call gives a token that does
@@ -35,14 +36,15 @@ const (
 // Nothing changed when it is returned.
 //
 // Current is for the library's own checks and tests only: it is never
-// shown to whoever was refused (Error leaves it out, and so does the CLI),
-// since an agent told "stale, current token N" may retry with N. The
-// refusal names the holder and since when instead.
+// shown to whoever was refused (Error leaves it out, and so do the CLI,
+// MCP and encoding/json), since an agent told "stale, current token N"
+// may retry with N. The refusal names the holder and since when instead.
+// A program that hands refusals on to its agents must not pass Current.
 type StaleTokenError struct {
 	Reason    string       // ReasonStaleToken, ReasonLeaseExpired or ReasonNotHeld
 	Task      string       // the task the caller named
 	Yours     uint64       // the token the caller showed
-	Current   uint64       // the task's current token, 0 if no lease; never shown
+	Current   uint64       `json:"-"` // the task's current token, 0 if no lease; never shown
 	Holder    string       // the current lease's agent, "" if none
 	HeldSince time.Time    // when the current lease was claimed (zero if none)
 	State     record.State // the task's state now

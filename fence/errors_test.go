@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -116,5 +117,19 @@ func TestTaskFileError_ProblemNotCommands(t *testing.T) {
 	}
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A refusal encoded as JSON (a program that hands it on to its agents)
+// never carries the live token: an agent told it retried with it and
+// completed another agent's task (found from outside).
+func TestStaleTokenError_JSONCarriesNoLiveToken(t *testing.T) {
+	e := &fence.StaleTokenError{Reason: fence.ReasonNotHeld, Task: "t1", Yours: 7, Current: 123456789, Holder: "a"}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "123456789") {
+		t.Fatalf("the refusal's JSON names the live token: %s", b)
 	}
 }

@@ -77,10 +77,23 @@ func (t *Tree) writeFor(ctx context.Context, op string, ids []string, fn func(tx
 
 // submit queues p and waits for its outcome.
 func (t *Tree) submit(ctx context.Context, p *pendingOp) (evs []record.Event, committed bool, err error) {
+	if err := t.refuseForeign(); err != nil {
+		return nil, false, err
+	}
 	p.done, p.lead = make(chan struct{}), make(chan struct{}, 1)
 	p.ticket, _ = ctx.Value(ticketKey{}).(*groupTicket)
-	if gone, ok := ctx.Value(callerKey{}).(func() bool); ok {
-		p.gone = func() bool { return ctx.Err() != nil || gone() }
+	// A step whose context ended while it waited (a library caller's
+	// deadline, a daemon's client gone) is not made: its caller has been
+	// told, or will be, that it was not.
+	gone, _ := ctx.Value(callerKey{}).(func() bool)
+	p.gone = func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: the step waited for its turn until its context ended, and was not made; nothing was made", err)
+		}
+		if gone != nil && gone() {
+			return errCallerGone
+		}
+		return nil
 	}
 	t.batch.submit(t, p)
 	return p.evs, p.committed, p.err
@@ -162,6 +175,11 @@ func park(slot *atomic.Pointer[parked], db journal.Store, healthy bool) {
 // open opens the tree's journal: for reading (under the shared lock), or
 // for writing, with the writer's turn.
 func (t *Tree) open(readOnly bool) (journal.Store, error) {
+	if !readOnly {
+		if err := t.refuseForeign(); err != nil {
+			return nil, err
+		}
+	}
 	return t.store.Open(t.metaDir, journal.OpenOptions{ReadOnly: readOnly, Timeout: t.opts.Timeout, Clock: t.opts.Clock, OnUpgrade: t.upgraded})
 }
 
@@ -262,7 +280,7 @@ type pendingOp struct {
 	done       chan struct{} // closed when the operation is finished
 	lead       chan struct{} // a value asks the waiting caller to lead the next group
 	ticket     *groupTicket  // the call of Together this operation belongs to, if any
-	gone       func() bool   // reports that its caller has gone (WithCaller); nil: never
+	gone       func() error  // why its caller has gone (its context ended, WithCaller), or nil
 }
 
 // batcher queues writer operations of one Tree.
@@ -399,7 +417,7 @@ func (t *Tree) isMirrored(head string) bool {
 func (b *batcher) submit(t *Tree, p *pendingOp) {
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
-	if p.ticket != nil {
+	if p.ticket != nil && p.ticket.b == b {
 		b.punchLocked(p.ticket)
 	}
 	if b.leading {
@@ -455,7 +473,8 @@ type GroupCall struct {
 
 // groupTicket marks the context of one call of Together.
 type groupTicket struct {
-	used   bool          // its write was queued, or it returned (guarded by batcher.mu)
+	b      *batcher      // the Tree's whose Together made it: a write to another Tree is no part of the group
+	used   bool          // its write was queued, or it returned (guarded by b.mu)
 	queued chan struct{} // closed then
 }
 
@@ -474,7 +493,10 @@ type ticketKey struct{}
 // commit (the claim comes second, so a task the completion unblocks is
 // claimable to it). A call that fails before writing fails alone, as in
 // any group. A call must not wait, before its write, for another write
-// of this Tree to finish: the group waits for it.
+// of this Tree to finish: the group waits for it. A write a call makes to
+// another Tree (another tree, or another Tree of this one) is no part of
+// the group: it commits on its own, and the call's first write to this
+// Tree (or its return) is what the group waits for.
 func (t *Tree) Together(calls ...GroupCall) {
 	b := t.batch
 	b.mu.Lock()
@@ -482,7 +504,7 @@ func (t *Tree) Together(calls ...GroupCall) {
 	b.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range calls {
-		tk := &groupTicket{queued: make(chan struct{})}
+		tk := &groupTicket{b: b, queued: make(chan struct{})}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -644,8 +666,11 @@ func (t *Tree) runGroup(group []*pendingOp) {
 	// while the step waited, the daemon stopped) is not made, rather
 	// than made for nobody: a claim whose token nobody gets.
 	live := slices.DeleteFunc(slices.Clone(group), func(p *pendingOp) bool {
-		if p.gone != nil && p.gone() {
-			p.err = errCallerGone
+		if p.gone == nil {
+			return false
+		}
+		if err := p.gone(); err != nil {
+			p.err = err
 			return true
 		}
 		return false

@@ -528,3 +528,107 @@ func TestLiveness_ClaimsOfATreeShareOneAnchor(t *testing.T) {
 		t.Errorf(".fence/live after the reap: %v, want empty", left)
 	}
 }
+
+// TestGroup_TogetherWithAWriteToAnotherTree: a call of Together that
+// writes to another Tree (the follow-up of a task, added to another tree)
+// commits that write on its own; before, it took the write for the
+// group's, the group's leader waited for a write that never came, and
+// Together and every later write of the Tree hung for good (found from
+// outside).
+func TestGroup_TogetherWithAWriteToAnotherTree(t *testing.T) {
+	open := func(name string) *Tree {
+		dir := filepath.Join(t.TempDir(), name)
+		if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+			t.Fatal(err)
+		}
+		tree, err := Open(dir, Options{Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tree.Close() })
+		return tree
+	}
+	a, b := open("a"), open("b")
+	ctx := context.Background()
+	if _, err := a.Add(ctx, AddRequest{ID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Claim(ctx, ClaimRequest{Agent: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan struct{})
+	var doneErr, addErr error
+	go func() {
+		defer close(returned)
+		a.Together(
+			GroupCall{Ctx: ctx, Fn: func(ctx context.Context) {
+				_, doneErr = a.Complete(ctx, FencedRequest{ID: "t1", Token: c.Token})
+			}},
+			GroupCall{Ctx: ctx, Fn: func(ctx context.Context) {
+				_, addErr = b.Add(ctx, AddRequest{ID: "follow-up"})
+			}},
+		)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Together has not returned after 20s: a write to another tree was taken for the group's")
+	}
+	if doneErr != nil || addErr != nil {
+		t.Fatalf("complete on a: %v; add on b: %v", doneErr, addErr)
+	}
+	if _, err := a.Add(ctx, AddRequest{ID: "t2"}); err != nil {
+		t.Fatalf("a write after the group: %v", err)
+	}
+}
+
+// TestGroup_StepPastItsContextIsNotMade: a step whose context ends while
+// it waits for the writer's turn is not made when the turn comes: it
+// returns its context's error and nothing changed (found from outside: a
+// complete with a 300 ms deadline was made after 4.8 s and returned nil).
+func TestGroup_StepPastItsContextIsNotMade(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tree")
+	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Open(dir, Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	ctx := context.Background()
+	if _, err := tree.Add(ctx, AddRequest{ID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tree.Claim(ctx, ClaimRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process holds the writer's turn for a second.
+	other, err := Open(dir, Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	db, err := other.openWriter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(time.Second)
+		db.Close()
+		close(released)
+	}()
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = tree.Complete(short, FencedRequest{ID: "t1", Token: c.Token})
+	<-released
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("complete whose deadline passed while it waited: %v, want context.DeadlineExceeded", err)
+	}
+	if rec, _ := taskState(t, tree, "t1"); rec.State != record.Claimed {
+		t.Fatalf("t1 is %s: the step was made after its caller's deadline", rec.State)
+	}
+}

@@ -53,6 +53,9 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 		return res, err
 	}
 	meta := filepath.Join(abs, string(fsmirror.Meta))
+	if e := foreignOwner(meta); e != nil {
+		return res, e
+	}
 	if o.Journal, err = checkJournalChoice(abs, meta, o); err != nil {
 		return res, err
 	}
@@ -146,7 +149,7 @@ func InitTree(root string, d record.Defaults, o Options) (InitResult, error) {
 		if boot == nil {
 			boot = SystemBootClock
 		}
-		if lc, err := openLeaseClock(meta, clock, boot); err == nil {
+		if lc, err := openLeaseClock(meta, clock, boot, true); err == nil {
 			lc.markSwept()
 		}
 	}

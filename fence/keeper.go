@@ -127,7 +127,9 @@ type LeaseKeeper struct {
 	done        chan struct{}
 	attach      chan attachWatch // Watch's hand-over to the loop
 	started     bool
-	stopOnce    sync.Once
+	// stoppedUnstarted: Stop came before Start; Start refuses, Watch ends at once.
+	stoppedUnstarted bool
+	stopOnce         sync.Once
 }
 
 // NewKeeper checks cfg, fills in the defaults and returns a keeper that is
@@ -181,6 +183,14 @@ func (e *WatchError) Unwrap() error { return e.Err }
 // heartbeat one lease twice and close its channels twice.
 var ErrKeeperStarted = errors.New("lease keeper already started: a keeper runs once; make a new one with NewKeeper")
 
+// ErrKeeperNotStarted is a Watch of a keeper that was not started: there
+// is no loop to hand the watch to (it waited for one for good).
+var ErrKeeperNotStarted = errors.New("lease keeper not started: Start it (with WatchLater) before Watch; nothing was done")
+
+// ErrKeeperStopped is a Start after Stop: the keeper would keep nothing,
+// while its holder took the lease for kept.
+var ErrKeeperStopped = errors.New("lease keeper stopped before it was started: it keeps nothing; make a new one with NewKeeper")
+
 // Start sets up the keeper's watch (openWatch; with TieToProcess, the
 // liveness file too), then runs the keeper in the background until Stop, ctx's end, or
 // the end of the lease. The watch is in place when Start returns, so a
@@ -191,9 +201,12 @@ var ErrKeeperStarted = errors.New("lease keeper already started: a keeper runs o
 // ErrKeeperStarted and changes nothing.
 func (k *LeaseKeeper) Start(ctx context.Context) error {
 	k.mu.Lock()
-	again := k.started
+	again, stopped := k.started, k.stoppedUnstarted
 	k.started = true
 	k.mu.Unlock()
+	if stopped {
+		return ErrKeeperStopped
+	}
 	if again {
 		return ErrKeeperStarted
 	}
@@ -269,6 +282,15 @@ type attachWatch struct {
 // lands later will be. A non-nil error is a *WatchError: the keeper goes
 // on polling. It does nothing on a keeper that has ended.
 func (k *LeaseKeeper) Watch() error {
+	k.mu.Lock()
+	started, stopped := k.started, k.stoppedUnstarted
+	k.mu.Unlock()
+	if stopped {
+		return nil // ended: nothing to watch
+	}
+	if !started {
+		return ErrKeeperNotStarted
+	}
 	w, changed, missed, err := k.openWatch()
 	_, holder := w.(*holderSub)
 	a := attachWatch{w: w, changed: changed, done: make(chan struct{}), check: missed || !holder}
@@ -293,6 +315,9 @@ func (k *LeaseKeeper) Stop() {
 	k.stopOnce.Do(func() { close(k.stop) })
 	k.mu.Lock()
 	started := k.started
+	if !started {
+		k.stoppedUnstarted = true
+	}
 	k.mu.Unlock()
 	if started {
 		<-k.done

@@ -92,17 +92,19 @@ type leaseClock struct {
 	swept      bool   // the leases of earlier boots are reaped
 	firstToken uint64 // the first token of this boot; 0: not known yet
 	damaged    error  // .fence/boot could not be read, and was replaced
+	readOnly   bool   // never writes .fence/boot (root on a user's tree: owner.go)
 }
 
 // openLeaseClock reads this boot's start from .fence/boot, or, in the
 // first process of a boot, sets it from the wall clock now and records
-// it (if .fence is not writable, the start stays this process's own).
-func openLeaseClock(meta string, wall func() time.Time, boot BootClock) (*leaseClock, error) {
+// it (if .fence is not writable, or record is false, the start stays
+// this process's own).
+func openLeaseClock(meta string, wall func() time.Time, boot BootClock, record bool) (*leaseClock, error) {
 	id, since, err := boot()
 	if err != nil {
 		return nil, err
 	}
-	c := &leaseClock{wall: wall, boot: boot, meta: meta, bootID: id}
+	c := &leaseClock{wall: wall, boot: boot, meta: meta, bootID: id, readOnly: !record}
 	rec, rerr := readBootFile(meta)
 	if rerr == nil && rec.id == id {
 		c.start, c.swept, c.firstToken = rec.start, rec.swept, rec.firstToken
@@ -119,6 +121,15 @@ func openLeaseClock(meta string, wall func() time.Time, boot BootClock) (*leaseC
 		c.swept, c.damaged = true, rerr
 		_ = c.write(false)
 		return c, nil
+	}
+	if rerr != nil {
+		// No record at all (a tree made by a fencectl before boot records,
+		// or the file deleted) says nothing of a reboot: taken for one, the
+		// first writer reaped every live lease as "host rebooted", and
+		// killed the runs that held them (found from outside, with a tree
+		// of an older version). Leases of an earlier boot, if any, end at
+		// their TTL, as they did before boots were told apart.
+		c.swept = true
 	}
 	// First come, first served: a process that loses the race reads the
 	// winner's start, so all processes of a boot share one.
@@ -185,6 +196,9 @@ func readBootFile(meta string) (bootRecord, error) {
 // write records the clock in .fence/boot. With first it replaces only a
 // record of another boot (or none): os.ErrExist if this boot's is there.
 func (c *leaseClock) write(first bool) error {
+	if c.readOnly {
+		return errors.New("the lease clock of a process that must not write the tree is not recorded")
+	}
 	path := filepath.Join(c.meta, bootFileName)
 	swept := "no"
 	if c.swept {

@@ -1139,6 +1139,9 @@ func (t *Tree) fenced(ctx context.Context, typ record.EventType, req FencedReque
 // its turn, not after, so under a busy (or stuck) writer the read is
 // skipped and the write's own check, in its transaction, decides.
 func (t *Tree) precheck(ctx context.Context, fn func(tx journal.Tx, now time.Time) error) error {
+	if err := t.refuseForeign(); err != nil {
+		return err
+	}
 	err := t.withTimeout(NoWait).read(ctx, fn)
 	if errors.Is(err, ErrBusy) {
 		return nil

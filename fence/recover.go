@@ -107,6 +107,11 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	if err := checkTaskTree(root); err != nil {
 		return rep, err
 	}
+	if abs, err := filepath.Abs(root); err == nil {
+		if e := foreignOwner(filepath.Join(abs, string(fsmirror.Meta))); e != nil {
+			return rep, e
+		}
+	}
 	m, err := fsmirror.Create(root) // the directories may be gone with the journal
 	if err != nil {
 		return rep, err

@@ -53,6 +53,9 @@ func (t *Tree) LockRequest(agent, id string) (*RequestLock, error) {
 	if err := checkRequestID(id); err != nil {
 		return nil, err
 	}
+	if err := t.refuseForeign(); err != nil {
+		return nil, err
+	}
 	mode := os.FileMode(0o700)
 	if st, err := os.Stat(t.metaDir); err == nil {
 		mode = st.Mode().Perm()

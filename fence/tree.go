@@ -1,6 +1,8 @@
 package fence
 
 import (
+	"golang.org/x/sys/unix"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,11 +30,17 @@ const (
 // Options configure a Tree.
 type Options struct {
 	// Timeout bounds the wait for the lock; 0 means DefaultTimeout, and
-	// NoWait (any negative value) tries once.
+	// NoWait (any negative value) tries once. A step's context does not
+	// cut that wait short, but a step whose context has ended when its
+	// turn comes is not made: it returns the context's error.
 	Timeout time.Duration
 	// Notify receives what a command noticed on the way but that is not its
 	// result: inbox entries it could not adopt, files it had to put back.
-	// nil drops them.
+	// nil drops them. It is called while a group of writes holds the
+	// tree's lock (every other process's writer waits): it must return
+	// quickly, must not panic, and must not call the Tree, whose writes
+	// would wait for the group that called it, for good. Hand notices to
+	// another goroutine to act on them.
 	Notify func(Notice)
 	// Backend is the store that holds the journal; nil is the one the
 	// tree's .fence/journal.json names, else the bbolt store in
@@ -84,6 +92,9 @@ type Tree struct {
 	// config is the journal config (.fence/journal.json) this Tree's store
 	// was opened from, if any (see openedConfig).
 	config *openedConfig
+	// foreign refuses every write: root on a tree another user owns
+	// (owner.go).
+	foreign *ForeignTreeError
 }
 
 // NoJournalError says a tree has no journal, and what to do.
@@ -167,6 +178,7 @@ func Open(root string, o Options) (*Tree, error) {
 		return nil, err
 	}
 	m.Crash, m.Fault, m.Trace = crashAt, renameFault, renameTrace
+	foreign := foreignOwner(meta)
 	var lc *leaseClock
 	if store.Name() == "bbolt" && (o.Clock == nil || o.Boot != nil) {
 		boot := o.Boot
@@ -174,20 +186,20 @@ func Open(root string, o Options) (*Tree, error) {
 			boot = SystemBootClock
 		}
 		// Without a boot clock (no /proc), the wall clock judges leases.
-		lc, _ = openLeaseClock(meta, o.clock(), boot)
+		lc, _ = openLeaseClock(meta, o.clock(), boot, foreign == nil)
 	}
 	o.Timeout, o.Clock = o.lockTimeout(), o.clock()
 	if lc != nil {
 		o.Clock = lc.now
 	}
-	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc, nextDue: new(atomic.Int64)}
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc, nextDue: new(atomic.Int64), foreign: foreign}
 	if owned && o.Journal == nil {
 		t.config = newOpenedConfig(meta)
 	}
 	if warning := m.CheckPerms(); warning != "" {
 		t.notify(NoticeWarning, abs, warning)
 	}
-	if store.Name() == "bbolt" {
+	if store.Name() == "bbolt" && foreign == nil {
 		t.keepPrivate(meta, store.Path(meta))
 	}
 	if lc != nil && lc.damaged != nil {
@@ -201,18 +213,29 @@ func Open(root string, o Options) (*Tree, error) {
 // another user may read them (a backup restored with another umask, a
 // chmod by hand): the journal names every live token, and a token is all
 // it takes to act on a task. It says so; one it cannot change (another
-// owner's) it only reports.
+// owner's) it only reports. The mode is read and changed through one
+// descriptor, opened without following a symlink: a check of the path
+// and a chmod of the path would change whatever was put there between
+// the two (found from outside, with root's chmod led to /etc).
 func (t *Tree) keepPrivate(meta, journalPath string) {
 	for _, f := range []struct {
-		path string
-		mode os.FileMode
-	}{{meta, 0o700}, {journalPath, 0o600}} {
-		fi, err := os.Lstat(f.path)
-		if err != nil || fi.Mode().Perm()&0o077 == 0 || !(fi.IsDir() || fi.Mode().IsRegular()) {
+		path  string
+		mode  uint32
+		flags int
+	}{{meta, 0o700, unix.O_DIRECTORY}, {journalPath, 0o600, 0}} {
+		fd, err := unix.Open(f.path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|f.flags, 0)
+		if err != nil {
+			continue // a symlink, or gone: Open's other checks say so
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&0o077 == 0 || !(st.Mode&unix.S_IFMT == unix.S_IFDIR || st.Mode&unix.S_IFMT == unix.S_IFREG) {
+			unix.Close(fd)
 			continue
 		}
-		was := fi.Mode().Perm()
-		if err := os.Chmod(f.path, f.mode); err != nil {
+		was := st.Mode & 0o777
+		err = unix.Fchmod(fd, f.mode)
+		unix.Close(fd)
+		if err != nil {
 			t.notify(NoticeWarning, f.path, fmt.Sprintf("other users may read it (mode %#o), and it names live tokens: %v; run chmod %o %s", was, err, f.mode, f.path))
 			continue
 		}

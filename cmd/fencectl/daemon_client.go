@@ -50,11 +50,11 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 		return 0, false, errors.New(lost)
 	}
 	switch v := os.Getenv("FENCE_DAEMON"); v {
-	case "", "on":
+	case "", "on", daemonExisting:
 	case "off":
 		return 0, false, nil
 	default:
-		return 0, false, usagef("invalid FENCE_DAEMON=%q: on (the default: an agent's steps go to the host's daemon for the tree) or off (each command in its own process); fix or unset it", v)
+		return 0, false, usagef("invalid FENCE_DAEMON=%q: on (the default: an agent's steps go to the host's daemon for the tree), existing (to a daemon that runs already, never one started for them: run sets it for its command) or off (each command in its own process); fix or unset it", v)
 	}
 	if backend != "etcd" || !exitsAfterRun {
 		return 0, false, nil
@@ -170,6 +170,9 @@ func answerWithin(c *cli.Context, timeout time.Duration) time.Duration {
 	return daemonlink.AnswerWithin(timeout, wait)
 }
 
+// daemonExisting is daemonlink.Existing: use a daemon, never start one.
+const daemonExisting = daemonlink.Existing
+
 // daemonExecutable is the program a daemon for an etcd tree runs: this
 // one if it links the etcd backend, else fencectl-etcd beside it.
 func daemonExecutable() (string, error) {
@@ -193,6 +196,9 @@ func dialDaemon(name, exe, root string) (*net.UnixConn, error) {
 	if err == nil {
 		return conn, nil
 	}
+	if os.Getenv("FENCE_DAEMON") == daemonExisting || !daemonlink.CanStartDaemon() {
+		return nil, err
+	}
 	if err := startDaemon(exe, root); err != nil {
 		return nil, err
 	}
@@ -214,6 +220,7 @@ func startDaemon(exe, root string) error {
 	cmd := exec.Command(exe, "daemon", "--dir", root)
 	cmd.Args[0] = "fencectl" // the name this program answers to (a test binary too)
 	cmd.Dir = "/"
+	cmd.Env = handoffEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return err

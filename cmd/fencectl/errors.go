@@ -34,6 +34,7 @@ func classify(err error) errorObject {
 		file     *fence.TaskFileError
 		batch    *fence.BatchError
 		tlsFile  *fence.TLSFileError
+		foreign  *fence.ForeignTreeError
 	)
 	switch {
 	case errors.As(err, &batch):
@@ -91,6 +92,8 @@ func classify(err error) errorObject {
 	case errors.As(err, &tlsFile) && tlsFile.FromInput():
 		// A flag or variable named it: bad input, as any malformed FENCE_* is.
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
+	case errors.As(err, &foreign):
+		obj.Reason = fence.ReasonNotOwner
 	case errors.As(err, &version):
 		// Not damage: the message names both versions and never advises
 		// recover, which would set a healthy journal aside.

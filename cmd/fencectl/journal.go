@@ -119,7 +119,7 @@ func execBeside(bin string, missing error) error {
 	if err != nil {
 		return err
 	}
-	return syscall.Exec(path, append([]string{path}, os.Args[1:]...), os.Environ())
+	return syscall.Exec(path, append([]string{path}, os.Args[1:]...), handoffEnv())
 }
 
 // besidePath is where bin is: beside this executable, else on PATH.

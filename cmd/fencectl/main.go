@@ -15,6 +15,10 @@ import (
 
 func main() {
 	exitsAfterRun = true
+	if err := checkHandoff(); err != nil {
+		fmt.Fprintln(os.Stderr, "fencectl: "+err.Error())
+		os.Exit(exitError)
+	}
 	os.Exit(run(context.Background(), os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -55,6 +55,8 @@ func TestScripts(t *testing.T) {
 						return cond == b.journal, nil
 					case "front":
 						return b.front, nil
+					case "root":
+						return os.Geteuid() == 0, nil
 					}
 					return false, fmt.Errorf("unknown condition %q", cond)
 				},

@@ -251,6 +251,7 @@ var nextSteps = map[string]string{
 	fence.ReasonIOError:        operatorStep,
 	fence.ReasonCorruptJournal: operatorStep,
 	fence.ReasonJournalVersion: "stop and tell your operator: the journal was written by a newer fencectl; this server must be upgraded; retrying will not help",
+	fence.ReasonNotOwner:       "stop and tell your operator: this server runs as root on a tree another user owns, and root may only read it; run the server as the tree's owner; retrying will not help",
 	fence.ReasonDrift:          "stop and tell your operator: the tree's files and its journal disagree (fencectl replay repairs it); retrying will not help",
 }
 

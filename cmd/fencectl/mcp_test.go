@@ -573,7 +573,7 @@ func TestMCPNextStep_EveryReason(t *testing.T) {
 	if len(reasons) < 15 {
 		t.Fatalf("found %d reasons in fence/errors.go: %v", len(reasons), reasons)
 	}
-	operator := map[string]bool{fence.ReasonIOError: true, fence.ReasonCorruptJournal: true, fence.ReasonJournalVersion: true, fence.ReasonDrift: true}
+	operator := map[string]bool{fence.ReasonIOError: true, fence.ReasonCorruptJournal: true, fence.ReasonJournalVersion: true, fence.ReasonDrift: true, fence.ReasonNotOwner: true}
 	for _, r := range reasons {
 		next, ok := nextSteps[r]
 		switch {

@@ -831,6 +831,12 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 		"FENCE_TASK_FILE="+claim.Path,
 		"FENCE_DEADLINE="+fmtTime(claim.Deadline),
 	)
+	if v := os.Getenv("FENCE_DAEMON"); v == "" || v == "on" {
+		// A daemon CMD's steps started would live in the task's
+		// containment, and die with the task while it served other
+		// agents' steps (found from outside): CMD uses one that runs.
+		cmd.Env = append(cmd.Env, "FENCE_DAEMON="+daemonExisting)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
 	select { // the last task's, if its orphans were reaped already
 	case <-s.sigchld:

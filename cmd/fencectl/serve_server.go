@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -230,11 +231,26 @@ func (s *server) serve(ctx context.Context, ln net.Listener, addrFile string) er
 // writeAddrFile writes addr to path atomically (a reader never sees half
 // of it): to a temporary file beside it, then a rename.
 func writeAddrFile(path, addr string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
+	// A new file of a name nobody can guess, never one that is there: a
+	// fixed PATH.tmp in a shared directory was a symlink another user
+	// planted, and the write went to the file it named (found from
+	// outside).
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
 		return fmt.Errorf("write --addr-file: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	tmp := f.Name()
+	err = f.Chmod(0o644)
+	if err == nil {
+		_, err = f.WriteString(addr + "\n")
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write --addr-file: %w", err)
 	}

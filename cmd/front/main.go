@@ -70,7 +70,7 @@ type step struct {
 func readStep(args []string) (s step, ok bool) {
 	env := daemonlink.FenceEnv()
 	switch env["FENCE_DAEMON"] {
-	case "", "on":
+	case "", "on", daemonlink.Existing:
 	default:
 		return s, false // off, or a value fencectl-full refuses
 	}

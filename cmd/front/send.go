@@ -137,7 +137,7 @@ type conn struct {
 // rather than 2 s later.
 func dial(name, exe, root string) (*conn, error) {
 	c, err := connect(name)
-	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || os.Getenv("FENCE_DAEMON") == daemonlink.Existing || !daemonlink.CanStartDaemon() {
 		return c, err
 	}
 	pid, err := startDaemon(exe, root)

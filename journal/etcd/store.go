@@ -49,8 +49,8 @@ type Store struct {
 	recheck    atomic.Uint64
 	// ceilings is what the handle last read of the ceiling's files, for
 	// Tx.LostTokens, the check of every write.
-	ceilings journal.CeilingCache
-	committed  atomic.Int64 // the revision of this handle's last commit
+	ceilings  journal.CeilingCache
+	committed atomic.Int64 // the revision of this handle's last commit
 
 	// The cache: point keys as this handle last read or wrote them, kept
 	// while nobody else writes (cache.go).

@@ -113,6 +113,11 @@ type Reply struct {
 // and claims nothing.
 const UndeliveredVar = "FENCE_DAEMON_UNDELIVERED"
 
+// Existing is the FENCE_DAEMON of a step that may use a daemon that runs
+// but must not start one: `run` sets it for its command, whose
+// containment would hold, and end with the task, a daemon started there.
+const Existing = "existing"
+
 // ConfigFile is the journal config of a tree whose journal is not the
 // default bbolt file (fence.TreeJournal reads it).
 const ConfigFile = "journal.json"
