@@ -112,6 +112,10 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 					t.notify(NoticeInboxRejected, id, hl.Error())
 					continue
 				}
+				if oo, ok := errors.AsType[*fsmirror.OtherOwnerError](err); ok {
+					t.notify(NoticeInboxRejected, id, oo.Error())
+					continue
+				}
 				if bw, ok := errors.AsType[*fsmirror.BeingWrittenError](err); ok {
 					t.notify(NoticeInboxRejected, id, bw.Error())
 					continue

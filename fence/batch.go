@@ -189,6 +189,14 @@ func (t *Tree) claimBatchOnce(ctx context.Context, req BatchClaimRequest) (Batch
 		}
 		return evs, nil
 	})
+	if ace, after := errors.AsType[*AfterCommitError](err); after && len(res.Assigned) > 0 {
+		// The claims committed and a file could not be moved into
+		// claimed/: the caller gets an error, so nobody would hold these
+		// tokens until their leases ran out, then each be reaped as a
+		// failed attempt (found from outside). Undone at once, as a
+		// single claim is.
+		return BatchClaimResult{Reaped: res.Reaped}, t.undoClaims(ctx, res.Assigned, ace.Err)
+	}
 	if err != nil {
 		return BatchClaimResult{}, err // nothing committed: no reap to tell of
 	}
@@ -270,4 +278,14 @@ func (t *Tree) nextClaimables(tx journal.Tx, n int, inClaimed map[string]fsmirro
 		}
 	}
 	return out, settled, nil
+}
+
+// undoClaims releases claims made but never handed to their caller (see
+// UndoClaim), and reports each.
+func (t *Tree) undoClaims(ctx context.Context, claims []ClaimResult, why error) error {
+	var errs []error
+	for _, c := range claims {
+		errs = append(errs, t.UndoClaim(ctx, c, why))
+	}
+	return errors.Join(errs...)
 }

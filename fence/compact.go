@@ -176,6 +176,12 @@ func (t *Tree) Compact(ctx context.Context, req CompactRequest) (CompactReport, 
 	if r, ok := db.(journal.Reclaimer); ok {
 		res, err := r.Reclaim(journal.ReclaimOptions{Crash: crashAt})
 		if err != nil {
+			// The fold is committed; only the rewrite that gives its
+			// pages back failed (a full disk): say so, as every failure
+			// after a commit does.
+			if rep.Tasks > 0 {
+				return rep, fmt.Errorf("%w; the fold of %d tasks is recorded (their events are summaries now): only giving the journal's space back failed; run `fencectl compact` again once there is room", err, rep.Tasks)
+			}
 			return rep, err
 		}
 		rep.BytesBefore, rep.BytesAfter, rep.Reclaimed = res.Before, res.After, true

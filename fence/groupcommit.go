@@ -288,6 +288,9 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*pendingOp
 	leading bool
+	// closed: Close has begun; new writes are refused (ErrTreeClosed),
+	// and Close waits for the group in flight (leading) to finish.
+	closed bool
 	// awaited counts the calls of Together that have neither queued a
 	// write nor returned: a leader waits for them (on arrived).
 	awaited int
@@ -416,6 +419,11 @@ func (t *Tree) isMirrored(head string) bool {
 // running groups for everyone else until the queue happens to be empty.
 func (b *batcher) submit(t *Tree, p *pendingOp) {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		p.err = ErrTreeClosed
+		return
+	}
 	b.queue = append(b.queue, p)
 	if p.ticket != nil && p.ticket.b == b {
 		b.punchLocked(p.ticket)
@@ -460,6 +468,23 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 		b.queue[0].lead <- struct{}{}
 	} else {
 		b.leading = false
+		b.cond().Broadcast() // a Close waits for this
+	}
+	b.mu.Unlock()
+}
+
+// ErrTreeClosed is a write asked of a Tree after Close began.
+var ErrTreeClosed = errors.New("the tree was closed: nothing was done (open it again)")
+
+// drain refuses new writes and waits for the writes in flight: a group
+// past its lock would otherwise commit and then move files through
+// descriptors Close had closed, leaving claims held by tokens nobody got
+// (found from outside).
+func (b *batcher) drain() {
+	b.mu.Lock()
+	b.closed = true
+	for b.leading || len(b.queue) > 0 {
+		b.cond().Wait()
 	}
 	b.mu.Unlock()
 }

@@ -64,7 +64,9 @@ var crashHits atomic.Int64
 // would, when FENCE_TEST_RENAME_FAULT lists it: comma-separated
 // "dir/name=ERRNO" entries, ERRNO one of EPERM, EXDEV, EACCES, EROFS
 // (say "inbox/t1=EPERM" for a file in a sticky drop box owned by another
-// user). Read at every call, so a test can change it between commands.
+// user); a path ending in * names every file it begins ("tmp/out-*":
+// staged outputs, whose names are random). Read at every call, so a
+// test can change it between commands.
 //
 // FENCE_TEST_LINK_MOVES=1 answers every rename with EINVAL, as renameat2
 // with RENAME_NOREPLACE does on NFS: the tree then moves by link and
@@ -79,7 +81,11 @@ var renameFault = func(from fsmirror.Dir, name string) unix.Errno {
 	}
 	for _, item := range strings.Split(list, ",") {
 		path, errno, _ := strings.Cut(item, "=")
-		if path != string(from)+"/"+name {
+		if prefix, ok := strings.CutSuffix(path, "*"); ok {
+			if !strings.HasPrefix(string(from)+"/"+name, prefix) {
+				continue
+			}
+		} else if path != string(from)+"/"+name {
 			continue
 		}
 		switch errno {

@@ -51,7 +51,8 @@ type replayState struct {
 	tasks   map[string]record.Task
 	claims  map[uint64]record.Claim
 	staged  map[string]string // task → staging name of its add event
-	outputs []string          // staging names of fenced outputs (put, complete --result)
+	publish []pendingOutput   // outputs still staged, for the repair to publish
+	outputs []pendingOutput   // fenced outputs (put, complete --result), by their staging names
 	rebuild bool              // stored records, claims or indexes differ from the log
 	// ownClock: the store judges expiry by its own clock (etcd, the one
 	// store that holds no writer off: WritersHeld) and hands out records
@@ -215,14 +216,18 @@ func (t *Tree) quarantineDead(st *replayState, dead []string) {
 	}
 }
 
+// pendingOutput is a fenced output a committed event names: its staging
+// name, and where it is published (out/task/name).
+type pendingOutput struct{ staged, task, name string }
+
 // neededStaged is the set of staged names that committed events name.
 func (st *replayState) neededStaged() map[string]bool {
 	needed := map[string]bool{}
 	for _, s := range st.staged {
 		needed[s] = true
 	}
-	for _, s := range st.outputs {
-		needed[s] = true // an output the next writer publishes (settle)
+	for _, o := range st.outputs {
+		needed[o.staged] = true // an output the next writer publishes (settle)
 	}
 	return needed
 }
@@ -287,7 +292,7 @@ func (st *replayState) compareJournal(tx journal.Tx, rep *ReplayReport) error {
 		case ev.Type == record.EvAdd || ev.Type == record.EvAdopt && ev.Staged != "":
 			st.staged[ev.Task] = ev.Staged
 		case ev.Staged != "":
-			st.outputs = append(st.outputs, ev.Staged)
+			st.outputs = append(st.outputs, pendingOutput{staged: ev.Staged, task: ev.Task, name: ev.Output})
 		}
 		st.foldClaim(ev)
 		return true, nil
@@ -601,6 +606,17 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport, scan func() (dirS
 			}
 		}
 	}
+	// An output whose commit landed and whose publish failed (another
+	// user's out/ID, a full disk) is still staged: settle publishes only
+	// the last commit's, so after another commit it waited unreported
+	// (found from outside: replay --check said the tree agreed while a
+	// done task's --result was missing from out/).
+	for _, o := range st.outputs {
+		if staging[o.staged] || staging[fsmirror.UnpublishedPrefix+o.staged] {
+			add(Finding{Kind: FindingMisplaced, Task: o.task, Dir: string(fsmirror.Staging), Detail: "output out/" + o.task + "/" + o.name + " committed but still staged (its publish failed); replay publishes it"})
+			st.publish = append(st.publish, o)
+		}
+	}
 	for _, id := range order {
 		dirs := where[id]
 		if _, known := st.tasks[id]; known {
@@ -843,6 +859,11 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 	}
 	if err := b.Sync(); err != nil {
 		return err
+	}
+	for _, o := range st.publish {
+		if err := t.mirror.Publish(o.staged, o.task, o.name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	if !db.Exclusive() {
 		defer t.settleAgain(db, st)

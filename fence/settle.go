@@ -96,6 +96,7 @@ func (t *Tree) mirrorEvents(evs []record.Event, check bool) (failed map[string]e
 	for _, ev := range evs {
 		if ev.Output != "" && failed[ev.Task] == nil {
 			if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
+				_ = t.mirror.KeepUnpublished(ev.Staged) // replay publishes it
 				fail(ev.Task, err)
 			}
 		}
@@ -115,8 +116,9 @@ func (t *Tree) publishPending(evs []record.Event) error {
 		}
 		if err := t.mirror.Publish(ev.Staged, ev.Task, ev.Output); err != nil {
 			// An odd entry in out/ must not wedge every writer: report it;
-			// the staged content stays in .fence/tmp.
-			t.notify(NoticeNotPublished, ev.Task, err.Error())
+			// the staged content stays in .fence/tmp, for replay.
+			_ = t.mirror.KeepUnpublished(ev.Staged)
+			t.notify(NoticeNotPublished, ev.Task, err.Error()+"; kept in .fence/tmp: `fencectl replay` publishes it once the cause is fixed")
 			continue
 		}
 		t.notify(NoticeSettled, ev.Task, "published out/"+ev.Task+"/"+ev.Output+" that an interrupted command left staged")

@@ -264,8 +264,11 @@ func (t *Tree) CloseAtExit() error {
 	return t.mirror.Close()
 }
 
-// Close releases the tree's directory handles.
+// Close waits for the writes in flight, refuses new ones
+// (ErrTreeClosed), and releases the tree's journal and directory
+// handles. It must not be called from Options.Notify.
 func (t *Tree) Close() error {
+	t.batch.drain()
 	if db := t.batch.takeIdle(); db != nil {
 		db.Close()
 	}

@@ -144,6 +144,18 @@ func (b *Batch) Adopt(from Dir, id string) (string, error) {
 		}
 		return "", &HardLinkedError{Name: id, Links: links}
 	}
+	// Another user's file (a group-writable inbox) could not be checked
+	// for writers (a lease is the owner's to take), and its owner could
+	// still rewrite the task under its holder: it is not adopted.
+	if owner, err := b.m.owner(Staging, name); err == nil && owner != os.Geteuid() {
+		if held != nil {
+			held.Close()
+		}
+		if err := b.m.rename(Staging, name, from, id); err != nil {
+			return "", fmt.Errorf("put %s back: %w", b.m.Path(from, id), err)
+		}
+		return "", &OtherOwnerError{Name: id, Owner: owner}
+	}
 	if held != nil {
 		stagingfd, _ := b.m.dirfd(Staging)
 		b.m.hold(name, held, stagingfd)
@@ -223,6 +235,19 @@ func (m *Mirror) links(dir Dir, name string) (uint64, error) {
 		return 0, err
 	}
 	return uint64(st.Nlink), nil
+}
+
+// owner returns the uid that owns the file name in dir.
+func (m *Mirror) owner(dir Dir, name string) (int, error) {
+	fd, err := m.dirfd(dir)
+	if err != nil {
+		return 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return 0, err
+	}
+	return int(st.Uid), nil
 }
 
 func (b *Batch) note(from, to Dir) {

@@ -107,6 +107,18 @@ func (e *HardLinkedError) Error() string {
 	return fmt.Sprintf("%s has %d hard links: its content is shared with a file outside the tree; left in place, not adopted (move it in with mv, or remove its other names)", quoteShort(e.Name), e.Links)
 }
 
+// OtherOwnerError refuses to adopt a file another user owns: whether it
+// is still being written cannot be told (a read lease is its owner's to
+// take), and its owner could rewrite the task under its holder after.
+type OtherOwnerError struct {
+	Name  string
+	Owner int
+}
+
+func (e *OtherOwnerError) Error() string {
+	return fmt.Sprintf("%s belongs to another user (uid %d): it may still be written, and that user could change the task under its holder; left in place, not adopted (the tree's user copies it in: cp, then mv into inbox/)", quoteShort(e.Name), e.Owner)
+}
+
 // BeingWrittenError refuses to adopt a file that a process has open for
 // writing: it may be half written, and what is written later would change
 // the task under its holder. It is left where it is and adopted once no

@@ -204,8 +204,8 @@ func (m *Mirror) Sweep(dryRun bool) (moved, adopting []string, err error) {
 		return nil, nil, err
 	}
 	for _, e := range entries {
-		if e.Kind != Regular {
-			continue
+		if e.Kind != Regular || strings.HasPrefix(e.Name, UnpublishedPrefix) {
+			continue // an unpublished output is the journal's (KeepUnpublished)
 		}
 		if strings.HasPrefix(e.Name, AdoptPrefix) {
 			m.release(e.Name)

@@ -26,11 +26,43 @@ func (m *Mirror) Publish(staged, task, name string) error {
 	if err := validateName(name, "output name"); err != nil {
 		return err
 	}
-	if err := m.publish(staged, task, name); err != nil {
+	err := m.publish(staged, task, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Set aside by KeepUnpublished after an earlier try failed.
+		if again := m.publish(UnpublishedPrefix+staged, task, name); !errors.Is(again, fs.ErrNotExist) {
+			err = again
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("write output %s: %w", m.Path(Out, task+"/"+name), err)
 	}
 	m.release(staged)
 	return nil
+}
+
+// UnpublishedPrefix marks a staged output whose commit landed and whose
+// publish failed (another user's out/ID, a full disk): the journal names
+// it, so it is no orphan of a writer that died before its commit, and
+// Sweep leaves it for replay to publish. Unmarked, the next writer's
+// sweep set the only copy of a recorded output aside as "died before its
+// commit" (found from outside).
+const UnpublishedPrefix = "unpublished-"
+
+// KeepUnpublished marks the staged output staged as committed and not
+// yet published (UnpublishedPrefix); Publish finds it under either name.
+func (m *Mirror) KeepUnpublished(staged string) error {
+	if err := validComponent(staged, "staging file name"); err != nil {
+		return err
+	}
+	fd, err := m.dirfd(Staging)
+	if err != nil {
+		return err
+	}
+	if err := unix.Renameat(fd, staged, fd, UnpublishedPrefix+staged); err != nil {
+		return &fs.PathError{Op: "rename", Path: m.Path(Staging, staged), Err: err}
+	}
+	m.release(staged)
+	return unix.Fsync(fd)
 }
 
 // StagedExists reports whether a staged file is still waiting in .fence/tmp.
@@ -43,6 +75,9 @@ func (m *Mirror) StagedExists(staged string) (bool, error) {
 		return false, err
 	}
 	err = m.checkRegular(fd, Staging, staged)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = m.checkRegular(fd, Staging, UnpublishedPrefix+staged)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -70,6 +105,11 @@ func (m *Mirror) publish(staged, task, name string) error {
 	stagefd, err := m.dirfd(Staging)
 	if err != nil {
 		return err
+	}
+	if m.Fault != nil {
+		if errno := m.Fault(Staging, staged); errno != 0 {
+			return &fs.PathError{Op: "rename", Path: m.Path(Staging, staged), Err: errno}
+		}
 	}
 	if err := unix.Renameat(stagefd, staged, taskfd, name); err != nil {
 		return &fs.PathError{Op: "rename", Path: m.Path(Staging, staged), Err: err}
@@ -104,6 +144,12 @@ func (m *Mirror) PrepareOutput(task string) error {
 			return &fs.PathError{Op: "fsync", Path: m.Path(Out, ""), Err: err}
 		}
 	case unix.EEXIST:
+		// Made by another user (root, a group member): the output could
+		// not be renamed into it after the commit, and the commit would
+		// record an output that never appears (found from outside).
+		if err := unix.Faccessat(outfd, task, unix.W_OK|unix.X_OK, 0); err != nil { // CheckOutput refused a symlink
+			return &fs.PathError{Op: "write into", Path: m.Path(Out, task), Err: fmt.Errorf("%w (another user's directory? give it back to the tree's user, or move it aside)", err)}
+		}
 	default:
 		return &fs.PathError{Op: "mkdir", Path: m.Path(Out, task), Err: err}
 	}

@@ -313,6 +313,12 @@ func (g *guardProc) start() error {
 		return err
 	}
 	defer doneW.Close()
+	if g.pgid > 0 {
+		// Into the pipe before the guard exists: a run killed while it
+		// starts the guard (a SIGKILL right after the last one died) must
+		// not leave a guard that never heard which group to kill.
+		fmt.Fprintf(w, "pgroup %d\n", g.pgid)
+	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.ExtraFiles = []*os.File{r, doneW}
 	if g.hold != nil {
@@ -327,9 +333,6 @@ func (g *guardProc) start() error {
 		return fmt.Errorf("start the guard: %w", errors.Join(err, perr))
 	}
 	g.w, g.done, g.pid = w, done, pid
-	if g.pgid > 0 {
-		fmt.Fprintf(g.w, "pgroup %d\n", g.pgid)
-	}
 	return nil
 }
 

@@ -206,6 +206,7 @@ func (db *DB) Reclaim(o journal.ReclaimOptions) (res journal.ReclaimResult, err 
 		return os.OpenFile(name, flag|os.O_EXCL, mode)
 	}})
 	if err != nil {
+		_ = os.Remove(tmp) // a full disk leaves it made and empty
 		return res, fmt.Errorf("reclaim journal %s: %w", db.path, err)
 	}
 	err = bbolt.Compact(dst, db.b, reclaimTxSize)
