@@ -1,8 +1,15 @@
 package fence
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/fencectl/fencectl/fsmirror"
@@ -26,6 +33,9 @@ func (o Options) backendFor(meta string) (b journal.Backend, owned bool, err err
 	if o.Journal != nil {
 		cfg, found = *o.Journal, true
 	} else if cfg, found, err = journal.ReadConfig(meta); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, false, notYours(meta, err)
+		}
 		return nil, false, err
 	}
 	if !found {
@@ -39,6 +49,25 @@ func (o Options) backendFor(meta string) (b journal.Backend, owned bool, err err
 		s.SetTimeout(o.Timeout)
 	}
 	return b, true, nil
+}
+
+// notYours explains a .fence this user may not read: another user's
+// tree. It said "open .fence/journal.json: permission denied", naming a
+// file a bbolt tree does not have (found from outside).
+func notYours(meta string, err error) error {
+	fi, serr := os.Lstat(meta)
+	if serr != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) == os.Geteuid() {
+		return err
+	}
+	who := "uid " + strconv.Itoa(int(st.Uid))
+	if u, uerr := user.LookupId(strconv.Itoa(int(st.Uid))); uerr == nil {
+		who = u.Username + " (" + who + ")"
+	}
+	return fmt.Errorf("%s belongs to %s (mode %#o), and this user may not read it: a tree has one user; nothing was done. Run fencectl as that user (%w)", meta, who, fi.Mode().Perm(), err)
 }
 
 // closeBackend closes b if it holds anything (the etcd client).

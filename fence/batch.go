@@ -83,6 +83,9 @@ func (e *BatchError) waitable() bool {
 }
 
 func (r BatchClaimRequest) validate() error {
+	if err := checkTexts(r.Agent, ""); err != nil {
+		return err
+	}
 	switch {
 	case len(r.IDs) > 0 && r.Count > 0:
 		return invalidf(InputBatch, RuleConflict, r.Count, "name the tasks or ask for the next %d, not both", r.Count)

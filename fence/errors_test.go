@@ -133,3 +133,49 @@ func TestStaleTokenError_JSONCarriesNoLiveToken(t *testing.T) {
 		t.Fatalf("the refusal's JSON names the live token: %s", b)
 	}
 }
+
+// The library keeps the journal's texts as the CLI does: an agent name
+// or a reason with control characters, bytes that are not UTF-8, or
+// beyond its bound is refused as invalid input, by every entry point, and
+// nothing changes (found from outside: the library stored them, and `log
+// --json` gave back another name).
+func TestTexts_RefusedByTheLibrary(t *testing.T) {
+	tree := newTree(t)
+	add(t, tree, "t1", 0)
+	good := claim(t, tree, "t1", "a")
+	for _, bad := range []struct{ agent, reason string }{
+		{"a\x1b[31m", ""}, {"a\xff", ""}, {strings.Repeat("a", fence.MaxAgentLen+1), ""},
+		{"a", "line\nbreak"}, {"a", strings.Repeat("r", fence.MaxReasonLen+1)},
+	} {
+		calls := map[string]func() error{
+			"release": func() error {
+				_, err := tree.Release(bg, fence.FencedRequest{ID: "t1", Token: good.Token, Agent: bad.agent, Reason: bad.reason})
+				return err
+			},
+			"revoke": func() error { _, err := tree.Revoke(bg, "t1", bad.agent, bad.reason); return err },
+		}
+		if bad.reason == "" {
+			calls["claim"] = func() error { _, err := tree.Claim(bg, fence.ClaimRequest{Agent: bad.agent}); return err }
+			calls["batch"] = func() error {
+				_, err := tree.ClaimBatch(bg, fence.BatchClaimRequest{Agent: bad.agent, Count: 1})
+				return err
+			}
+		}
+		for name, call := range calls {
+			var invalid *fence.InvalidInputError
+			if err := call(); !errors.As(err, &invalid) {
+				t.Fatalf("%s with agent %q, reason %q: %v, want invalid input", name, bad.agent, truncateForTest(bad.reason), err)
+			}
+		}
+	}
+	if v, err := tree.Show(bg, "t1"); err != nil || v.Task.State != record.Claimed || v.Task.Lease.Token != good.Token {
+		t.Fatalf("t1 after the refusals: %+v, %v; want still claimed by the first claim", v.Task, err)
+	}
+}
+
+func truncateForTest(s string) string {
+	if len(s) > 20 {
+		return s[:20] + "…"
+	}
+	return s
+}

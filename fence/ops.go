@@ -281,6 +281,9 @@ var pollInterval = 100 * time.Millisecond
 // is the restore path instead: the same claim back, lease renewed, if that
 // token is still current. With Wait it keeps trying while nothing is ready.
 func (t *Tree) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if err := checkTexts(req.Agent, ""); err != nil {
+		return ClaimResult{}, err
+	}
 	if req.ID != "" {
 		if err := fsmirror.ValidateID(req.ID); err != nil {
 			return ClaimResult{}, invalidf(InputID, RuleFormat, req.ID, "%v", err)
@@ -1019,6 +1022,9 @@ type output struct {
 }
 
 func (r FencedRequest) validate() error {
+	if err := checkTexts(r.Agent, r.Reason); err != nil {
+		return err
+	}
 	if err := fsmirror.ValidateID(r.ID); err != nil {
 		return invalidf(InputID, RuleFormat, r.ID, "%v", err)
 	}
@@ -1235,21 +1241,47 @@ func (t *Tree) Verify(ctx context.Context, req FencedRequest) (record.Task, erro
 	if err := req.validate(); err != nil {
 		return record.Task{}, err
 	}
-	var rec record.Task
-	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
+	var (
+		rec      record.Task
+		restored bool
+	)
+	check := func(tx journal.Tx, now time.Time) error {
+		// A journal restored from a backup holds leases that ended
+		// since; the first write ends them (restored.go), and a read
+		// that judges a token must not judge by them (found from
+		// outside: verify called a revoked token current).
+		if lost, err := tx.LostTokens(); err != nil || lost {
+			restored = lost
+			return err
+		}
 		r, claim, err := lookup(tx, req.ID, req.Token)
 		rec = r
 		if err != nil {
 			return err
 		}
 		return Authorize(rec, req.Token, claim, now)
-	})
+	}
+	err := t.read(ctx, check)
+	if err == nil && restored {
+		// A write that changes nothing runs the ending of the leases
+		// before anything else; then the token is judged again.
+		if _, _, err = t.writeFor(ctx, "verify", nil, func(journal.Tx, time.Time) ([]record.Event, error) { return nil, errNoChange }); err != nil {
+			return rec, err
+		}
+		restored = false
+		if err = t.read(ctx, check); err == nil && restored {
+			err = errTokensLost
+		}
+	}
 	return rec, err
 }
 
 // Revoke frees a task's lease without its token (an operator's action).
 // The old token is dead from then on; no attempt is counted.
 func (t *Tree) Revoke(ctx context.Context, id, agent, reason string) (Result, error) {
+	if err := checkTexts(agent, reason); err != nil {
+		return Result{}, err
+	}
 	return t.operator(ctx, record.EvRevoke, id, func(rec record.Task, now time.Time) (record.Event, error) {
 		if rec.State != record.Claimed || rec.Lease == nil {
 			return record.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "revoke"}
@@ -1263,6 +1295,9 @@ func (t *Tree) Revoke(ctx context.Context, id, agent, reason string) (Result, er
 // still waits for a dependency (a blocked task that was cancelled) goes
 // to waiting/ instead.
 func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, error) {
+	if err := checkTexts(agent, reason); err != nil {
+		return Result{}, err
+	}
 	return t.operatorTx(ctx, record.EvRequeue, id, func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error) {
 		if rec.State != record.Done && rec.State != record.Failed {
 			return record.Event{}, &NotAvailableError{Task: id, State: rec.State, Op: "requeue"}
@@ -1290,6 +1325,9 @@ func (t *Tree) Requeue(ctx context.Context, id, agent, reason string) (Result, e
 // changes nothing; a done task, or one failed for another reason, is
 // refused with NotAvailableError (see CancelEvent).
 func (t *Tree) Cancel(ctx context.Context, id, agent, reason string) (Result, error) {
+	if err := checkTexts(agent, reason); err != nil {
+		return Result{}, err
+	}
 	return t.operatorTx(ctx, record.EvCancel, id, func(tx journal.Tx, rec record.Task, now time.Time) (record.Event, error) {
 		ev, retry, err := CancelEvent(rec, agent, reason, now)
 		if err != nil {

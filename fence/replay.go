@@ -52,6 +52,7 @@ type replayState struct {
 	claims  map[uint64]record.Claim
 	staged  map[string]string // task → staging name of its add event
 	publish []pendingOutput   // outputs still staged, for the repair to publish
+	settles map[string]bool   // staged names of the last commit: settle's to place
 	outputs []pendingOutput   // fenced outputs (put, complete --result), by their staging names
 	rebuild bool              // stored records, claims or indexes differ from the log
 	// ownClock: the store judges expiry by its own clock (etcd, the one
@@ -159,6 +160,20 @@ func (t *Tree) Replay(ctx context.Context, check bool) (ReplayReport, error) {
 			return err
 		}
 		t.compareTokens(tx, st, &rep)
+		if db.Exclusive() || db.WritersHeld() {
+			// The last commit's outputs are the next writer's to publish
+			// (settle), as its moves are: no drift.
+			last, err := tx.LastCommit()
+			if err != nil {
+				return err
+			}
+			st.settles = map[string]bool{}
+			for _, ev := range last {
+				if ev.Staged != "" {
+					st.settles[ev.Staged] = true
+				}
+			}
+		}
 		st.lastSeq, err = lastSeq(tx)
 		return err
 	})
@@ -612,6 +627,9 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport, scan func() (dirS
 	// (found from outside: replay --check said the tree agreed while a
 	// done task's --result was missing from out/).
 	for _, o := range st.outputs {
+		if st.settles[o.staged] || t.mirror.StagedHeld(o.staged) {
+			continue // the next writer's settle, or a live writer, publishes it
+		}
 		if staging[o.staged] || staging[fsmirror.UnpublishedPrefix+o.staged] {
 			add(Finding{Kind: FindingMisplaced, Task: o.task, Dir: string(fsmirror.Staging), Detail: "output out/" + o.task + "/" + o.name + " committed but still staged (its publish failed); replay publishes it"})
 			st.publish = append(st.publish, o)
@@ -656,7 +674,7 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport, scan func() (dirS
 			if ok, _ := t.mirror.Exists(fsmirror.Inbox, id); ok {
 				add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(fsmirror.Inbox), Detail: "adopted but still in inbox/; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Inbox, to: want})
-			} else if s := st.staged[id]; s != "" && staging[s] {
+			} else if s := st.staged[id]; s != "" && (staging[s] || staging[fsmirror.UnpublishedPrefix+s]) {
 				add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(fsmirror.Staging), Detail: "added but still staged; replay moves it to " + string(want) + "/"})
 				st.moves = append(st.moves, move{id: id, from: fsmirror.Staging, staged: s, to: want})
 			} else if !settledMissing(rec) {

@@ -97,6 +97,15 @@ func TestRestoredJournal_EndsEveryLeaseItHolds(t *testing.T) {
 
 			tree = open()
 			defer tree.Close()
+			// A read that judges the token (verify, the check before a
+			// side effect) is the first step after the restore: it must
+			// not call the dead token current.
+			if err := untilOK(new(atomic.Int64), func() error {
+				_, err := tree.Verify(bg, fence.FencedRequest{ID: "t0", Token: lost.Token})
+				return err
+			}); !errors.As(err, new(*fence.StaleTokenError)) {
+				t.Fatalf("verify of the token released after the backup, first on the restored journal: %v, want a stale token refusal", err)
+			}
 			// The old holder wakes up with its token: refused, and so is
 			// every lease the restored journal held (kept's too: nothing
 			// tells a lease that lived on from one that ended after the

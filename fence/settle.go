@@ -161,6 +161,12 @@ func (t *Tree) placeOnce(b *fsmirror.Batch, m move) error {
 		return m.err
 	case m.staged != "":
 		err = b.MoveFrom(fsmirror.Staging, m.staged, m.to, m.id)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrExist) {
+			// A task's only content, committed: kept for the next
+			// writer or replay, never swept as a dead writer's (found
+			// from outside: swept, then the task failed as missing).
+			_ = t.mirror.KeepUnpublished(m.staged)
+		}
 	case m.from == m.to:
 		// Nothing moves (a heartbeat, a renewal, a put); where writers do
 		// not take turns (etcd) this touch is also when a move a crash

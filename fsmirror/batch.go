@@ -1,6 +1,7 @@
 package fsmirror
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -67,7 +68,14 @@ func (b *Batch) MoveFrom(from Dir, src string, to Dir, id string) error {
 	if err := ValidateID(id); err != nil {
 		return err
 	}
-	if err := b.m.rename(from, src, to, id); err != nil {
+	err := b.m.rename(from, src, to, id)
+	if from == Staging && errors.Is(err, fs.ErrNotExist) {
+		// Kept after an earlier try failed (Mirror.KeepUnpublished).
+		if again := b.m.rename(from, UnpublishedPrefix+src, to, id); !errors.Is(again, fs.ErrNotExist) {
+			err = again
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("move %s to %s as %s: %w", b.m.Path(from, src), to, id, err)
 	}
 	if from == Staging {

@@ -205,6 +205,7 @@ func open(root string, create bool) (_ *Mirror, err error) {
 			switch err := unix.Mkdirat(parent, l.name, l.mode); err {
 			case nil:
 				dirty[parent] = ppath
+				ownLikeParent(parent, l.name)
 			case unix.EEXIST:
 			default:
 				if l.upgrade && !create {
@@ -439,4 +440,19 @@ func (m *Mirror) CheckPerms() string {
 	}
 	return fmt.Sprintf("world-writable: %s (any local user can add, move or delete tasks; run chmod o-w)",
 		strings.Join(loose, ", "))
+}
+
+// ownLikeParent gives a directory root just made to the owner of the
+// directory it is in: root's read of another user's tree (status) that
+// made an upgrade's missing directory (waiting/) as root's locked that
+// user out of every step that moves a task there (found from outside).
+func ownLikeParent(parent int, name string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	var pst unix.Stat_t
+	if unix.Fstat(parent, &pst) != nil || pst.Uid == 0 {
+		return
+	}
+	_ = unix.Fchownat(parent, name, int(pst.Uid), int(pst.Gid), unix.AT_SYMLINK_NOFOLLOW)
 }

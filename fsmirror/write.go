@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +39,24 @@ func (m *Mirror) Publish(staged, task, name string) error {
 	}
 	m.release(staged)
 	return nil
+}
+
+// StagedHeld reports whether a live process holds the staged file (the
+// writer that staged it, until it is published or set aside).
+func (m *Mirror) StagedHeld(staged string) bool {
+	if validComponent(staged, "staging file name") != nil {
+		return false
+	}
+	dirfd, err := m.dirfd(Staging)
+	if err != nil {
+		return false
+	}
+	fd, err := unix.Openat(dirfd, staged, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil
 }
 
 // UnpublishedPrefix marks a staged output whose commit landed and whose
@@ -147,6 +166,12 @@ func (m *Mirror) PrepareOutput(task string) error {
 		// Made by another user (root, a group member): the output could
 		// not be renamed into it after the commit, and the commit would
 		// record an output that never appears (found from outside).
+		var st unix.Stat_t
+		if err := unix.Fstatat(outfd, task, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && os.Geteuid() != 0 && int(st.Uid) != os.Geteuid() {
+			// Writable (a sticky 1777 one), but another user's: a file of
+			// theirs in it cannot be replaced, and stays the output.
+			return &fs.PathError{Op: "write into", Path: m.Path(Out, task), Err: fmt.Errorf("it belongs to another user (uid %d): give it back to the tree's user, or move it aside", st.Uid)}
+		}
 		if err := unix.Faccessat(outfd, task, unix.W_OK|unix.X_OK, 0); err != nil { // CheckOutput refused a symlink
 			return &fs.PathError{Op: "write into", Path: m.Path(Out, task), Err: fmt.Errorf("%w (another user's directory? give it back to the tree's user, or move it aside)", err)}
 		}

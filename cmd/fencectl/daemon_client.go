@@ -49,12 +49,11 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 	if lost := os.Getenv(daemonlink.LostVar); lost != "" {
 		return 0, false, errors.New(lost)
 	}
-	switch v := os.Getenv("FENCE_DAEMON"); v {
-	case "", "on", daemonExisting:
-	case "off":
+	if err := checkDaemonVar(); err != nil {
+		return 0, false, err
+	}
+	if os.Getenv("FENCE_DAEMON") == "off" {
 		return 0, false, nil
-	default:
-		return 0, false, usagef("invalid FENCE_DAEMON=%q: on (the default: an agent's steps go to the host's daemon for the tree), existing (to a daemon that runs already, never one started for them: run sets it for its command) or off (each command in its own process); fix or unset it", v)
 	}
 	if backend != "etcd" || !exitsAfterRun {
 		return 0, false, nil
@@ -168,6 +167,16 @@ func answerWithin(c *cli.Context, timeout time.Duration) time.Duration {
 		wait = c.Duration("wait")
 	}
 	return daemonlink.AnswerWithin(timeout, wait)
+}
+
+// checkDaemonVar refuses a FENCE_DAEMON that is none of its values.
+func checkDaemonVar() error {
+	switch v := os.Getenv("FENCE_DAEMON"); v {
+	case "", "on", "off", daemonExisting:
+		return nil
+	default:
+		return usagef("invalid FENCE_DAEMON=%q: on (the default: an agent's steps go to the host's daemon for the tree), existing (to a daemon that runs already, never one started for them: run sets it for its command) or off (each command in its own process); fix or unset it", v)
+	}
 }
 
 // daemonExisting is daemonlink.Existing: use a daemon, never start one.

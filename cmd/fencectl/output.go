@@ -205,23 +205,10 @@ func checkText(flag, s string) error {
 	return nil
 }
 
-// textRule says what is wrong with a value for the journal, or "": it is
-// shown to operators later, so no control characters; it is printed in
-// JSON (--json, the dashboard, MCP), which carries only UTF-8, and a name
-// with other bytes came back as another name (U+FFFD in place of each),
-// which a script comparing holders would never match; and it is no longer
-// than the journal keeps (maxText).
+// textRule says what is wrong with a value for the journal, or "": the
+// library's rule (fence.TextProblem), said before anything runs.
 func textRule(flag, s string) string {
-	if n := maxText(flag); len(s) > n {
-		return fmt.Sprintf("%d bytes long, at most %d allowed (it is recorded in every event it names)", len(s), n)
-	}
-	if strings.ContainsFunc(s, unicode.IsControl) {
-		return "control characters are not allowed"
-	}
-	if !utf8.ValidString(s) {
-		return "not valid UTF-8 (it must be text: it is printed in --json output)"
-	}
-	return ""
+	return fence.TextProblem(s, maxText(flag))
 }
 
 // maxText bounds a text the journal keeps: an agent name is written into
@@ -229,9 +216,9 @@ func textRule(flag, s string) string {
 // event. A 100 KB name was stored and printed back whole.
 func maxText(flag string) int {
 	if flag == "agent" {
-		return 256
+		return fence.MaxAgentLen
 	}
-	return 4096
+	return fence.MaxReasonLen
 }
 
 func truncate(s string, n int) string {

@@ -106,6 +106,11 @@ a live process; 128+N a signal ended run before CMD started.`,
 			if err != nil {
 				return err
 			}
+			// CMD's steps read it: refused before a claim, not by each
+			// of them after (found from outside).
+			if err := checkDaemonVar(); err != nil {
+				return err
+			}
 			cfg := runConfig{
 				agent: agentName(c), ttl: c.Duration("ttl"), heartbeat: c.Duration("heartbeat"),
 				grace: c.Duration("grace"), wait: c.Duration("wait"), argv: argv,

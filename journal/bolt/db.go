@@ -531,7 +531,7 @@ func (db *DB) View(fn func(journal.Tx) error) error {
 func (db *DB) view(fn func(*Tx) error) (err error) {
 	defer guard(db.path, &err)()
 	return db.b.View(func(btx *bbolt.Tx) error {
-		return fn(&Tx{tx: btx, clock: db.clock})
+		return fn(&Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), ceilings: &db.ceilings})
 	})
 }
 

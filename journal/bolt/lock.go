@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -167,7 +168,27 @@ func openLockFile(path string, exclusive bool) (f *os.File, err error) {
 			return f, err
 		}
 	}
-	return openPlain(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err = openPlain(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err == nil {
+		giveToOwner(f, filepath.Dir(path))
+	}
+	return f, err
+}
+
+// giveToOwner gives a lock file root made in another user's .fence to
+// that user: a reader (root's `status` on a user's tree) that made it as
+// root's 0600 locked the owner out of every write (found from outside).
+func giveToOwner(f *os.File, dir string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	var fst, dst unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &fst) != nil || unix.Lstat(dir, &dst) != nil {
+		return
+	}
+	if fst.Uid == 0 && dst.Uid != 0 {
+		_ = f.Chown(int(dst.Uid), int(dst.Gid))
+	}
 }
 
 func flockRetry(fd, how int) error {

@@ -25,7 +25,7 @@ type Tx struct {
 	// was opened). witness is the one to record after the commit, if due.
 	witnessAt  *time.Time
 	witness    *journal.Witness
-	ceilings   *journal.CeilingCache // its DB's (LostTokens); nil in a read-only transaction
+	ceilings   *journal.CeilingCache // its DB's (LostTokens)
 	firstEvent uint64                // seq of this transaction's first appended event, 0 if none
 	lastEvent  uint64
 	// writes counts the calls of methods that change state, made or
