@@ -270,9 +270,17 @@ func fmtTime(t time.Time) string {
 // journal holds: the step happened, and the caller must hear that as well
 // as what is behind, or it would redo work that was taken (an agent told
 // "no space left" after its complete was recorded).
-type AfterCommitError struct{ Err error }
+type AfterCommitError struct {
+	Err error
+	// Instead, if set, replaces the advice after Err (an add, whose
+	// repeat is refused rather than answered as done).
+	Instead string
+}
 
 func (e *AfterCommitError) Error() string {
+	if e.Instead != "" {
+		return fmt.Sprintf("%v; %s", e.Err, e.Instead)
+	}
 	return fmt.Sprintf("%v; the change itself is recorded (the journal has it: repeating the command answers that it was done), and the next command on the tree, or fencectl replay, finishes what is left", e.Err)
 }
 

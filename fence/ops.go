@@ -149,6 +149,12 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 	if !committed {
 		_ = t.mirror.Unstage(staged)
 	}
+	if ace, after := errors.AsType[*AfterCommitError](err); after {
+		// Repeating an add is refused (the id exists), not answered as
+		// done: an agent told to repeat it added the work again under
+		// another id (found from outside).
+		err = &AfterCommitError{Err: ace.Err, Instead: "the task " + req.ID + " is added (the journal has it, and its content is kept in .fence/tmp): do not add it again; the next writer, or `fencectl replay`, puts its file in place"}
+	}
 	res.Path = t.Path(req.ID, cmp.Or(res.Task.State, record.Available))
 	return res, err
 }

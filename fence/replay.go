@@ -53,8 +53,10 @@ type replayState struct {
 	staged  map[string]string // task → staging name of its add event
 	publish []pendingOutput   // outputs still staged, for the repair to publish
 	settles map[string]bool   // staged names of the last commit: settle's to place
-	outputs []pendingOutput   // fenced outputs (put, complete --result), by their staging names
-	rebuild bool              // stored records, claims or indexes differ from the log
+	// superseded are kept outputs a later put of the same name replaced.
+	superseded []pendingOutput
+	outputs    []pendingOutput // fenced outputs (put, complete --result), by their staging names
+	rebuild    bool            // stored records, claims or indexes differ from the log
 	// ownClock: the store judges expiry by its own clock (etcd, the one
 	// store that holds no writer off: WritersHeld) and hands out records
 	// whose lease deadline says what that clock says, not what the
@@ -626,11 +628,23 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport, scan func() (dirS
 	// the last commit's, so after another commit it waited unreported
 	// (found from outside: replay --check said the tree agreed while a
 	// done task's --result was missing from out/).
+	latest := map[string]string{} // out/TASK/NAME → the staged name of its last put
+	for _, o := range st.outputs {
+		latest[o.task+"/"+o.name] = o.staged
+	}
 	for _, o := range st.outputs {
 		if st.settles[o.staged] || t.mirror.StagedHeld(o.staged) {
 			continue // the next writer's settle, or a live writer, publishes it
 		}
-		if staging[o.staged] || staging[fsmirror.UnpublishedPrefix+o.staged] {
+		kept := staging[o.staged] || staging[fsmirror.UnpublishedPrefix+o.staged]
+		if kept && latest[o.task+"/"+o.name] != o.staged {
+			// A later put of the same name superseded it: published, it
+			// would overwrite the newer output (found from outside).
+			add(Finding{Kind: FindingOrphanStaged, Task: o.task, Dir: string(fsmirror.Staging), Detail: "output out/" + o.task + "/" + o.name + " kept after its publish failed, since written again by a later put: replay moves it to .fence/quarantine"})
+			st.superseded = append(st.superseded, o)
+			continue
+		}
+		if kept {
 			add(Finding{Kind: FindingMisplaced, Task: o.task, Dir: string(fsmirror.Staging), Detail: "output out/" + o.task + "/" + o.name + " committed but still staged (its publish failed); replay publishes it"})
 			st.publish = append(st.publish, o)
 		}
@@ -881,6 +895,13 @@ func (t *Tree) repair(db journal.Store, st *replayState) error {
 	for _, o := range st.publish {
 		if err := t.mirror.Publish(o.staged, o.task, o.name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
+		}
+	}
+	for _, o := range st.superseded {
+		for _, name := range []string{o.staged, fsmirror.UnpublishedPrefix + o.staged} {
+			if _, err := t.mirror.Quarantine(fsmirror.Staging, name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
 	}
 	if !db.Exclusive() {

@@ -43,10 +43,8 @@ type Store struct {
 	// than that by more (witness.go).
 	witnessAt atomic.Int64
 	// The witness (witness.go): witnessDue asks the next commit that
-	// issues a token to record it in the files; recheck is a witness the
-	// journal stood behind, to be confirmed on a fresh snapshot.
+	// issues a token to record it in the files.
 	witnessDue atomic.Bool
-	recheck    atomic.Uint64
 	// ceilings is what the handle last read of the ceiling's files, for
 	// Tx.LostTokens, the check of every write.
 	ceilings  journal.CeilingCache

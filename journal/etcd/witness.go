@@ -34,27 +34,32 @@ func (b *Backend) seen(counter uint64) {
 	}
 }
 
-// behindWitness reports whether this snapshot stands behind the witness
-// seen in the files, or behind a counter this handle saw: the journal
-// lost tokens it issued. A first sighting of a witness ahead of the
-// snapshot spoils the run (errConflict): the snapshot may predate the
-// commit that recorded the witness, and the run again reads a snapshot
-// taken after the files were.
+// behindWitness reports whether the journal stands behind the witness
+// seen in the files, or behind a counter this process saw: it lost tokens
+// it issued. A snapshot found behind is not judged by itself (see
+// LostTokens): the head is read again from the cluster, after the files
+// were; one found ahead spoils the run (errConflict), which reads a newer
+// snapshot. Only a head still behind is a lost journal, known from then
+// on for every handle of the process.
 func (t *Tx) behindWitness(seen journal.Witness) (bool, error) {
-	if t.head.Token < t.s.b.seenCounter.Load() {
-		return true, nil
-	}
-	if !seen.Behind(t.head.Token) {
-		t.s.recheck.Store(0)
+	floor := max(seen.Token, t.s.b.seenCounter.Load())
+	if t.head.Token >= floor {
 		return false, nil
 	}
-	if t.s.recheck.Swap(seen.Token) != seen.Token {
+	r, err := t.s.b.cli.Get(t.ctx, t.key(famMeta, metaHead))
+	if err != nil {
+		return false, t.fail(t.s.b.unreachable(err))
+	}
+	now := t.head.Token // absent: as behind as this snapshot
+	if len(r.Kvs) == 1 {
+		if h, err := decodeHead(string(r.Kvs[0].Value)); err == nil {
+			now = h.Token
+		}
+	}
+	if now >= floor {
 		t.s.ceilingChecked.Store(false)
 		return false, t.fail(errConflict)
 	}
-	// The same witness again, on a snapshot read after the files: it is
-	// the journal that is behind. Known from now on, for every handle.
-	t.s.recheck.Store(0)
 	t.s.b.seen(seen.Token)
 	return true, nil
 }
@@ -75,12 +80,19 @@ func (t *Tx) afterCommit() {
 	}
 }
 
-// LostTokens reports whether this snapshot of the journal is behind the
-// tokens it issued: behind the witness of the ceiling's files, or behind
-// a counter this process saw (the cluster restored from a snapshot while
-// it ran). The files are read again only when they changed
-// (journal.CeilingCache). Like reserve, a first sighting of a witness
-// ahead spoils the run, which reads a snapshot taken after the files.
+// LostTokens reports whether the journal is behind the tokens it issued:
+// behind the witness of the ceiling's files, or behind a counter this
+// process saw (the cluster restored from a snapshot while it ran). The
+// files are read again only when they changed (journal.CeilingCache).
+//
+// A snapshot can be older than what the files or this process saw
+// without any restore: a cached or prepared snapshot, a commit of another
+// handle or host in between. Taken for a restore, that ended every live
+// lease of a busy tree (found from outside, under contention). So a
+// snapshot found behind is never judged by itself, nor by a first
+// sighting another transaction recorded: the head is read again from the
+// cluster, after the files were, and only a head still behind is a lost
+// journal. One found ahead spoils this run, which reads a newer snapshot.
 func (t *Tx) LostTokens() (bool, error) {
 	if err := t.begin(); err != nil {
 		return false, err
