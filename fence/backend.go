@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -64,8 +63,8 @@ func notYours(meta string, err error) error {
 		return err
 	}
 	who := "uid " + strconv.Itoa(int(st.Uid))
-	if u, uerr := user.LookupId(strconv.Itoa(int(st.Uid))); uerr == nil {
-		who = u.Username + " (" + who + ")"
+	if name := userName(int(st.Uid)); name != "" {
+		who = name + " (" + who + ")"
 	}
 	return fmt.Errorf("%s belongs to %s (mode %#o), and this user may not read it: a tree has one user; nothing was done. Run fencectl as that user (%w)", meta, who, fi.Mode().Perm(), err)
 }

@@ -55,11 +55,15 @@ func foreignOwner(meta string) *ForeignTreeError {
 	if !ok || st.Uid == 0 {
 		return nil
 	}
-	e := &ForeignTreeError{Path: meta, Owner: int(st.Uid)}
-	if u, err := user.LookupId(strconv.Itoa(e.Owner)); err == nil {
-		e.Name = u.Username
+	return &ForeignTreeError{Path: meta, Owner: int(st.Uid), Name: userName(int(st.Uid))}
+}
+
+// userName is the name of the user uid, "" if unknown.
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
 	}
-	return e
+	return ""
 }
 
 // refuseForeign returns the refusal of a write to this tree, or nil. A

@@ -234,28 +234,24 @@ func (m *Mirror) Links(dir Dir, name string) (uint64, error) { return m.links(di
 
 // links returns how many names the file name in dir has.
 func (m *Mirror) links(dir Dir, name string) (uint64, error) {
-	fd, err := m.dirfd(dir)
-	if err != nil {
-		return 0, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return 0, err
-	}
-	return uint64(st.Nlink), nil
+	st, err := m.lstatAt(dir, name)
+	return uint64(st.Nlink), err
 }
 
 // owner returns the uid that owns the file name in dir.
 func (m *Mirror) owner(dir Dir, name string) (int, error) {
+	st, err := m.lstatAt(dir, name)
+	return int(st.Uid), err
+}
+
+// lstatAt stats the file name in dir, never through a symlink.
+func (m *Mirror) lstatAt(dir Dir, name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
 	fd, err := m.dirfd(dir)
 	if err != nil {
-		return 0, err
+		return st, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return 0, err
-	}
-	return int(st.Uid), nil
+	return st, unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 func (b *Batch) note(from, to Dir) {

@@ -35,6 +35,7 @@ func classify(err error) errorObject {
 		batch    *fence.BatchError
 		tlsFile  *fence.TLSFileError
 		foreign  *fence.ForeignTreeError
+		moved    *fence.JournalMovedError
 	)
 	switch {
 	case errors.As(err, &batch):
@@ -94,6 +95,10 @@ func classify(err error) errorObject {
 		obj.Code, obj.Reason = exitUsage, fence.ReasonInvalidInput
 	case errors.As(err, &foreign):
 		obj.Reason = fence.ReasonNotOwner
+	case errors.As(err, &moved):
+		// A recover moved the tree to another journal: no token of this
+		// process holds anything there (a run's lease is lost: exit 3).
+		obj.Code, obj.Reason = exitFenced, fence.ReasonNotHeld
 	case errors.As(err, &version):
 		// Not damage: the message names both versions and never advises
 		// recover, which would set a healthy journal aside.
