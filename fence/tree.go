@@ -92,9 +92,6 @@ type Tree struct {
 	// config is the journal config (.fence/journal.json) this Tree's store
 	// was opened from, if any (see openedConfig).
 	config *openedConfig
-	// foreign refuses every write: root on a tree another user owns
-	// (owner.go).
-	foreign *ForeignTreeError
 }
 
 // NoJournalError says a tree has no journal, and what to do.
@@ -192,7 +189,7 @@ func Open(root string, o Options) (*Tree, error) {
 	if lc != nil {
 		o.Clock = lc.now
 	}
-	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc, nextDue: new(atomic.Int64), foreign: foreign}
+	t := &Tree{root: abs, metaDir: meta, mirror: m, opts: o, store: store, owned: owned, batch: &batcher{writerSlot: &writerSlot{}}, leaseClock: lc, nextDue: new(atomic.Int64)}
 	if owned && o.Journal == nil {
 		t.config = newOpenedConfig(meta)
 	}
