@@ -882,7 +882,6 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 	}
 	pgid := cmd.Process.Pid
 	s.cont.started(pgid)
-	spare := map[int]bool{pgid: true, s.cont.guardPid(): true}
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 	var (
@@ -977,7 +976,7 @@ wait:
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			}
 		case <-s.sigchld:
-			reapOrphans(spare, pgid)
+			s.cont.reapOrphans(pgid)
 		case <-s.behindDone():
 			s.finishBehind() // the last task has settled: report it now
 		case <-tickC:

@@ -468,12 +468,38 @@ func (c *containment) killAll(pgid int) (int, error) {
 	if c.job > 0 {
 		return c.killTask(pgid)
 	}
+	guard, release := c.holdGuard()
+	left, err := c.killLeft(pgid, guard)
+	release()
+	if c.guard != nil && c.mode != containCgroup {
+		c.guard.tell("idle", 0)
+	}
+	return left, err
+}
+
+// holdGuard returns the guard's pid (0 if none) and keeps a new guard
+// from being started (watchGuard) until release is called. Whatever
+// reaps or kills run's children holds it: a guard being started is a
+// child of run, its middle process (then the guard, reparented to run,
+// the subreaper), and a reap of the middle process made the start fail
+// with ECHILD, after which the guard, its pipe closed, killed CMD (found
+// under load, as a flake of TestRun_DeadGuardIsReplaced).
+func (c *containment) holdGuard() (pid int, release func()) {
+	g := c.guard
+	if g == nil {
+		return 0, func() {}
+	}
+	g.mu.Lock()
+	return g.pid, g.mu.Unlock
+}
+
+// killLeft is killAll's work on run's children, with guard (spared: it
+// is run's child once it was started again) held still.
+func (c *containment) killLeft(pgid, guard int) (int, error) {
 	self := os.Getpid()
-	// The guard, reparented to run should run be the nearest subreaper
-	// of its middle process (run as PID 1 of a container), is spared.
 	spare := map[int]bool{}
-	if pid := c.guardPid(); pid > 0 {
-		spare[pid] = true
+	if guard > 0 {
+		spare[guard] = true
 	}
 	var ds []procEntry
 	if c.mode != containPidns && hasChildren() {
@@ -493,9 +519,6 @@ func (c *containment) killAll(pgid int) (int, error) {
 	}
 	if err == nil && len(ds) > 0 {
 		err = killDescendants(self, spare, 10*time.Second)
-	}
-	if c.guard != nil && c.mode != containCgroup {
-		c.guard.tell("idle", 0)
 	}
 	return left, err
 }
@@ -737,6 +760,15 @@ func reapOrphans(spare map[int]bool, cmd int) {
 			return
 		}
 	}
+}
+
+// reapOrphans is the package's reapOrphans for a task whose command is
+// cmd, sparing the guard, of which no new one is started meanwhile (see
+// holdGuard).
+func (c *containment) reapOrphans(cmd int) {
+	guard, release := c.holdGuard()
+	defer release()
+	reapOrphans(map[int]bool{cmd: true, guard: true}, cmd)
 }
 
 // siginfoPid is si_pid of a siginfo filled by waitid: an int32 after

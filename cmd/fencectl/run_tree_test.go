@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
@@ -175,7 +176,7 @@ func TestRun_DeadGuardIsReplaced(t *testing.T) {
 			clitest.RequireContainment(t, rt, mode)
 			rt.OK("add", "--id", "t1")
 			marks := t.TempDir()
-			run, _ := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
+			run, out := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
 			pids := clitest.TreePids(t, marks)
 			first := guardsOf(run.Process.Pid)
 			if len(first) != 1 {
@@ -184,10 +185,14 @@ func TestRun_DeadGuardIsReplaced(t *testing.T) {
 			if err := syscall.Kill(first[0], syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "a new guard", func() bool {
-				g := guardsOf(run.Process.Pid)
-				return len(g) == 1 && g[0] != first[0]
-			})
+			var g []int
+			deadline := time.Now().Add(20 * time.Second)
+			for g = guardsOf(run.Process.Pid); len(g) != 1 || g[0] == first[0]; g = guardsOf(run.Process.Pid) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no new guard after guard %d was killed: guards %v\nrun said:\n%s", first[0], g, out)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			run.Process.Kill()
 			clitest.WaitExit(t, run)
 			escape := map[string]bool{}
