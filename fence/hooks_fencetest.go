@@ -29,6 +29,9 @@ import (
 //   - FENCE_CRASH_ACTION=hang blocks forever at the point instead of
 //     exiting (a stuck process that holds the lock, the journal open and
 //     possibly a half-finished commit); the test ends it with a signal.
+//     FENCE_CRASH_ACTION=pause waits there for FENCE_CRASH_PAUSE (a
+//     duration, default 1s), then goes on: a test does something in
+//     between (closes the client's side, say).
 //     The default action, exit, exits with code 99.
 func crashAt(point string) {
 	list := os.Getenv("FENCE_CRASH")
@@ -44,6 +47,14 @@ func crashAt(point string) {
 			}
 			if mark := os.Getenv("FENCE_CRASH_MARK"); mark != "" {
 				_ = os.WriteFile(mark, []byte(fmt.Sprintf("%s %d\n", point, os.Getpid())), 0o644)
+			}
+			if os.Getenv("FENCE_CRASH_ACTION") == "pause" {
+				d, err := time.ParseDuration(os.Getenv("FENCE_CRASH_PAUSE"))
+				if err != nil {
+					d = time.Second
+				}
+				time.Sleep(d)
+				return
 			}
 			if os.Getenv("FENCE_CRASH_ACTION") == "hang" {
 				fmt.Fprintf(os.Stderr, "fencectl: test hang at %s (pid %d)\n", point, os.Getpid())

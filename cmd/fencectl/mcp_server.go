@@ -416,7 +416,33 @@ func (m *mcpServer) claim(ctx context.Context, in claimIn) (*claimJSON, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !res.Renewed {
+		if err := m.undoIfGone(ctx, res); err != nil {
+			return nil, err
+		}
+	}
 	return newClaim(res), nil
+}
+
+// undoIfGone undoes claims made while their client went away: the
+// request's context ends when the client closes its side (stdin's EOF),
+// and an answer is not written after that, so the claims would be held
+// by tokens nobody has until their TTL, then reaped as attempts. The
+// CLI does the same for an answer it cannot write (UndoClaim).
+func (m *mcpServer) undoIfGone(ctx context.Context, claims ...fence.ClaimResult) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	why := fmt.Errorf("the MCP client went away before its answer (%v)", context.Cause(ctx))
+	undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), fence.DefaultTimeout)
+	defer cancel()
+	var first error
+	for _, c := range claims {
+		if err := m.tree.UndoClaim(undo, c, why); first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 func (m *mcpServer) claimBatch(ctx context.Context, in claimBatchIn) (*batchJSON, error) {
@@ -440,6 +466,9 @@ func (m *mcpServer) claimBatch(ctx context.Context, in claimBatchIn) (*batchJSON
 	res, err := m.tree.ClaimBatch(ctx, fence.BatchClaimRequest{IDs: in.Tasks, Count: in.Batch, Partial: in.Partial, Agent: agent, TTL: ttl, Wait: wait})
 	m.noteReaps(res.Reaped)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.undoIfGone(ctx, res.Assigned...); err != nil {
 		return nil, err
 	}
 	return newBatch(res), nil

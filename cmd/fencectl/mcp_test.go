@@ -11,6 +11,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -619,5 +620,58 @@ func TestMCP_NoReaderClaimsNothing(t *testing.T) {
 	_ = c.Wait()
 	if st := m.mustCLI("show", "t1", "--json"); !strings.Contains(st, `"state":"available"`) {
 		t.Errorf("t1 after a claim whose answer nobody read:\n%s", st)
+	}
+}
+
+// TestMCP_ClientGoneAfterCommitHoldsNothing: a client that closes its
+// side while its claim commits never gets the answer (the SDK writes
+// none after that), so the claim is undone at once rather than held by a
+// token nobody has until its TTL, then reaped as an attempt.
+func TestMCP_ClientGoneAfterCommitHoldsNothing(t *testing.T) {
+	for _, tool := range []string{"claim", "claim_batch"} {
+		t.Run(tool, func(t *testing.T) {
+			m := newMCPTree(t, "bolt", nil)
+			m.mustCLI("add", "--id", "t1")
+			mark := filepath.Join(t.TempDir(), "mark")
+			c := fencectlCmd(m.dir, "--dir", m.dir, "mcp")
+			c.Env = append(c.Env, m.env...)
+			c.Env = append(c.Env, "FENCE_CRASH=claim:after-commit", "FENCE_CRASH_ACTION=pause",
+				"FENCE_CRASH_PAUSE=500ms", "FENCE_CRASH_MARK="+mark)
+			stdin, err := c.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := c.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			answers := bufio.NewReader(stdout)
+			fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+			if _, err := answers.ReadString('\n'); err != nil {
+				t.Fatalf("initialize: %v", err)
+			}
+			fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			args := `{"task":"t1"}`
+			if tool == "claim_batch" {
+				args = `{"tasks":["t1"]}`
+			}
+			fmt.Fprintf(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":%q,"arguments":%s}}`+"\n", tool, args)
+			clitest.WaitFile(t, mark) // committed, not yet answered
+			stdin.Close()
+			rest, _ := io.ReadAll(answers)
+			_ = c.Wait()
+			if bytes.Contains(rest, []byte(`"token"`)) {
+				t.Fatalf("the claim was answered after all; the test proves nothing:\n%s", rest)
+			}
+			if st := m.mustCLI("show", "t1", "--json"); !strings.Contains(st, `"state":"available"`) {
+				t.Errorf("t1 after a claim whose client went away before its answer:\n%s", st)
+			}
+			if log := m.mustCLI("log", "--task", "t1"); !strings.Contains(log, "claim undone: the MCP client went away") {
+				t.Errorf("the log does not say why the claim was undone:\n%s", log)
+			}
+		})
 	}
 }

@@ -46,7 +46,9 @@ func serveCommand(out *output) *cli.Command {
    /api/events           log --json as an array (?after=SEQ&limit=N&task=ID&heartbeats=1;
                          without after: the newest N). N is at most 1000 (0: 1000);
                          header Fence-More: true when the answer stopped short
-                         (go on with ?after= the header Fence-Last-Seq)
+                         (with after: go on with ?after= the header
+                         Fence-Last-Seq; without: older events precede
+                         the newest N, read from the start with ?after=0)
    /api/stream           server-sent events: "event" per journal event after
                          ?after=SEQ (or Last-Event-ID), "status" after each change
    /metrics              Prometheus text format
