@@ -151,6 +151,12 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 	if errors.Is(err, errNothingWritten) {
 		return nil
 	}
+	if unsynced, ok := errors.AsType[*journal.UnsyncedError](err); ok {
+		// Committed all the same: every reader sees it, so the files are
+		// placed, not put back in inbox/.
+		t.notify(NoticeWarning, string(fsmirror.Inbox), "adopted, but "+unsynced.Error())
+		err = nil
+	}
 	if err != nil {
 		for id, name := range staged {
 			if perr := t.mirror.MoveFrom(fsmirror.Staging, name, fsmirror.Inbox, id); perr != nil {

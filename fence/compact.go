@@ -150,6 +150,10 @@ func (t *Tree) Compact(ctx context.Context, req CompactRequest) (CompactReport, 
 			_, err := tx.Append(record.Event{Time: tx.Now(), Type: record.EvCompacted, Agent: req.Agent, Reason: compactReason(len(folded), got, rep.Cutoff, shared)})
 			return err
 		})
+		if unsynced, ok := errors.AsType[*journal.UnsyncedError](err); ok {
+			rep.add(got) // in the journal all the same
+			return dropError{fmt.Errorf("the fold of %d finished tasks is recorded, but %w; run compact again once the disk is sound", len(folded), unsynced)}
+		}
 		if err != nil {
 			return fmt.Errorf("fold finished tasks: %w", err)
 		}

@@ -1005,6 +1005,13 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 			err = update(run)
 		}
 	}
+	// A commit the journal holds but could not sync happened: its files
+	// are moved and its callers told so, as after any failure past the
+	// commit (a claim is then undone at once, an add's content placed).
+	unsynced, _ := errors.AsType[*journal.UnsyncedError](err)
+	if unsynced != nil {
+		err = nil
+	}
 	switch {
 	case errors.Is(err, errTrySolo):
 		return retry, nil
@@ -1033,6 +1040,9 @@ func (t *Tree) commitGroup(db journal.Store, ops []*pendingOp) (retry *pendingOp
 	failed, err := t.mirrorEvents(evs, !db.Exclusive())
 	if db.Exclusive() { // ties are bbolt's only (liveness.go)
 		t.wakeHolders(evs)
+	}
+	if unsynced != nil {
+		err = cmp.Or(err, error(unsynced))
 	}
 	// Committed: the journal holds the change; the next writer finishes
 	// what is left. A task whose file could not move fails the operations

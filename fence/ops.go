@@ -92,7 +92,7 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		for _, dep := range req.After {
 			if _, known, err := tx.Task(dep); err != nil || !known {
 				if err == nil {
-					err = &NoSuchTaskError{Task: dep}
+					err = &NoSuchTaskError{Task: dep, For: req.ID}
 				}
 				return err
 			}
@@ -153,7 +153,11 @@ func (t *Tree) Add(ctx context.Context, req AddRequest) (Result, error) {
 		// Repeating an add is refused (the id exists), not answered as
 		// done: an agent told to repeat it added the work again under
 		// another id (found from outside).
-		err = &AfterCommitError{Err: ace.Err, Instead: "the task " + req.ID + " is added (the journal has it, and its content is kept in .fence/tmp): do not add it again; the next writer, or `fencectl replay`, puts its file in place"}
+		instead := "the task " + req.ID + " is added (the journal has it, and its content is kept in .fence/tmp): do not add it again; the next writer, or `fencectl replay`, puts its file in place"
+		if _, unsynced := errors.AsType[*journal.UnsyncedError](ace.Err); unsynced {
+			instead = "the task " + req.ID + " is added, its file in place: do not add it again"
+		}
+		err = &AfterCommitError{Err: ace.Err, Instead: instead}
 	}
 	res.Path = t.Path(req.ID, cmp.Or(res.Task.State, record.Available))
 	return res, err

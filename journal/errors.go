@@ -131,3 +131,21 @@ func (e *TLSFileError) Unwrap() error { return e.Err }
 
 // tlsVariable is the variable that names each TLS file.
 var tlsVariable = map[string]string{"CA certificate": "FENCE_ETCD_CACERT", "client certificate": "FENCE_ETCD_CERT", "client key": "FENCE_ETCD_KEY"}
+
+// UnsyncedError says a commit is in the journal, where every reader now
+// sees it, but the sync that was to make it durable failed (EIO, ENOSPC,
+// EDQUOT on fdatasync): bbolt writes its meta page, then syncs it, so a
+// failed sync leaves the commit in the page cache. The change happened,
+// and its caller must hear that: taken for a failure, a claim would be
+// held by a token nobody has, and an add's or a result's content thrown
+// away while the journal has them. A power cut may still take it back.
+type UnsyncedError struct {
+	Path string
+	Err  error
+}
+
+func (e *UnsyncedError) Error() string {
+	return fmt.Sprintf("the journal %s could not be synced (%v): the change is in it, but a power cut may take it back; the disk may be failing or full", e.Path, e.Err)
+}
+
+func (e *UnsyncedError) Unwrap() error { return e.Err }

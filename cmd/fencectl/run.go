@@ -431,6 +431,9 @@ func splitRunArgs(args []string) (id string, argv []string, err error) {
 		}
 		return id, after, nil
 	}
+	if len(args) > 0 && !slices.Contains(args, "--") {
+		return "", nil, usagef("missing command: give it after `--` (%q is read as the task ID): usage: fencectl run [ID] [flags] -- CMD [ARGS...]", args[0])
+	}
 	return "", nil, usagef("missing command: usage: fencectl run [ID] [flags] -- CMD [ARGS...]")
 }
 
@@ -656,7 +659,9 @@ func (s *supervisor) releaseUnstarted(ctx context.Context, c claimed, reason str
 // disk) leaves the claim tied, so that the task is freed the moment run
 // ends ("holder died"), not when its lease runs out.
 func untieOnAnswer(err error, untie func()) {
-	if _, refused := errors.AsType[*fence.StaleTokenError](err); err == nil || refused {
+	_, refused := errors.AsType[*fence.StaleTokenError](err)
+	_, recorded := errors.AsType[*fence.AfterCommitError](err) // the lease is over all the same
+	if err == nil || refused || recorded {
 		untie()
 	}
 }
@@ -1003,7 +1008,11 @@ wait:
 	code := exitCodeOf(cmd.ProcessState, waitErr)
 	// Nothing CMD started outlives the task: kill it all before settling.
 	if left, err := s.cont.killAll(pgid); err != nil || left > 0 {
-		detail := fmt.Sprintf("killed %d processes the command left behind", left)
+		what := fmt.Sprintf("%d processes", left)
+		if left == 1 {
+			what = "1 process"
+		}
+		detail := "the command left " + what + " behind, now killed"
 		if err != nil {
 			detail += "; " + err.Error()
 		}
@@ -1124,7 +1133,8 @@ func completed(err error) taskRun {
 
 // settleOutcome is the outcome of a settle (verb: complete, release,
 // fail): done if it went through, "refused" if the task was no longer
-// run's, and "not recorded" if it did not get through at all (the
+// run's, "recorded, not finished" if the journal has it but what follows
+// its commit failed, and "not recorded" if it did not get through at all (the
 // journal held past --timeout, the disk): the task is then still run's,
 // tied to it until run ends (see untieOnAnswer).
 func settleOutcome(verb string, err error, done string) string {
@@ -1133,6 +1143,9 @@ func settleOutcome(verb string, err error, done string) string {
 	}
 	if _, refused := errors.AsType[*fence.StaleTokenError](err); refused {
 		return verb + " refused"
+	}
+	if _, after := errors.AsType[*fence.AfterCommitError](err); after {
+		return verb + " recorded, not finished" // its files, or the journal's sync
 	}
 	return verb + " not recorded"
 }

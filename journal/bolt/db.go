@@ -464,7 +464,7 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 	defer guard(db.path, &err)()
 	to := db.version
 	var witness *journal.Witness
-	err = db.b.Update(func(btx *bbolt.Tx) error {
+	err = db.update(func(btx *bbolt.Tx) error {
 		tx := &Tx{tx: btx, clock: db.clock, dir: filepath.Dir(db.path), witnessAt: &db.witnessAt, ceilings: &db.ceilings}
 		defer func() { witness = tx.witness }()
 		if err := fn(tx); err != nil {
@@ -484,14 +484,16 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 		}
 		return tx.finish()
 	})
-	if err == nil && witness != nil {
+	var unsynced *journal.UnsyncedError
+	committed := err == nil || errors.As(err, &unsynced)
+	if committed && witness != nil {
 		// After the commit, still under the lock: the witness names a
 		// token issued, never one a crash or a rollback took back.
 		if journal.RaiseCeilingWitnessed(filepath.Dir(db.path), 0, *witness) == nil {
 			db.witnessAt = witness.At
 		}
 	}
-	if err == nil && to != db.version {
+	if committed && to != db.version {
 		from := db.version
 		db.version = to
 		if db.onUpgrade != nil && to == SchemaVersion {
@@ -499,6 +501,40 @@ func (db *DB) Update(fn func(journal.Tx) error) (err error) {
 		}
 	}
 	return err
+}
+
+// update is bbolt's Update, except that a commit whose last sync failed
+// after its meta page was written, which every later transaction reads,
+// is reported as a *journal.UnsyncedError, not as a commit that did not
+// happen (found from outside: a claim's fdatasync failed with EIO, the
+// claim exited 1 and its task stayed held by a token nobody had). bbolt
+// reloads its free list from that meta page when it rolls back, so the
+// handle goes on consistent with what the file now says.
+func (db *DB) update(fn func(*bbolt.Tx) error) error {
+	btx, err := db.b.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = btx.Rollback() }() // a panic in fn (guard) must not keep the writer's lock; a no-op once committed
+	txid := btx.ID()
+	if err := fn(btx); err != nil {
+		return err
+	}
+	err = btx.Commit()
+	if err == nil {
+		err = commitSyncFault()
+	}
+	if err == nil {
+		return nil
+	}
+	if rtx, rerr := db.b.Begin(false); rerr == nil {
+		seen := rtx.ID()
+		_ = rtx.Rollback()
+		if seen >= txid {
+			return &journal.UnsyncedError{Path: db.path, Err: err}
+		}
+	}
+	return fmt.Errorf("write the journal %s: %w (nothing of this step is recorded)", db.path, err)
 }
 
 // createVersion is the version a new journal with defaults d starts at:
