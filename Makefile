@@ -65,7 +65,9 @@ install: build ## install the binaries side by side into $(PREFIX)/bin (default 
 	install -m 0755 $(BIN) $(BIN_FULL) $(BIN_ETCD) $(BIN_MCP) $(BIN_SERVE) $(PREFIX)/bin/
 
 test: ## run every test: unit, scripts through the real binary, multi-process race
-	$(GO) test -tags $(TEST_TAGS) -count=1 ./...
+	# The scripts run four ways (bbolt, etcd, each through the front): about
+	# 6 min here, over go test's default 10 min on a loaded machine.
+	$(GO) test -tags $(TEST_TAGS) -count=1 -timeout 30m ./...
 
 test-race: ## the tests under the race detector
 	# atexit_sleep_ms=0: a race-built process otherwise sleeps 1 s at exit,

@@ -132,9 +132,19 @@ func (e *NotAvailableError) Error() string {
 var ErrNothingToClaim = errors.New("nothing to claim: no task is available")
 
 // NoSuchTaskError names a task id the journal does not know.
-type NoSuchTaskError struct{ Task string }
+type NoSuchTaskError struct {
+	Task string
+	// For, if set, is the task that was to wait for Task (add --after):
+	// the message says which of the two is unknown.
+	For string
+}
 
-func (e *NoSuchTaskError) Error() string { return fmt.Sprintf("no such task %q", e.Task) }
+func (e *NoSuchTaskError) Error() string {
+	if e.For != "" {
+		return fmt.Sprintf("no such task %q, which %s was to wait for: add it first, or leave it out", e.Task, e.For)
+	}
+	return fmt.Sprintf("no such task %q", e.Task)
+}
 
 // InvalidInputError is bad input that a retry cannot fix: an invalid id, a
 // duplicate id, a bad option value. It says which input, which rule and

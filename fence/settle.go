@@ -293,6 +293,9 @@ func (t *Tree) settle(db journal.Store) error {
 			t.notify(NoticeNotSettled, m.id, err.Error()+"; left for replay")
 			continue
 		}
+		if ok, _ := t.mirror.Exists(m.to, m.id); !ok {
+			continue // in no directory: ensure said so (no "moved" to tell)
+		}
 		t.notify(NoticeSettled, m.id, settledDetail(m.from, m.to))
 	}
 	if err := t.publishPending(last); err != nil {

@@ -208,7 +208,9 @@ func open(root string, create bool) (_ *Mirror, err error) {
 				ownLikeParent(parent, l.name)
 			case unix.EEXIST:
 			default:
-				if l.upgrade && !create {
+				if l.upgrade && !create && (err == unix.EACCES || err == unix.EPERM || err == unix.EROFS) {
+					// Only a refusal means the directory is missing and
+					// this user may not make it; EIO is the disk's.
 					err = fmt.Errorf("%w (this tree was made by an older fencectl: run any write command, e.g. `fencectl reap`, once as a user who may write the tree root)", err)
 				}
 				return nil, &fs.PathError{Op: "mkdir", Path: m.Path(l.dir, ""), Err: err}

@@ -39,7 +39,17 @@ func (m *Mirror) MoveFrom(from Dir, src string, to Dir, id string) error {
 	if err := ValidateID(id); err != nil {
 		return err
 	}
-	if err := m.move(from, src, to, id); err != nil {
+	err := m.move(from, src, to, id)
+	if from == Staging && errors.Is(err, fs.ErrNotExist) {
+		// Kept after an earlier try failed (KeepUnpublished), as
+		// Batch.MoveFrom finds it: the settle of an add whose move
+		// failed looked for the first name only, and the task was then
+		// failed as missing (found from outside).
+		if again := m.move(from, UnpublishedPrefix+src, to, id); !errors.Is(again, fs.ErrNotExist) {
+			err = again
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("move %s to %s as %s: %w", m.Path(from, src), to, id, err)
 	}
 	if from == Staging {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -157,19 +158,17 @@ func deliver(ctx context.Context, t *fence.Tree, out *output, claims []fence.Cla
 		return nil
 	}
 	why := fmt.Errorf("its answer could not be written to stdout (%w)", w.err)
-	var first error
+	var undone []error // each claim named: a batch's answer is all of them
 	for _, c := range claims {
 		if c.Renewed {
 			continue // the claim was held before; its holder has the token
 		}
-		if err := t.UndoClaim(ctx, c, why); first == nil {
-			first = err
-		}
+		undone = append(undone, t.UndoClaim(ctx, c, why))
 	}
-	if first == nil {
+	if len(undone) == 0 {
 		return why
 	}
-	return first
+	return errors.Join(undone...)
 }
 
 // undoUndelivered releases the claims a daemon made whose answer its

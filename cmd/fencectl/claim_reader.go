@@ -36,7 +36,7 @@ func (readerGoneError) Error() string {
 // happened before: then no claim is to be made at all). Call stop when
 // the claim has returned.
 func guardReader(ctx context.Context, out *output, wait time.Duration) (_ context.Context, gone func() bool, stop func()) {
-	f, ok := out.stdout.(*os.File)
+	f, ok := out.stdoutFile()
 	if !ok { // a daemon's client: the daemon cancels a step whose client left
 		return ctx, func() bool { return false }, func() {}
 	}
@@ -94,7 +94,7 @@ func claimWithReader(ctx context.Context, out *output, wait time.Duration, claim
 // daemon, if out's stdout loses its reader before the answer comes; left
 // says whether it did, and ends the watch.
 func watchReaderWhileWaiting(c *cli.Context, out *output, conn io.Closer) (left func() bool) {
-	f, ok := out.stdout.(*os.File)
+	f, ok := out.stdoutFile()
 	if !ok || c.Command.Name != "claim" || c.Duration("wait") <= 0 {
 		return func() bool { return false }
 	}

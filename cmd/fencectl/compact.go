@@ -78,18 +78,27 @@ stderr on a terminal.
 // parseAge reads --before: a Go duration (90m, 24h) or a number of days
 // (7d).
 func parseAge(s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return 0, usagef("invalid --before %q: it must not be negative; give how long ago a task must have finished (24h, 7d; 0: every finished task)", s)
-		}
+	if d, err := time.ParseDuration(s); err == nil && d < 0 {
+		return 0, usagef("invalid --before %q: it must not be negative; give how long ago a task must have finished (24h, 7d; 0: every finished task)", s)
+	}
+	if d, ok := durationAgo(s); ok {
 		return d, nil
+	}
+	return 0, usagef("invalid --before %q: give how long ago a task must have finished, as a duration (90m, 24h) or days (7d); 0: every finished task", s)
+}
+
+// durationAgo reads how long ago, as --before and log's --since take it:
+// a Go duration (90m, 24h), or a number of days (7d), never negative.
+func durationAgo(s string) (time.Duration, bool) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, d >= 0
 	}
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		if days, err := strconv.ParseUint(n, 10, 16); err == nil {
-			return time.Duration(days) * 24 * time.Hour, nil
+			return time.Duration(days) * 24 * time.Hour, true
 		}
 	}
-	return 0, usagef("invalid --before %q: give how long ago a task must have finished, as a duration (90m, 24h) or days (7d); 0: every finished task", s)
+	return 0, false
 }
 
 func writeCompact(w io.Writer, rep fence.CompactReport) {

@@ -84,7 +84,7 @@ func forward(c *cli.Context, backend string) (code int, ok bool, err error) {
 		return 0, false, err
 	}
 	// A claim for a reader that has gone is not made (claim_reader.go).
-	if f, isFile := out.stdout.(*os.File); isFile && c.Command.Name == "claim" && noReader(f) {
+	if f, isFile := out.stdoutFile(); isFile && c.Command.Name == "claim" && noReader(f) {
 		return 0, false, readerGoneError{}
 	}
 	code, ok, err = askDaemon(c, name, exe, daemonlink.Request{Args: out.args, Env: env, Root: root, Timeout: timeout})
@@ -155,6 +155,9 @@ func askDaemon(c *cli.Context, name, exe string, req daemonlink.Request) (code i
 		_ = os.Setenv("FENCE_DAEMON", "off")
 		_ = os.Setenv(daemonlink.UndeliveredVar, strings.ReplaceAll(werr.Error(), "\n", " ")+"\n"+reply.Undo)
 		return 0, false, nil
+	}
+	if werr != nil && reply.Code == 0 {
+		return 0, false, errors.New(daemonlink.AnswerLostError(c.Command.Name, werr, reply.Stdout))
 	}
 	return reply.Code, true, nil
 }

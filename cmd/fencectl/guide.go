@@ -2,6 +2,7 @@ package main
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -77,7 +78,7 @@ the MCP server heartbeat. It names this tree's path, backend and defaults;
 				printGuide(out, genericGuide)
 				return nil
 			}
-			return withTree(c, out, func(t *fence.Tree) error {
+			err := withTree(c, out, func(t *fence.Tree) error {
 				st, err := t.Status(c.Context)
 				if err != nil {
 					return err
@@ -88,6 +89,10 @@ the MCP server heartbeat. It names this tree's path, backend and defaults;
 				})
 				return nil
 			})
+			if errors.Is(err, fence.ErrNoJournal) {
+				return fmt.Errorf("%w (or `fencectl guide --generic` prints the guide with placeholders, no tree needed)", err)
+			}
+			return err
 		},
 	}
 }

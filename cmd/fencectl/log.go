@@ -36,7 +36,7 @@ where it cannot watch, it says so and re-reads every 2s.
    fencectl log --follow --task build-42 --json | jq -c 'select(.type == "complete")'`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "task", Usage: "only this task's events"},
-			&cli.StringFlag{Name: "since", Usage: "only events since a time (RFC 3339) or a duration ago (90m)"},
+			&cli.StringFlag{Name: "since", Usage: "only events since a time (RFC 3339) or how long ago (90m, 24h, 7d)"},
 			&cli.IntFlag{Name: "limit", Usage: "only the newest N events (0: all)"},
 			&cli.BoolFlag{Name: "heartbeats", Usage: "include heartbeat events"},
 			&cli.BoolFlag{Name: "follow", Usage: "keep printing events as they are committed, until interrupted"},
@@ -79,10 +79,10 @@ func parseSince(s string) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+	if d, ok := durationAgo(s); ok {
 		return now().Add(-d), nil
 	}
-	return time.Time{}, usagef("invalid --since %q: give a time (2026-11-21T09:00:00Z) or a duration ago (90m)", s)
+	return time.Time{}, usagef("invalid --since %q: give a time (2026-11-21T09:00:00Z) or how long ago (90m, 24h, 7d)", s)
 }
 
 // followPage bounds the events log --follow reads at once.

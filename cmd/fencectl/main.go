@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -29,7 +30,7 @@ var exitsAfterRun bool
 // run builds the app, runs it and turns the outcome into an exit code. It
 // is the only place that decides how an error is shown.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	return runOut(ctx, args, &output{stdin: stdin, stdout: stdout, stderr: stderr})
+	return runOut(ctx, args, &output{stdin: stdin, stdout: &answerWriter{w: stdout}, stderr: stderr})
 }
 
 // runOut is run with the output made: a daemon (daemon.go) sets what it
@@ -59,6 +60,9 @@ func runOut(ctx context.Context, args []string, out *output) (code int) {
 		err = unknownCommand(app, out.notFound)
 	}
 	if err == nil {
+		err = out.answerLost(commandName(app, args))
+	}
+	if err == nil {
 		out.flushNotices()
 		return 0
 	}
@@ -70,6 +74,16 @@ func runOut(ctx context.Context, args []string, out *output) (code int) {
 		return f.code // a daemon ran it, and its output is written
 	}
 	return out.fail(err)
+}
+
+// commandName is the command args run, for messages ("step" if none).
+func commandName(app *cli.App, args []string) string {
+	for _, a := range args[min(len(args), 1):] {
+		if !strings.HasPrefix(a, "-") && app.Command(a) != nil {
+			return a
+		}
+	}
+	return "step"
 }
 
 // newApp assembles the commands; each lives in its own file. With args,

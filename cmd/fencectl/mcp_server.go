@@ -304,12 +304,13 @@ func duration(name, s string, zeroOK bool) (time.Duration, error) {
 // The tools' inputs. A field without omitempty is required.
 
 type claimIn struct {
-	Task      string `json:"task,omitempty" jsonschema:"the task to claim; leave out to claim the next ready one"`
-	Agent     string `json:"agent,omitempty" jsonschema:"your agent name, recorded in the journal (default: the server's --agent); never authorises anything"`
-	TTL       string `json:"ttl,omitempty" jsonschema:"lease length, a duration such as 30m or 1h (default: the tree's)"`
-	Wait      string `json:"wait,omitempty" jsonschema:"keep trying this long while nothing is ready, e.g. 2m (default: answer at once)"`
-	Token     uint64 `json:"token,omitempty" jsonschema:"restore a claim you hold: its token, from your notes; renews the lease if it is still current, refused if it was lost"`
-	RequestID string `json:"request_id,omitempty" jsonschema:"idempotency key: repeating the call with the same agent and key returns the same claim while it is current"`
+	Task      string   `json:"task,omitempty" jsonschema:"the task to claim; leave out to claim the next ready one"`
+	Agent     string   `json:"agent,omitempty" jsonschema:"your agent name, recorded in the journal (default: the server's --agent); never authorises anything"`
+	TTL       string   `json:"ttl,omitempty" jsonschema:"lease length, a duration such as 30m or 1h (default: the tree's)"`
+	Wait      string   `json:"wait,omitempty" jsonschema:"keep trying this long while nothing is ready, e.g. 2m (default: answer at once)"`
+	Token     uint64   `json:"token,omitempty" jsonschema:"restore a claim you hold: its token, from your notes; renews the lease if it is still current, refused if it was lost"`
+	RequestID string   `json:"request_id,omitempty" jsonschema:"idempotency key: repeating the call with the same agent and key returns the same claim while it is current"`
+	Labels    []string `json:"labels,omitempty" jsonschema:"with no task named: only a ready task that carries every one of these labels (the rarest first)"`
 }
 
 type claimBatchIn struct {
@@ -319,6 +320,7 @@ type claimBatchIn struct {
 	Agent   string   `json:"agent,omitempty" jsonschema:"your agent name, recorded in the journal (default: the server's --agent)"`
 	TTL     string   `json:"ttl,omitempty" jsonschema:"lease length of each claim, e.g. 30m (default: the tree's)"`
 	Wait    string   `json:"wait,omitempty" jsonschema:"keep trying this long while nothing can be claimed, e.g. 2m"`
+	Labels  []string `json:"labels,omitempty" jsonschema:"with batch: only ready tasks that carry every one of these labels (the rarest first)"`
 }
 
 type fencedIn struct {
@@ -353,7 +355,7 @@ type taskIn struct {
 }
 
 type listIn struct {
-	State string `json:"state,omitempty" jsonschema:"only tasks in this state (available, claimed, done, failed)"`
+	State string `json:"state,omitempty" jsonschema:"only tasks in this state (waiting, available, claimed, done, failed)"`
 	Agent string `json:"agent,omitempty" jsonschema:"only the tasks this agent holds"`
 	Limit *int   `json:"limit,omitempty" jsonschema:"at most this many tasks (default 100; 0: all)"`
 	After string `json:"after,omitempty" jsonschema:"start after this task id: the last id of the previous page"`
@@ -411,7 +413,7 @@ func (m *mcpServer) claim(ctx context.Context, in claimIn) (*claimJSON, error) {
 	if err := m.refuseNoReader(); err != nil {
 		return nil, err
 	}
-	res, err := m.tree.Claim(ctx, fence.ClaimRequest{ID: in.Task, Agent: agent, TTL: ttl, Wait: wait, Token: in.Token, RequestID: in.RequestID})
+	res, err := m.tree.Claim(ctx, fence.ClaimRequest{ID: in.Task, Agent: agent, TTL: ttl, Wait: wait, Token: in.Token, RequestID: in.RequestID, Labels: in.Labels})
 	m.noteReaps(res.Reaped)
 	if err != nil {
 		return nil, err
@@ -463,7 +465,7 @@ func (m *mcpServer) claimBatch(ctx context.Context, in claimBatchIn) (*batchJSON
 	if err := m.refuseNoReader(); err != nil {
 		return nil, err
 	}
-	res, err := m.tree.ClaimBatch(ctx, fence.BatchClaimRequest{IDs: in.Tasks, Count: in.Batch, Partial: in.Partial, Agent: agent, TTL: ttl, Wait: wait})
+	res, err := m.tree.ClaimBatch(ctx, fence.BatchClaimRequest{IDs: in.Tasks, Count: in.Batch, Partial: in.Partial, Agent: agent, TTL: ttl, Wait: wait, Labels: in.Labels})
 	m.noteReaps(res.Reaped)
 	if err != nil {
 		return nil, err

@@ -675,3 +675,27 @@ func TestMCP_ClientGoneAfterCommitHoldsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestMCP_ClaimByLabel: an MCP agent takes only tasks with its labels, as
+// `claim --label` does, one at a time or as a batch.
+func TestMCP_ClaimByLabel(t *testing.T) {
+	m := newMCPTree(t, "bolt", nil)
+	m.mustCLI("add", "--id", "plain")
+	m.mustCLI("add", "--id", "gpu1", "--label", "gpu")
+	m.mustCLI("add", "--id", "gpu2", "--label", "gpu", "--label", "linux")
+	cs := m.inMemory(0)
+	one := call[claimJSON](t, cs, "claim", map[string]any{"labels": []string{"linux", "gpu"}})
+	if one.Task != "gpu2" {
+		t.Errorf("claim with labels linux, gpu took %q, want gpu2", one.Task)
+	}
+	batch := call[batchJSON](t, cs, "claim_batch", map[string]any{"batch": 5, "labels": []string{"gpu"}})
+	if len(batch.Assigned) != 1 || batch.Assigned[0].Task != "gpu1" {
+		t.Errorf("batch with label gpu took %+v, want gpu1 alone", batch.Assigned)
+	}
+	if res := callRaw(t, cs, "claim", map[string]any{"task": "plain", "labels": []string{"gpu"}}); !res.IsError {
+		t.Errorf("a named task with labels was not refused: %+v", res.StructuredContent)
+	}
+	if st := m.mustCLI("show", "plain", "--json"); !strings.Contains(st, `"state":"available"`) {
+		t.Errorf("plain after the claims by label:\n%s", st)
+	}
+}

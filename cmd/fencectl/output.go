@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fencectl/fencectl/cmd/internal/daemonlink"
 	"github.com/fencectl/fencectl/fence"
 )
 
@@ -50,6 +53,45 @@ type output struct {
 	// noticeMu guards notices where another goroutine may add to them (a
 	// daemon's trees tell every command in flight); nil where none can.
 	noticeMu *sync.Mutex
+}
+
+// answerWriter is a command's stdout in its own process: it keeps the
+// first error of its writes and what that write carried, so that a step
+// whose answer could not be written says so and exits 1 (see
+// daemonlink.AnswerLostError) instead of exit 0 with the answer lost.
+type answerWriter struct {
+	w    io.Writer
+	err  error
+	lost []byte
+}
+
+func (a *answerWriter) Write(p []byte) (int, error) {
+	n, err := a.w.Write(p)
+	if err != nil && a.err == nil {
+		a.err, a.lost = err, append([]byte(nil), p...)
+	}
+	return n, err
+}
+
+// stdoutFile is the file stdout writes to, if it is one: the checks for
+// a reader (claim_reader.go) look at it.
+func (o *output) stdoutFile() (*os.File, bool) {
+	w := o.stdout
+	if a, ok := w.(*answerWriter); ok {
+		w = a.w
+	}
+	f, ok := w.(*os.File)
+	return f, ok
+}
+
+// answerLost is the error of a command that succeeded but could not
+// write its answer, nil if it could.
+func (o *output) answerLost(command string) error {
+	a, ok := o.stdout.(*answerWriter)
+	if !ok || a.err == nil || errors.Is(a.err, syscall.EPIPE) {
+		return nil // EPIPE: the reader left by choice (`| head`), as before
+	}
+	return errors.New(daemonlink.AnswerLostError(command, a.err, a.lost))
 }
 
 func (o *output) notice(n fence.Notice) {

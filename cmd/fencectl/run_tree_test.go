@@ -114,7 +114,7 @@ func TestRun_LoopReusesOnlyCleanCgroups(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run --loop exited %d\n%s", code, out)
 	}
-	if !strings.Contains(out, "killed 1 processes the command left behind") {
+	if !strings.Contains(out, "the command left 1 process behind, now killed") {
 		t.Errorf("run does not say it killed t2's child:\n%s", out)
 	}
 	b, err := os.ReadFile(marks + "/cg")

@@ -79,6 +79,10 @@ func send(s step) (code int, done bool) {
 		// them and says why (daemonlink.UndeliveredVar).
 		handOn(map[string]string{daemonlink.UndeliveredVar: errText(werr) + "\n" + reply.Undo, "FENCE_DAEMON": "off"})
 	}
+	if werr != nil && reply.Code == 0 {
+		// Done, its answer lost: fencectl-full reports it (exit 1).
+		handOn(map[string]string{daemonlink.LostVar: daemonlink.AnswerLostError(s.command, werr, reply.Stdout), "FENCE_DAEMON": "off"})
+	}
 	return reply.Code, true
 }
 

@@ -202,3 +202,25 @@ func LostError(root, command string, err error) string {
 // hands the command to, which reports it as it reports every error
 // (--json included) and runs nothing.
 const LostVar = "FENCE_DAEMON_LOST"
+
+// AnswerLostError is a step that was done but whose answer could not be
+// written to stdout (a full disk behind a redirect): the caller must hear
+// that it happened, and what the answer was (an add's generated id), or a
+// script that saw exit 0, or only an error, adds the work again (found
+// from outside: `add - > /dev/full` exited 0). A claim is undone instead
+// (UndeliveredVar).
+func AnswerLostError(command string, err error, answer []byte) string {
+	const most = 200
+	shown := strings.TrimSpace(string(answer[:min(len(answer), most)]))
+	if len(answer) > most {
+		shown += "…"
+	}
+	if readOnly[command] {
+		return fmt.Sprintf("the %s could not write its answer to stdout (%v)", command, err)
+	}
+	return fmt.Sprintf("the %s is done, but its answer could not be written to stdout (%v): do not repeat it; the answer was: %q", command, err, shown)
+}
+
+// readOnly are the commands that change nothing: a lost answer of theirs
+// is only that.
+var readOnly = map[string]bool{"status": true, "list": true, "show": true, "log": true, "verify": true, "defaults": true, "guide": true, "version": true, "help": true}
