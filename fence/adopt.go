@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -29,7 +30,7 @@ import (
 // file moves into available/ like an added one; a crash before the commit
 // leaves it staged for the next writer to put back (restoreAdoptions).
 func (t *Tree) adoptInbox(db journal.Store) {
-	valid, rejected, err := t.mirror.ScanInbox()
+	valid, rejected, more, err := t.mirror.ScanInbox(adoptPerTurn)
 	if err != nil {
 		t.notify(NoticeWarning, string(fsmirror.Inbox), err.Error()+"; nothing adopted")
 		return
@@ -38,7 +39,20 @@ func (t *Tree) adoptInbox(db journal.Store) {
 		t.notify(NoticeInboxRejected, r.Name, r.Why)
 	}
 	t.adoptIDs(db, valid)
+	if more {
+		t.notify(NoticeWarning, string(fsmirror.Inbox), fmt.Sprintf("inbox/ holds more files than a command adopts at once (%d): the next writers adopt the rest, %d each", adoptPerTurn, adoptPerTurn))
+	}
 }
+
+// adoptPerTurn bounds the inbox files one writer adopts while it holds
+// the tree's lock. All at once, a drop of a million files kept every other
+// writer (and reader) out for minutes, took 2.4 GB, and, through the
+// daemon, more descriptors than it had (each file is held open until it
+// is placed), which stopped the daemon (found from outside). A bound
+// keeps a writer's turn to tens of milliseconds, and its notices (one a
+// file) to a few hundred; every writer after it adopts the next files, so
+// a claim still finds new work at once.
+const adoptPerTurn = 256
 
 // claimWrite returns how a claim of ids (none: the next ready tasks) is
 // written: adopting inbox/ first when the claim may take what is there
@@ -171,6 +185,7 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 	}
 	crashAt("adopt:after-commit")
 	moved := true
+	var adopted []string
 	for i, m := range movesOf(evs) {
 		if i == 1 {
 			crashAt("adopt:mid")
@@ -180,7 +195,10 @@ func (t *Tree) adoptChunk(db journal.Store, valid []string) error {
 			t.notify(NoticeNotMoved, m.id, err.Error()+"; the task is available, its file stays in "+string(fsmirror.Staging)+" until a writer moves it")
 			continue
 		}
-		t.notify(NoticeAdopted, m.id, "inbox/"+m.id+" is now an available task")
+		adopted = append(adopted, m.id)
+	}
+	for _, id := range adopted {
+		t.notify(NoticeAdopted, id, "inbox/"+id+" is now an available task")
 	}
 	if err := b.Sync(); err != nil {
 		moved = false

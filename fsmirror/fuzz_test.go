@@ -218,7 +218,7 @@ func FuzzScanInbox(f *testing.F) {
 		done := make(chan error, 1)
 		go func() {
 			var err error
-			valid, rejected, err = m.ScanInbox()
+			valid, rejected, _, err = m.ScanInbox(0)
 			done <- err
 		}()
 		select {

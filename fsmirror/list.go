@@ -1,7 +1,9 @@
 package fsmirror
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"slices"
@@ -60,46 +62,69 @@ func (m *Mirror) List(dir Dir) ([]Entry, error) {
 // every entry up by name and needs no order (sorting a million names made
 // a tenth of a replay's time at 1M tasks).
 func (m *Mirror) Entries(dir Dir) ([]Entry, error) {
-	fd, err := m.dirfd(dir)
+	var entries []Entry
+	_, err := m.scan(dir, func(e Entry) bool {
+		entries = append(entries, e)
+		return true
+	})
 	if err != nil {
 		return nil, err
+	}
+	return entries, nil
+}
+
+// scan calls visit for the entries of dir in the directory's own order,
+// until visit returns false (stopped) or none is left.
+func (m *Mirror) scan(dir Dir, visit func(Entry) bool) (stopped bool, err error) {
+	fd, err := m.dirfd(dir)
+	if err != nil {
+		return false, err
 	}
 	// inbox/ and .fence/tmp, in a long-lived process: see quiet.go.
 	q := m.quietFor(dir)
 	id, ok := m.dirID(dir)
 	if q == nil || !ok {
-		return m.readEntries(dir, fd)
+		_, stopped, err = m.readEntries(dir, fd, visit)
+		return stopped, err
 	}
 	if q.stillEmpty(dir, id) {
-		return nil, nil
+		return false, nil
 	}
 	gen := q.beforeList(dir, fd, id)
-	entries, err := m.readEntries(dir, fd)
+	n, stopped, err := m.readEntries(dir, fd, visit)
 	if err == nil {
-		q.afterList(dir, id, gen, len(entries))
+		q.afterList(dir, id, gen, n)
 	}
-	return entries, err
+	return stopped, err
 }
 
-// readEntries reads the directory dir, held open as fd.
-func (m *Mirror) readEntries(dir Dir, fd int) ([]Entry, error) {
+// readEntries reads the directory dir, held open as fd, a few hundred
+// entries at a time, calling visit for each until it returns false; n is
+// how many it saw.
+func (m *Mirror) readEntries(dir Dir, fd int, visit func(Entry) bool) (n int, stopped bool, err error) {
 	path := m.Path(dir, "")
 	// A fresh descriptor for reading, so the kept one's offset never moves.
 	rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("list: %w", &fs.PathError{Op: "open", Path: path, Err: err})
+		return 0, false, fmt.Errorf("list: %w", &fs.PathError{Op: "open", Path: path, Err: err})
 	}
 	f := os.NewFile(uintptr(rfd), path)
-	des, err := f.ReadDir(-1)
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("list: %w", err)
+	defer f.Close()
+	for {
+		des, err := f.ReadDir(512)
+		for _, de := range des {
+			n++
+			if !visit(Entry{Name: de.Name(), Kind: kindOfType(de.Type())}) {
+				return n, true, nil
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(des) == 0) {
+			return n, false, nil
+		}
+		if err != nil {
+			return n, false, fmt.Errorf("list: %w", err)
+		}
 	}
-	entries := make([]Entry, 0, len(des))
-	for _, de := range des {
-		entries = append(entries, Entry{Name: de.Name(), Kind: kindOfType(de.Type())})
-	}
-	return entries, nil
 }
 
 // kindOfType maps a directory entry's type bits to a Kind.
@@ -130,17 +155,22 @@ type Rejected struct {
 // with the reason. It never opens an entry, so a FIFO cannot block it, and
 // never deletes or moves anything: rejected entries stay for the user to fix.
 //
+// It reads no further than the first most valid entries (0: no bound),
+// and more says it stopped there: a writer adopts a bounded number of
+// files per turn of the tree's lock, so that a drop of a million files
+// neither keeps every other writer out for minutes nor takes memory and
+// descriptors in proportion (found from outside).
+//
 // Names starting with "." are skipped silently: by convention they are
 // writes in progress (write ".name", then rename to "name"), and a task id
 // never starts with ".".
-func (m *Mirror) ScanInbox() (valid []string, rejected []Rejected, err error) {
-	entries, err := m.List(Inbox)
-	if err != nil {
-		return nil, nil, fmt.Errorf("scan inbox: %w", err)
-	}
-	for _, e := range entries {
+func (m *Mirror) ScanInbox(most int) (valid []string, rejected []Rejected, more bool, err error) {
+	more, err = m.scan(Inbox, func(e Entry) bool {
 		if strings.HasPrefix(e.Name, ".") {
-			continue
+			return true
+		}
+		if most > 0 && len(valid) == most {
+			return false // an entry past the bound: there is more
 		}
 		switch {
 		case e.Kind == Symlink:
@@ -152,10 +182,16 @@ func (m *Mirror) ScanInbox() (valid []string, rejected []Rejected, err error) {
 		default:
 			if err := ValidateID(e.Name); err != nil {
 				rejected = append(rejected, Rejected{e.Name, e.Kind, err.Error()})
-				continue
+				return true
 			}
 			valid = append(valid, e.Name)
 		}
+		return true
+	})
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("scan inbox: %w", err)
 	}
-	return valid, rejected, nil
+	slices.Sort(valid)
+	slices.SortFunc(rejected, func(a, b Rejected) int { return strings.Compare(a.Name, b.Name) })
+	return valid, rejected, more, nil
 }

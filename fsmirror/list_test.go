@@ -1,6 +1,7 @@
 package fsmirror_test
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -70,7 +71,7 @@ func TestScanInbox_SplitsAndLeavesRejectedInPlace(t *testing.T) {
 	var valid []string
 	var rejected []fsmirror.Rejected
 	var err error
-	within(t, func() { valid, rejected, err = m.ScanInbox() })
+	within(t, func() { valid, rejected, _, err = m.ScanInbox(0) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,34 @@ func TestScanInbox_SplitsAndLeavesRejectedInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if valid, _, _ := m.ScanInbox(); len(valid) != 0 {
+	if valid, _, _, _ := m.ScanInbox(0); len(valid) != 0 {
 		t.Errorf("valid after adoption = %q", valid)
+	}
+}
+
+// ScanInbox(most) reads no further than most valid entries and says there
+// is more: a writer adopts a bounded number per turn of the lock.
+func TestScanInbox_BoundedSaysMore(t *testing.T) {
+	m := newTree(t)
+	for i := range 1200 {
+		put(t, m, fsmirror.Inbox, fmt.Sprintf("t%04d", i), "")
+	}
+	put(t, m, fsmirror.Inbox, ".in-progress", "")
+	valid, _, more, err := m.ScanInbox(500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(valid) != 500 || !more {
+		t.Errorf("ScanInbox(500) of 1200 files: %d valid, more %v; want 500, true", len(valid), more)
+	}
+	valid, _, more, err = m.ScanInbox(1200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(valid) != 1200 || more {
+		t.Errorf("ScanInbox(1200) of 1200 files: %d valid, more %v; want 1200, false", len(valid), more)
+	}
+	if valid, _, more, _ := m.ScanInbox(0); len(valid) != 1200 || more {
+		t.Errorf("ScanInbox(0): %d valid, more %v; want all 1200", len(valid), more)
 	}
 }

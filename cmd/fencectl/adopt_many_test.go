@@ -13,9 +13,10 @@ import (
 // transaction takes (etcd's --max-txn-ops, 128 by default) and checks that
 // one writer adopts them all, on every backend: the adoption is split
 // until each commit fits, instead of failing, putting the files back and
-// failing again at every later writer.
+// failing again at every later writer. (No more than one writer adopts at
+// once: TestAdopt_BoundedPerWriter.)
 func TestAdopt_ManyAtOnce(t *testing.T) {
-	const tasks = 300
+	const tasks = 250
 	for _, b := range scriptBackends {
 		if b.front {
 			continue // reap and status: the front hands them on, to what bolt runs
@@ -55,5 +56,49 @@ func TestAdopt_ManyAtOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAdopt_BoundedPerWriter: a writer adopts at most adoptPerTurn files
+// while it holds the lock, and says more are left; the writers after it
+// adopt the rest. All at once, a drop of a million files kept every other
+// writer out for minutes and, through the daemon, ran it out of
+// descriptors (found from outside).
+func TestAdopt_BoundedPerWriter(t *testing.T) {
+	const tasks, perTurn = 600, 256
+	dir := filepath.Join(t.TempDir(), "tree")
+	run := func(args ...string) string {
+		c := fencectlCmd(dir, args...)
+		c.Env = append(c.Env, "FENCE_DAEMON=off")
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("init")
+	for i := 0; i < tasks; i++ {
+		if err := os.WriteFile(filepath.Join(dir, "inbox", fmt.Sprintf("t%04d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	available := func() int {
+		entries, _ := os.ReadDir(filepath.Join(dir, "available"))
+		return len(entries)
+	}
+	out := run("claim", "--agent", "a")
+	if !strings.Contains(out, "inbox/ holds more files than a command adopts at once") {
+		t.Errorf("the first writer does not say more files are left:\n%s", out)
+	}
+	if n := available(); n != perTurn-1 {
+		t.Errorf("after one claim, %d tasks available, want %d (one turn's adoption, less the claim)", n, perTurn-1)
+	}
+	run("reap")
+	run("reap")
+	if n := available(); n != tasks-1 {
+		t.Errorf("after three writers, %d tasks available, want %d", n, tasks-1)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "inbox")); len(entries) != 0 {
+		t.Errorf("inbox/ still holds %d files", len(entries))
 	}
 }

@@ -188,6 +188,14 @@ func serveDaemon(ctx context.Context, out *output, dir string, idle time.Duratio
 				}
 				continue
 			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ENOBUFS) {
+				// Out of descriptors for a moment (steps in flight hold
+				// many): the connection waits in the queue. Leaving would
+				// fail every step in flight, their claims made for nobody
+				// (found from outside, with a large inbox/ drop).
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
 			return err
 		}
 		// Counted from the accept: a daemon with a client between its

@@ -104,7 +104,7 @@ name one itself; it never authorises anything.`,
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return serveMCP(ctx, mcpSession{tree: t, agent: agentName(c), notices: box, in: out.stdin, out: out.stdout, log: out.stderr})
+			return serveMCP(ctx, mcpSession{tree: t, agent: agentName(c), notices: box, in: out.stdin, out: out.rawStdout(), log: out.stderr})
 		},
 	}
 }

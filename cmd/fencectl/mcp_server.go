@@ -357,14 +357,14 @@ type taskIn struct {
 type listIn struct {
 	State string `json:"state,omitempty" jsonschema:"only tasks in this state (waiting, available, claimed, done, failed)"`
 	Agent string `json:"agent,omitempty" jsonschema:"only the tasks this agent holds"`
-	Limit *int   `json:"limit,omitempty" jsonschema:"at most this many tasks (default 100; 0: all)"`
+	Limit *int   `json:"limit,omitempty" jsonschema:"at most this many tasks (default 100; at most 1000, 0 included: go on with after)"`
 	After string `json:"after,omitempty" jsonschema:"start after this task id: the last id of the previous page"`
 }
 
 type logIn struct {
 	Task       string `json:"task,omitempty" jsonschema:"only this task's events"`
 	Since      string `json:"since,omitempty" jsonschema:"only events since a time (RFC 3339) or a duration ago (90m)"`
-	Limit      *int   `json:"limit,omitempty" jsonschema:"only the newest this many events (default 100; 0: all)"`
+	Limit      *int   `json:"limit,omitempty" jsonschema:"only the newest this many events (default 100; at most 1000, 0 included)"`
 	Heartbeats bool   `json:"heartbeats,omitempty" jsonschema:"include heartbeat events"`
 }
 
@@ -382,6 +382,7 @@ type listJSON struct {
 // one per line.
 type logJSON struct {
 	Events []eventJSON `json:"events"`
+	More   bool        `json:"more"` // older events precede these (the page was full)
 	notices
 }
 
@@ -606,10 +607,7 @@ func (m *mcpServer) show(ctx context.Context, in taskIn) (*showJSON, error) {
 }
 
 func (m *mcpServer) list(ctx context.Context, in listIn) (*listJSON, error) {
-	limit := defaultListLimit
-	if in.Limit != nil {
-		limit = *in.Limit
-	}
+	limit := pageLimit(in.Limit, defaultListLimit)
 	if in.Agent != "" {
 		if err := checkField("agent", in.Agent); err != nil {
 			return nil, err
@@ -631,11 +629,25 @@ func (m *mcpServer) list(ctx context.Context, in listIn) (*listJSON, error) {
 // told: an agent's context is not the place for a whole audit trail.
 const defaultLogLimit = 100
 
-func (m *mcpServer) log(ctx context.Context, in logIn) (*logJSON, error) {
-	limit := defaultLogLimit
-	if in.Limit != nil {
-		limit = *in.Limit
+// maxMCPPage bounds a list or log answer, as serve bounds its pages: one
+// answer of a whole tree of a million tasks was 454 MB and took the server
+// to 6 GB (found from outside).
+const maxMCPPage = 1000
+
+// pageLimit is the limit asked (def if none), at most maxMCPPage; 0 is
+// that much. A negative one is left for the tree to refuse.
+func pageLimit(asked *int, def int) int {
+	switch {
+	case asked == nil:
+		return def
+	case *asked == 0 || *asked > maxMCPPage:
+		return maxMCPPage
 	}
+	return *asked
+}
+
+func (m *mcpServer) log(ctx context.Context, in logIn) (*logJSON, error) {
+	limit := pageLimit(in.Limit, defaultLogLimit)
 	var since time.Time
 	if in.Since != "" {
 		var err error
@@ -643,13 +655,21 @@ func (m *mcpServer) log(ctx context.Context, in logIn) (*logJSON, error) {
 			return nil, usagef("invalid since %q: give a time (2026-11-21T09:00:00Z) or a duration ago (90m)", in.Since)
 		}
 	}
-	evs, err := m.tree.Log(ctx, fence.LogFilter{Task: in.Task, Since: since, Limit: limit, Heartbeats: in.Heartbeats})
+	ask := limit
+	if limit > 0 {
+		ask++ // one more than asked: whether older ones precede them
+	}
+	evs, err := m.tree.Log(ctx, fence.LogFilter{Task: in.Task, Since: since, Limit: ask, Heartbeats: in.Heartbeats})
 	if err != nil {
 		return nil, err
 	}
+	more := limit > 0 && len(evs) > limit
+	if more {
+		evs = evs[1:]
+	}
 	events := newEvents(evs)
 	redactEvents(events)
-	return &logJSON{Events: events}, nil
+	return &logJSON{Events: events, More: more}, nil
 }
 
 // describeMismatch names, in an agent's words, the first argument that

@@ -699,3 +699,35 @@ func TestMCP_ClaimByLabel(t *testing.T) {
 		t.Errorf("plain after the claims by label:\n%s", st)
 	}
 }
+
+// An MCP list or log answer is a page of at most maxMCPPage, 0 included:
+// one answer of a whole tree of a million tasks was 454 MB (found from
+// outside). A negative limit is left for the tree to refuse.
+func TestMCP_PagesAreBounded(t *testing.T) {
+	for _, c := range []struct {
+		asked *int
+		want  int
+	}{
+		{nil, 100}, {ptr(0), maxMCPPage}, {ptr(5), 5}, {ptr(maxMCPPage + 1), maxMCPPage}, {ptr(1 << 30), maxMCPPage}, {ptr(-1), -1},
+	} {
+		if got := pageLimit(c.asked, 100); got != c.want {
+			t.Errorf("pageLimit(%v) = %d, want %d", c.asked, got, c.want)
+		}
+	}
+	m := newMCPTree(t, "bolt", nil)
+	for _, id := range []string{"a", "b", "c"} {
+		m.mustCLI("add", "--id", id)
+	}
+	cs := m.inMemory(0)
+	if l := call[listJSON](t, cs, "list", map[string]any{"limit": 0}); len(l.Tasks) != 3 || l.More {
+		t.Errorf("list limit 0 of 3 tasks: %d tasks, more %v", len(l.Tasks), l.More)
+	}
+	if l := call[logJSON](t, cs, "log", map[string]any{"limit": 2}); len(l.Events) != 2 || !l.More || l.Events[1].Task != "c" {
+		t.Errorf("log limit 2 of 3 events: %+v, want the newest 2 and more", l)
+	}
+	if l := call[logJSON](t, cs, "log", map[string]any{"limit": 3}); len(l.Events) != 3 || l.More {
+		t.Errorf("log limit 3 of 3 events: %d, more %v", len(l.Events), l.More)
+	}
+}
+
+func ptr(n int) *int { return &n }

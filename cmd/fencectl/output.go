@@ -75,8 +75,21 @@ func (a *answerWriter) Write(p []byte) (int, error) {
 
 // stdoutFile is the file stdout writes to, if it is one: the checks for
 // a reader (claim_reader.go) look at it.
-func (o *output) stdoutFile() (*os.File, bool) {
-	w := o.stdout
+func (o *output) stdoutFile() (*os.File, bool) { return fileOf(o.stdout) }
+
+// rawStdout is stdout without the answerWriter: what a child process is
+// given (exec.Cmd copies through a pipe, and waits for every holder of
+// it, for any writer that is not a file) and what a long session (mcp)
+// writes to.
+func (o *output) rawStdout() io.Writer {
+	if a, ok := o.stdout.(*answerWriter); ok {
+		return a.w
+	}
+	return o.stdout
+}
+
+// fileOf is the file w writes to, if it is one (through an answerWriter).
+func fileOf(w any) (*os.File, bool) {
 	if a, ok := w.(*answerWriter); ok {
 		w = a.w
 	}

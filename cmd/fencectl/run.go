@@ -847,7 +847,7 @@ func (s *supervisor) supervise(ctx context.Context, cur claimed) taskRun {
 		// agents' steps (found from outside): CMD uses one that runs.
 		cmd.Env = append(cmd.Env, "FENCE_DAEMON="+daemonExisting)
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.rawStdout(), out.stderr
 	select { // the last task's, if its orphans were reaped already
 	case <-s.sigchld:
 	default:

@@ -27,7 +27,7 @@ func (o *output) outputGone() string {
 		name string
 		w    io.Writer
 	}{{"stdout", o.stdout}, {"stderr", o.stderr}} {
-		if f, ok := s.w.(*os.File); ok && noReader(f) {
+		if f, ok := fileOf(s.w); ok && noReader(f) {
 			return s.name
 		}
 	}

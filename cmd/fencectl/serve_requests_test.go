@@ -189,7 +189,7 @@ func TestServe_EventsPaged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.cli("reap") // a writer: adopts the inbox, one event per task
+	f.adoptAll()
 	page := func(path string) ([]eventJSON, string, string) {
 		t.Helper()
 		var evs []eventJSON
@@ -249,7 +249,7 @@ func TestServe_TasksPaged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.cli("reap") // a writer: adopts the inbox
+	f.adoptAll()
 	for _, q := range []string{"limit=0", "limit=5000"} {
 		var tasks []taskJSON
 		resp := f.getJSON("/api/tasks?"+q, &tasks)

@@ -105,6 +105,20 @@ func (f *serveFixture) cli(args ...string) string {
 	return stdout
 }
 
+// adoptAll runs writers until inbox/ is empty: each adopts at most a
+// turn's worth of files (fence's adoptPerTurn).
+func (f *serveFixture) adoptAll() {
+	f.t.Helper()
+	for left := -1; left != 0; {
+		f.cli("reap")
+		entries, err := os.ReadDir(filepath.Join(f.dir, "inbox"))
+		if err != nil || (left >= 0 && len(entries) >= left) {
+			f.t.Fatalf("a writer adopted nothing of the %d files in inbox/ (%v)", len(entries), err)
+		}
+		left = len(entries)
+	}
+}
+
 // get GETs path and returns the response (body read) or fails.
 func (f *serveFixture) get(path string, wantStatus int) (*http.Response, string) {
 	f.t.Helper()

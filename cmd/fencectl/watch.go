@@ -77,7 +77,7 @@ func ignoreCancel(ctx context.Context, err error) error {
 // isTerminal reports whether w is a terminal (status --watch redraws in
 // place only there).
 func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
+	f, ok := fileOf(w)
 	if !ok {
 		return false
 	}

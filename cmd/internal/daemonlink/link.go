@@ -221,6 +221,6 @@ func AnswerLostError(command string, err error, answer []byte) string {
 	return fmt.Sprintf("the %s is done, but its answer could not be written to stdout (%v): do not repeat it; the answer was: %q", command, err, shown)
 }
 
-// readOnly are the commands that change nothing: a lost answer of theirs
-// is only that.
-var readOnly = map[string]bool{"status": true, "list": true, "show": true, "log": true, "verify": true, "defaults": true, "guide": true, "version": true, "help": true}
+// readOnly are the commands that change nothing, or serve a session
+// whose steps answer for themselves: a lost answer of theirs is only that.
+var readOnly = map[string]bool{"status": true, "list": true, "show": true, "log": true, "verify": true, "defaults": true, "guide": true, "version": true, "help": true, "serve": true, "mcp": true, "daemon": true}
