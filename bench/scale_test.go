@@ -72,9 +72,9 @@ func getScaleTree(b *testing.B, size int) *scaleTree {
 }
 
 // ensureReady brings the tree to at least want ready tasks: the missing
-// ones are dropped into inbox/ and adopted by one writer (a reap that finds
-// nothing to reap), then one claim is made and released so that the last
-// commit is a small one again.
+// ones are dropped into inbox/ and adopted by writers (reaps that find
+// nothing to reap, 256 files each), then one claim is made and released
+// so that the last commit is a small one again.
 func (st *scaleTree) ensureReady(b *testing.B, want int) {
 	b.Helper()
 	tree, err := fence.Open(st.dir, fence.Options{})
@@ -98,8 +98,15 @@ func (st *scaleTree) ensureReady(b *testing.B, want int) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := tree.Reap(ctx, false); err != nil {
-		b.Fatal(err)
+	for left := missing; left > 0; { // a writer adopts 256 files a turn
+		if _, err := tree.Reap(ctx, false); err != nil {
+			b.Fatal(err)
+		}
+		entries, err := os.ReadDir(inbox)
+		if err != nil || len(entries) >= left {
+			b.Fatalf("a writer adopted nothing of the %d files left in inbox/ (%v)", left, err)
+		}
+		left = len(entries)
 	}
 	c, err := tree.Claim(ctx, fence.ClaimRequest{Agent: "warm-up"})
 	if err != nil {
