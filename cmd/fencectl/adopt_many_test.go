@@ -22,25 +22,9 @@ func TestAdopt_ManyAtOnce(t *testing.T) {
 			continue // reap and status: the front hands them on, to what bolt runs
 		}
 		t.Run(b.name, func(t *testing.T) {
-			env := b.start(t)()
 			dir := filepath.Join(t.TempDir(), "tree")
-			run := func(args ...string) string {
-				c := fencectlCmd(dir, args...)
-				for k, v := range env {
-					c.Env = append(c.Env, k+"="+v)
-				}
-				out, err := c.CombinedOutput()
-				if err != nil {
-					t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-				}
-				return string(out)
-			}
-			run("init")
-			for i := 0; i < tasks; i++ {
-				if err := os.WriteFile(filepath.Join(dir, "inbox", fmt.Sprintf("t%04d", i)), nil, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			run := fencectlOn(t, dir, b.start(t)())
+			dropInInbox(t, dir, tasks)
 			if out := run("reap"); strings.Contains(out, "not committed") {
 				t.Errorf("reap adopting %d files warned:\n%s", tasks, out)
 			}
@@ -67,21 +51,8 @@ func TestAdopt_ManyAtOnce(t *testing.T) {
 func TestAdopt_BoundedPerWriter(t *testing.T) {
 	const tasks, perTurn = 600, 256
 	dir := filepath.Join(t.TempDir(), "tree")
-	run := func(args ...string) string {
-		c := fencectlCmd(dir, args...)
-		c.Env = append(c.Env, "FENCE_DAEMON=off")
-		out, err := c.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	run("init")
-	for i := 0; i < tasks; i++ {
-		if err := os.WriteFile(filepath.Join(dir, "inbox", fmt.Sprintf("t%04d", i)), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	run := fencectlOn(t, dir, map[string]string{"FENCE_DAEMON": "off"})
+	dropInInbox(t, dir, tasks)
 	available := func() int {
 		entries, _ := os.ReadDir(filepath.Join(dir, "available"))
 		return len(entries)
@@ -100,5 +71,34 @@ func TestAdopt_BoundedPerWriter(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(dir, "inbox")); len(entries) != 0 {
 		t.Errorf("inbox/ still holds %d files", len(entries))
+	}
+}
+
+// fencectlOn returns a runner of fencectl on the tree dir, made there by
+// init, with env added to its environment; each run must exit 0, and
+// returns stdout and stderr together.
+func fencectlOn(t *testing.T, dir string, env map[string]string) func(args ...string) string {
+	run := func(args ...string) string {
+		t.Helper()
+		c := fencectlCmd(dir, args...)
+		for k, v := range env {
+			c.Env = append(c.Env, k+"="+v)
+		}
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("init")
+	return run
+}
+
+// dropInInbox drops n empty files, t0000 on, into dir's inbox/.
+func dropInInbox(t *testing.T, dir string, n int) {
+	for i := 0; i < n; i++ {
+		if err := os.WriteFile(filepath.Join(dir, "inbox", fmt.Sprintf("t%04d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
