@@ -19,15 +19,7 @@ import (
 // tokens by id.
 func groupTree(t *testing.T) (*Tree, map[string]uint64) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tree")
-	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
-		t.Fatal(err)
-	}
-	tree, err := Open(dir, Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	tree := openGroupTree(t, 5*time.Second)
 	ctx := context.Background()
 	tokens := map[string]uint64{}
 	for _, id := range []string{"a", "b", "c"} {
@@ -192,15 +184,7 @@ func TestGroup_StoreFailureVoidsOutcomesOfEarlierRuns(t *testing.T) {
 // transaction, and the claim, coming second, takes the task that the
 // completion unblocked.
 func TestGroup_TogetherCommitsInOneGroupInOrder(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tree")
-	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
-		t.Fatal(err)
-	}
-	tree, err := Open(dir, Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tree.Close()
+	tree := openGroupTree(t, 5*time.Second)
 	ctx := context.Background()
 	if _, err := tree.Add(ctx, AddRequest{ID: "first"}); err != nil {
 		t.Fatal(err)
@@ -265,15 +249,7 @@ func TestGroup_TogetherCommitsInOneGroupInOrder(t *testing.T) {
 // looked for the file in available/ only: it skipped a released task and
 // failed an added one as "file missing".
 func TestGroup_ClaimAfterAChangeInTheSameGroup(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tree")
-	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
-		t.Fatal(err)
-	}
-	tree, err := Open(dir, Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tree.Close()
+	tree := openGroupTree(t, 5*time.Second)
 	ctx := context.Background()
 	var next ClaimResult
 	var addErr, nextErr error
@@ -287,7 +263,7 @@ func TestGroup_ClaimAfterAChangeInTheSameGroup(t *testing.T) {
 	if rec, _ := taskState(t, tree, "fresh"); rec.State != record.Claimed {
 		t.Fatalf("fresh is %s after the group; want claimed", rec.State)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "claimed", "fresh")); err != nil {
+	if _, err := os.Stat(filepath.Join(tree.Root(), "claimed", "fresh")); err != nil {
 		t.Fatalf("the file of the task added and claimed in one group: %v", err)
 	}
 	var relErr error
@@ -300,7 +276,7 @@ func TestGroup_ClaimAfterAChangeInTheSameGroup(t *testing.T) {
 	if relErr != nil || nextErr != nil || next.Task.ID != "fresh" {
 		t.Fatalf("release: %v; claim in the same group: %v, %v; want fresh", relErr, next.Task.ID, nextErr)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "claimed", "fresh")); err != nil {
+	if _, err := os.Stat(filepath.Join(tree.Root(), "claimed", "fresh")); err != nil {
 		t.Fatalf("the file of the task released and claimed again in one group: %v", err)
 	}
 	rep, err := tree.Replay(ctx, true)
@@ -588,15 +564,7 @@ func TestGroup_TogetherWithAWriteToAnotherTree(t *testing.T) {
 // returns its context's error and nothing changed (found from outside: a
 // complete with a 300 ms deadline was made after 4.8 s and returned nil).
 func TestGroup_StepPastItsContextIsNotMade(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tree")
-	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
-		t.Fatal(err)
-	}
-	tree, err := Open(dir, Options{Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tree.Close()
+	tree := openGroupTree(t, 10*time.Second)
 	ctx := context.Background()
 	if _, err := tree.Add(ctx, AddRequest{ID: "t1"}); err != nil {
 		t.Fatal(err)
@@ -606,7 +574,7 @@ func TestGroup_StepPastItsContextIsNotMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another process holds the writer's turn for a second.
-	other, err := Open(dir, Options{Timeout: 10 * time.Second})
+	other, err := Open(tree.Root(), Options{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,4 +599,20 @@ func TestGroup_StepPastItsContextIsNotMade(t *testing.T) {
 	if rec, _ := taskState(t, tree, "t1"); rec.State != record.Claimed {
 		t.Fatalf("t1 is %s: the step was made after its caller's deadline", rec.State)
 	}
+}
+
+// openGroupTree makes a bbolt tree (an hour's TTL, 3 attempts) and opens
+// it with the lock timeout given, closed when the test ends.
+func openGroupTree(t *testing.T, timeout time.Duration) *Tree {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tree")
+	if _, err := Init(dir, record.Defaults{TTL: time.Hour, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Open(dir, Options{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	return tree
 }

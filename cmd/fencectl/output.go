@@ -68,7 +68,7 @@ type answerWriter struct {
 func (a *answerWriter) Write(p []byte) (int, error) {
 	n, err := a.w.Write(p)
 	if err != nil && a.err == nil {
-		a.err, a.lost = err, append([]byte(nil), p...)
+		a.err, a.lost = err, append([]byte(nil), p[:min(len(p), 256)]...) // the message shows 200
 	}
 	return n, err
 }
