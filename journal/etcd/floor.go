@@ -83,7 +83,7 @@ func (t *Tx) noteReady(k string) {
 // nextFloor is the floor this transaction's commit writes (see above).
 func (t *Tx) nextFloor() string {
 	p := t.key(famReady, "")
-	f := t.floor
+	f, empty := t.floor, false
 	if n := len(t.readySeen); n > 0 {
 		f = t.readySeen[n-1] + "\x00"
 		for _, k := range t.readySeen {
@@ -92,16 +92,37 @@ func (t *Tx) nextFloor() string {
 				break
 			}
 		}
+	} else if f == "" {
+		f, empty = t.firstLiveReady()
 	}
 	for k, o := range t.buf {
-		if !o.del && strings.HasPrefix(k, p) && k[len(p):] < f {
-			f = k[len(p):]
+		if !o.del && strings.HasPrefix(k, p) && (empty || k[len(p):] < f) {
+			f, empty = k[len(p):], false
 		}
 	}
 	if t.rebasedOn != nil && *t.rebasedOn < f {
 		f = *t.rebasedOn
 	}
 	return f
+}
+
+// firstLiveReady is a floor for a transaction that has none (a new tree,
+// or one an older fencectl wrote last) and scanned nothing (adds, say):
+// the first live key of the ready page begin read from the family's
+// start, so that the adds that fill a tree do not each walk the whole
+// ready index (window.go: etcd counts every key of a range read). empty
+// reports that the page held no key at all: then the first ready key the
+// transaction puts is the floor. It is "" (no floor) when that page was
+// not read.
+func (t *Tx) firstLiveReady() (f string, empty bool) {
+	page := t.pages[t.firstReadyPageKey()]
+	switch {
+	case page == nil:
+		return "", false
+	case len(page.Kvs) > 0:
+		return string(page.Kvs[0].Key[len(t.key(famReady, "")):]), false
+	}
+	return "", page.Count == 0
 }
 
 // floorMoved reports whether the writer whose head this run was rebased

@@ -219,7 +219,51 @@ func TestFloor_OlderWriterIsNotTrusted(t *testing.T) {
 	if f := floorOf(t, s); f != "" {
 		t.Fatalf("floor after an older writer's commit = %x, want none trusted", f)
 	}
-	wantClaims(t, s, "old", "a2") // old: the older writer's priority-5 task
+	// The next add finds a floor again: the first live key, the older
+	// writer's task, not its own key nor a2's.
+	addReady(t, s, 0, 60, "late")
+	if f := floorOf(t, s); f != readyKey(5, 50) {
+		t.Fatalf("floor after an add = %x, want the older writer's task's key %x", f, readyKey(5, 50))
+	}
+	wantClaims(t, s, "old", "a2", "late") // old: the older writer's priority-5 task
+}
+
+// TestFloor_AddsSetTheFloor: the adds that fill a new tree set a floor
+// (the first live ready key), so that each add's snapshot reads one
+// window of the ready index (window.go), not the whole index, which etcd
+// walks to count it: filling a tree of n tasks cost O(n²).
+func TestFloor_AddsSetTheFloor(t *testing.T) {
+	cfg, dir := newJournal(t)
+	_, s := open(t, cfg, dir)
+	addReady(t, s, 0, 1, "a0", "a1")
+	if f := floorOf(t, s); f != readyKey(0, 1) {
+		t.Fatalf("floor after the first add = %x, want a0's key %x", f, readyKey(0, 1))
+	}
+	for i := range 4 {
+		addReady(t, s, 0, uint64(3+readySpan*i), fmt.Sprintf("b%d", i))
+	}
+	addReady(t, s, 2, 999, "urgent")
+	if f := floorOf(t, s); f != readyKey(2, 999) {
+		t.Fatalf("floor after a higher priority's add = %x, want its key %x", f, readyKey(2, 999))
+	}
+	_, fresh := open(t, cfg, dir)
+	err := fresh.Update(func(jt journal.Tx) error {
+		tx := jt.(*Tx)
+		if err := tx.PutTask(nil, record.Task{ID: "c", State: record.Available, MaxAttempts: 3, Seq: 2000, Created: time.Now(), Updated: time.Now()}); err != nil {
+			return err
+		}
+		from := tx.key(famReady, "")
+		for k := range tx.pages {
+			if strings.HasPrefix(k.from, from) && k.hi == rangeEnd(from) {
+				t.Errorf("an add read the ready index from %x to its end; want one window from the floor %x", k.from, readyKey(2, 999))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClaims(t, s, "urgent", "a0", "a1", "b0", "b1", "b2", "b3", "c", "")
 }
 
 // TestWindow_ScanCrossesGapsAndPriorities: the ready index is read a
