@@ -1,11 +1,12 @@
 package fsmirror
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 
@@ -76,70 +77,145 @@ func (m *Mirror) Entries(dir Dir) ([]Entry, error) {
 // scan calls visit for the entries of dir in the directory's own order,
 // until visit returns false (stopped) or none is left.
 func (m *Mirror) scan(dir Dir, visit func(Entry) bool) (stopped bool, err error) {
-	fd, err := m.dirfd(dir)
-	if err != nil {
-		return false, err
-	}
-	// inbox/ and .fence/tmp, in a long-lived process: see quiet.go.
-	q := m.quietFor(dir)
-	id, ok := m.dirID(dir)
-	if q == nil || !ok {
-		_, stopped, err = m.readEntries(dir, fd, visit)
-		return stopped, err
-	}
-	if q.stillEmpty(dir, id) {
-		return false, nil
-	}
-	gen := q.beforeList(dir, fd, id)
-	n, stopped, err := m.readEntries(dir, fd, visit)
-	if err == nil {
-		q.afterList(dir, id, gen, n)
-	}
+	_, stopped, err = m.scanFrom(dir, 0, visit)
 	return stopped, err
 }
 
-// readEntries reads the directory dir, held open as fd, a few hundred
-// entries at a time, calling visit for each until it returns false; n is
-// how many it saw.
-func (m *Mirror) readEntries(dir Dir, fd int, visit func(Entry) bool) (n int, stopped bool, err error) {
+// scanFrom is scan from the position pos in the directory's own order (0:
+// its start; otherwise a position an earlier scanFrom returned). next is
+// where the entry visit refused is (so it is read again from there), or 0
+// when the scan reached the end.
+func (m *Mirror) scanFrom(dir Dir, pos int64, visit func(Entry) bool) (next int64, stopped bool, err error) {
+	fd, err := m.dirfd(dir)
+	if err != nil {
+		return 0, false, err
+	}
+	// inbox/ and .fence/tmp, in a long-lived process: see quiet.go. Only
+	// a listing from the start can find a directory empty.
+	q := m.quietFor(dir)
+	id, ok := m.dirID(dir)
+	if q == nil || !ok || pos != 0 {
+		_, next, stopped, err = m.readEntries(dir, fd, pos, visit)
+		return next, stopped, err
+	}
+	if q.stillEmpty(dir, id) {
+		return 0, false, nil
+	}
+	gen := q.beforeList(dir, fd, id)
+	n, next, stopped, err := m.readEntries(dir, fd, 0, visit)
+	if err == nil {
+		q.afterList(dir, id, gen, n)
+	}
+	return next, stopped, err
+}
+
+// readEntries reads the directory dir, held open as fd, from the position
+// pos, a few hundred entries at a time, calling visit for each until it
+// returns false; n is how many it saw, next the position of the entry
+// visit refused (0: none, the end was reached). It reads getdents(2)
+// itself, not os.File.ReadDir, for the position of each entry: ScanInbox
+// resumes where the last writer stopped (inboxcursor.go).
+func (m *Mirror) readEntries(dir Dir, fd int, pos int64, visit func(Entry) bool) (n int, next int64, stopped bool, err error) {
 	path := m.Path(dir, "")
+	fail := func(op string, err error) (int, int64, bool, error) {
+		return n, 0, false, fmt.Errorf("list: %w", &fs.PathError{Op: op, Path: path, Err: err})
+	}
 	// A fresh descriptor for reading, so the kept one's offset never moves.
 	rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, false, fmt.Errorf("list: %w", &fs.PathError{Op: "open", Path: path, Err: err})
+		return fail("open", err)
 	}
-	f := os.NewFile(uintptr(rfd), path)
-	defer f.Close()
-	for {
-		des, err := f.ReadDir(512)
-		for _, de := range des {
-			n++
-			if !visit(Entry{Name: de.Name(), Kind: kindOfType(de.Type())}) {
-				return n, true, nil
-			}
+	defer unix.Close(rfd)
+	if pos != 0 {
+		if _, err := unix.Seek(rfd, pos, io.SeekStart); err != nil {
+			return fail("seek", err)
 		}
-		if errors.Is(err, io.EOF) || (err == nil && len(des) == 0) {
-			return n, false, nil
+	}
+	buf := make([]byte, 32<<10)
+	next = pos
+	for {
+		nb, err := unix.Getdents(rfd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
 		if err != nil {
-			return n, false, fmt.Errorf("list: %w", err)
+			return fail("getdents", err)
+		}
+		if nb == 0 {
+			return n, 0, false, nil
+		}
+		for rec := buf[:nb]; len(rec) > 0; {
+			d, size, ok := parseDirent(rec)
+			if !ok {
+				return fail("getdents", unix.EIO)
+			}
+			rec = rec[size:]
+			if d.ino == 0 || d.name == "." || d.name == ".." {
+				next = d.off
+				continue
+			}
+			kind, ok := kindOfDT(d.typ)
+			if !ok {
+				var st unix.Stat_t
+				if err := unix.Fstatat(rfd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+					if errors.Is(err, unix.ENOENT) {
+						next = d.off
+						continue // gone since the listing
+					}
+					return fail("lstat", err)
+				}
+				kind = kindOf(st.Mode)
+			}
+			n++
+			if !visit(Entry{Name: d.name, Kind: kind}) {
+				return n, next, true, nil
+			}
+			next = d.off
 		}
 	}
 }
 
-// kindOfType maps a directory entry's type bits to a Kind.
-func kindOfType(t fs.FileMode) Kind {
-	switch {
-	case t&fs.ModeSymlink != 0:
-		return Symlink
-	case t.IsDir():
-		return Directory
-	case t&fs.ModeNamedPipe != 0:
-		return FIFO
-	case t.IsRegular():
-		return Regular
+// dirent is one record getdents(2) returned.
+type dirent struct {
+	ino  uint64
+	off  int64 // the position of the next record
+	typ  uint8
+	name string
+}
+
+// parseDirent reads the linux_dirent64 at the start of b, and its size.
+func parseDirent(b []byte) (d dirent, size int, ok bool) {
+	const head = 19 // d_ino 8, d_off 8, d_reclen 2, d_type 1
+	if len(b) < head {
+		return d, 0, false
 	}
-	return Other
+	size = int(binary.NativeEndian.Uint16(b[16:18]))
+	if size < head || size > len(b) {
+		return d, 0, false
+	}
+	name := b[head:size]
+	if i := bytes.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	return dirent{ino: binary.NativeEndian.Uint64(b[0:8]), off: int64(binary.NativeEndian.Uint64(b[8:16])), typ: b[18], name: string(name)}, size, true
+}
+
+// kindOfDT maps a d_type to a Kind; ok is false for DT_UNKNOWN (a file
+// system that does not say: the caller looks).
+func kindOfDT(t uint8) (Kind, bool) {
+	switch t {
+	case unix.DT_REG:
+		return Regular, true
+	case unix.DT_LNK:
+		return Symlink, true
+	case unix.DT_DIR:
+		return Directory, true
+	case unix.DT_FIFO:
+		return FIFO, true
+	case unix.DT_UNKNOWN:
+		return "", false
+	}
+	return Other, true
 }
 
 // Rejected is an inbox entry that cannot be adopted, and why.
@@ -155,43 +231,83 @@ type Rejected struct {
 // with the reason. It never opens an entry, so a FIFO cannot block it, and
 // never deletes or moves anything: rejected entries stay for the user to fix.
 //
-// It reads no further than the first most valid entries (0: no bound),
-// and more says it stopped there: a writer adopts a bounded number of
-// files per turn of the tree's lock, so that a drop of a million files
-// neither keeps every other writer out for minutes nor takes memory and
-// descriptors in proportion (found from outside).
+// It reads no further than the first most valid entries, or examineMost
+// times as many entries in all (0: no bound), and more says it stopped
+// there: a writer adopts a bounded number of files per turn of the tree's
+// lock, so that a drop of a million files neither keeps every other
+// writer out for minutes nor takes memory and descriptors in proportion
+// (found from outside). A scan that stopped leaves a cursor, and the next
+// one goes on from there (inboxcursor.go): entries that cannot be adopted
+// (a task of that id exists, a hard link, a name that is no id) stay in
+// inbox/, and the next writers must get past them to the rest.
 //
 // Names starting with "." are skipped silently: by convention they are
 // writes in progress (write ".name", then rename to "name"), and a task id
 // never starts with ".".
 func (m *Mirror) ScanInbox(most int) (valid []string, rejected []Rejected, more bool, err error) {
-	more, err = m.scan(Inbox, func(e Entry) bool {
-		if strings.HasPrefix(e.Name, ".") {
-			return true
-		}
-		if most > 0 && len(valid) == most {
-			return false // an entry past the bound: there is more
-		}
-		switch {
-		case e.Kind == Symlink:
-			rejected = append(rejected, Rejected{e.Name, e.Kind, "symlink: refused, never followed"})
-		case e.Kind == Other:
-			rejected = append(rejected, Rejected{e.Name, e.Kind, "other: not a regular file (socket or device)"})
-		case e.Kind != Regular:
-			rejected = append(rejected, Rejected{e.Name, e.Kind, string(e.Kind) + ": not a regular file"})
-		default:
-			if err := ValidateID(e.Name); err != nil {
-				rejected = append(rejected, Rejected{e.Name, e.Kind, err.Error()})
+	read := func(from int64) (int64, bool, error) {
+		valid, rejected = nil, nil
+		return m.scanFrom(Inbox, from, func(e Entry) bool {
+			if strings.HasPrefix(e.Name, ".") {
 				return true
 			}
-			valid = append(valid, e.Name)
+			if most > 0 && (len(valid) == most || len(valid)+len(rejected) == examineMost*most) {
+				return false // an entry past the bound: there is more
+			}
+			switch {
+			case e.Kind == Symlink:
+				rejected = append(rejected, Rejected{e.Name, e.Kind, "symlink: refused, never followed"})
+			case e.Kind == Other:
+				rejected = append(rejected, Rejected{e.Name, e.Kind, "other: not a regular file (socket or device)"})
+			case e.Kind != Regular:
+				rejected = append(rejected, Rejected{e.Name, e.Kind, string(e.Kind) + ": not a regular file"})
+			default:
+				if err := ValidateID(e.Name); err != nil {
+					rejected = append(rejected, Rejected{e.Name, e.Kind, err.Error()})
+					return true
+				}
+				valid = append(valid, e.Name)
+			}
+			return true
+		})
+	}
+	if most == 0 {
+		_, _, err := read(0) // everything: no cursor to go on from or leave
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("scan inbox: %w", err)
 		}
-		return true
-	})
+		slices.Sort(valid)
+		slices.SortFunc(rejected, func(a, b Rejected) int { return strings.Compare(a.Name, b.Name) })
+		return valid, rejected, false, nil
+	}
+	from := m.inboxFrom()
+	next, more, err := read(from)
+	if err != nil && from != 0 {
+		from = 0 // a position this directory no longer has: from the start
+		next, more, err = read(0)
+	}
+	if err == nil && more && from == 0 {
+		// Full from the start: go on from where the last writer stopped,
+		// if another process did (the common empty inbox reads no file).
+		if c := m.loadInboxCursor(); c != 0 {
+			if n, mo, err2 := read(c); err2 == nil {
+				next, more = n, mo
+			} else {
+				next, more, err = read(0)
+			}
+		}
+	}
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("scan inbox: %w", err)
 	}
+	m.saveInboxCursor(next)
 	slices.Sort(valid)
 	slices.SortFunc(rejected, func(a, b Rejected) int { return strings.Compare(a.Name, b.Name) })
 	return valid, rejected, more, nil
 }
+
+// examineMost bounds the entries a bounded ScanInbox reads, rejected ones
+// included, as a multiple of its bound on valid ones: a million entries
+// that are no task files cost each writer a bounded listing, and as many
+// notices.
+const examineMost = 4

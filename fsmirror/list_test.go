@@ -132,6 +132,14 @@ func TestScanInbox_BoundedSaysMore(t *testing.T) {
 	if len(valid) != 500 || !more {
 		t.Errorf("ScanInbox(500) of 1200 files: %d valid, more %v; want 500, true", len(valid), more)
 	}
+	// The next scan goes on where that one stopped, to the end.
+	valid, _, more, err = m.ScanInbox(1200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(valid) != 700 || more {
+		t.Errorf("ScanInbox(1200) after ScanInbox(500) of 1200 files: %d valid, more %v; want the other 700, false", len(valid), more)
+	}
 	valid, _, more, err = m.ScanInbox(1200)
 	if err != nil {
 		t.Fatal(err)
@@ -141,5 +149,48 @@ func TestScanInbox_BoundedSaysMore(t *testing.T) {
 	}
 	if valid, _, more, _ := m.ScanInbox(0); len(valid) != 1200 || more {
 		t.Errorf("ScanInbox(0): %d valid, more %v; want all 1200", len(valid), more)
+	}
+}
+
+// A bounded scan goes on where the last one stopped, in this process or
+// (through .fence/inbox-cursor) the next: files left in inbox/ (a task
+// of that id exists, a hard link) must not keep the writers from the
+// files after them. Before, every scan read the same first entries, and
+// files past them were never adopted.
+func TestScanInbox_GoesOnPastWhatIsLeft(t *testing.T) {
+	m := newTree(t)
+	want := map[string]bool{}
+	for i := range 1000 {
+		id := fmt.Sprintf("t%04d", i)
+		put(t, m, fsmirror.Inbox, id, "")
+		want[id] = true
+	}
+	for i := range 300 {
+		put(t, m, fsmirror.Inbox, fmt.Sprintf("bad name %d", i), "") // rejected
+	}
+	seen := map[string]bool{}
+	for turn := range 8 {
+		mm := m // turns 0 to 3: one process, its own position
+		if turn >= 4 {
+			var err error
+			if mm, err = fsmirror.Open(m.Root()); err != nil { // a new process: the cursor file
+				t.Fatal(err)
+			}
+			defer mm.Close()
+		}
+		valid, rejected, _, err := mm.ScanInbox(100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(valid) > 100 || len(valid)+len(rejected) > 400 {
+			t.Fatalf("turn %d read %d valid and %d rejected entries; want at most 100 and 400 in all", turn, len(valid), len(rejected))
+		}
+		for _, id := range valid {
+			seen[id] = true
+		}
+		// Nothing is moved: every file is left, as a refused one is.
+	}
+	if len(seen) < 700 {
+		t.Errorf("8 scans of at most 100 (nothing adopted in between) saw %d of the 1000 valid files; want at least 700: each scan goes on where the last stopped", len(seen))
 	}
 }

@@ -102,6 +102,12 @@ type Mirror struct {
 
 	quietMu sync.Mutex
 	quiet   *quiet // see WatchQuiet; nil: every listing reads
+
+	// Where the next bounded inbox scan starts (inboxcursor.go): this
+	// process's position, whether .fence/inbox-cursor was read, and what
+	// the file holds as far as this process knows.
+	inboxPos, inboxSaved atomic.Int64
+	inboxLoaded          atomic.Bool
 }
 
 // table is a set of open directory descriptors and the identity of the
