@@ -100,7 +100,9 @@ type Gauges struct {
 
 // Gauges reads the counts, the leases' time left, the oldest available
 // task and the head of the log in one read transaction. It reads every
-// live lease and every available task's record: O(claimed + available).
+// live lease, and the first available task of each priority where the
+// store can find those alone (journal.ReadyHeads; otherwise every
+// available task's record): O(claimed + priorities).
 func (t *Tree) Gauges(ctx context.Context) (Gauges, error) {
 	var g Gauges
 	err := t.read(ctx, func(tx journal.Tx, now time.Time) error {
@@ -116,7 +118,11 @@ func (t *Tree) Gauges(ctx context.Context) (Gauges, error) {
 			return err
 		}
 		var readErr error
-		tx.Ready(func(id string) bool {
+		heads := tx.Ready // every available task
+		if h, ok := tx.(journal.ReadyHeads); ok {
+			heads = h.ReadyHeads // the first of each priority: the oldest is one
+		}
+		heads(func(id string) bool {
 			rec, ok, err := tx.Task(id)
 			if err != nil {
 				readErr = err

@@ -342,6 +342,16 @@ type Prefetcher interface {
 	UpdateReading(ids []string, claims bool, fn func(Tx) error) error
 }
 
+// ReadyHeads is a Tx that can list the first ready task of each priority,
+// in claim order, without reading the rest of the ready index (bbolt: one
+// seek per priority). Within a priority ready tasks are in the order they
+// were added, so the oldest available task is one of these: a metrics
+// scrape read every available record for it, 1.2 to 1.7 s at a million
+// tasks, with every writer waiting (found from outside).
+type ReadyHeads interface {
+	ReadyHeads(fn func(id string) (more bool))
+}
+
 // FullSweeper is a Tx whose Expired may answer from a recent sweep: on
 // etcd, finding expired leases reads every claim (and what etcd keeps of
 // finished ones until it compacts), so a tree sweeps at most every couple

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -319,6 +320,20 @@ func (t *Tx) Counts() map[record.State]int {
 func (t *Tx) Ready(fn func(id string) (more bool)) {
 	c := t.tx.Bucket(bucketReady).Cursor()
 	for k, v := c.First(); k != nil && fn(string(v)); k, v = c.Next() {
+	}
+}
+
+// ReadyHeads calls fn with the first ready task of each priority, in
+// claim order, until fn returns false (journal.ReadyHeads): a seek per
+// priority, whatever the index holds.
+func (t *Tx) ReadyHeads(fn func(id string) (more bool)) {
+	c := t.tx.Bucket(bucketReady).Cursor()
+	for k, v := c.First(); k != nil && len(k) >= 8 && fn(string(v)); {
+		next := binary.BigEndian.Uint64(k[:8]) + 1
+		if next == 0 {
+			return // the lowest priority there is
+		}
+		k, v = c.Seek(binary.BigEndian.AppendUint64(nil, next))
 	}
 }
 

@@ -557,3 +557,40 @@ func TestTx_ExpiryIndexFarFuture(t *testing.T) {
 		return nil
 	})
 }
+
+// TestTx_ReadyHeads: the first ready task of each priority, in claim
+// order (the extreme priorities included), stopping when fn says so; the
+// metrics' oldest available task is found among these.
+func TestTx_ReadyHeads(t *testing.T) {
+	db, _ := newJournal(t)
+	prios := []int64{math.MaxInt64, 7, 0, -1, math.MinInt64}
+	update(t, db, func(tx journal.Tx) error {
+		seq := uint64(1)
+		for i := range 5 { // interleaved, so that seq order is not claim order
+			for _, p := range prios {
+				if err := tx.PutTask(nil, available(fmt.Sprintf("p%d-%d", p, i), p, seq)); err != nil {
+					return err
+				}
+				seq++
+			}
+		}
+		return nil
+	})
+	var want []string
+	for _, p := range prios {
+		want = append(want, fmt.Sprintf("p%d-0", p))
+	}
+	view(t, db, func(tx journal.Tx) error {
+		var got []string
+		tx.(journal.ReadyHeads).ReadyHeads(func(id string) bool { got = append(got, id); return true })
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ReadyHeads = %v, want %v", got, want)
+		}
+		got = nil
+		tx.(journal.ReadyHeads).ReadyHeads(func(id string) bool { got = append(got, id); return len(got) < 2 })
+		if !reflect.DeepEqual(got, want[:2]) {
+			t.Errorf("ReadyHeads stopped after 2 = %v, want %v", got, want[:2])
+		}
+		return nil
+	})
+}
