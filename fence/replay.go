@@ -616,10 +616,18 @@ func (t *Tree) compareTree(st *replayState, rep *ReplayReport, scan func() (dirS
 	if st.ownClock {
 		sweeper = "replay"
 	}
-	if orphans, err := t.mirror.SweepStaging(true); err == nil {
+	if orphans, adopting, err := t.mirror.Sweep(true); err == nil {
 		for _, name := range orphans {
 			if !needed[name] {
 				add(Finding{Kind: FindingOrphanStaged, Dir: string(fsmirror.Staging), Task: name, Detail: "staged by a process that died before its commit; " + sweeper + " moves it to .fence/quarantine"})
+			}
+		}
+		// An inbox file whose adopter died before its commit: the check
+		// said the tree agreed while it waited there (found from outside).
+		for _, name := range adopting {
+			id := strings.TrimPrefix(name, fsmirror.AdoptPrefix)
+			if _, known := st.tasks[id]; !known && fsmirror.ValidateID(id) == nil {
+				add(Finding{Kind: FindingMisplaced, Task: id, Dir: string(fsmirror.Staging), Detail: "an inbox file whose adoption was cut short before its commit; " + sweeper + " puts it back into inbox/ to be adopted"})
 			}
 		}
 	}
