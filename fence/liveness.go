@@ -136,6 +136,32 @@ func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
 	}, nil
 }
 
+// AnchorFile returns this Tree's liveness anchor (made now if need be)
+// as a file of its own that shares the anchor's lock: while any process
+// holds it open, the claims tied to this Tree have a live holder. run
+// hands it to its guard, so that a SIGKILLed run's tasks are not reaped
+// as "holder died" until the guard has killed what the command left. The
+// caller closes it; a copy handed to a child keeps the lock after that.
+func (t *Tree) AnchorFile() (*os.File, error) {
+	l := &t.batch.live
+	dfd, err := openLiveDir(t.metaDir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, err := l.get(dfd)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.FcntlInt(uintptr(a.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "dup", Path: a.name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(t.metaDir, liveDirName, a.name)), nil
+}
+
 // tieClaim ties the claim of token to this process as holdLiveness
 // does; with unstarted, marked so until the tie's Started: should the
 // process die before then, the claim is released with no attempt counted

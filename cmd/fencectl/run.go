@@ -211,10 +211,16 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 		defer l.Release()
 		lock = l
 	}
-	var hold *os.File
+	var hold []*os.File
 	if lock != nil {
-		hold = lock.File()
+		hold = append(hold, lock.File())
 	}
+	anchor, err := t.AnchorFile()
+	if err != nil {
+		return err
+	}
+	defer anchor.Close()
+	hold = append(hold, anchor)
 	cont, err := newContainment(hold, jobs)
 	if err != nil {
 		return err

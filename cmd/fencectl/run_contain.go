@@ -60,14 +60,16 @@ type containment struct {
 }
 
 // newContainment picks the strongest containment the machine allows (or
-// the one FENCE_RUN_CONTAINMENT names), and starts the guard. hold, if
-// not nil, is passed to the guard, which keeps it open until everything
-// is killed (the request lock). With jobs > 1 (run --jobs) tasks run side
+// the one FENCE_RUN_CONTAINMENT names), and starts the guard. hold is
+// passed to the guard, which keeps it open until everything is killed:
+// the request lock, and the liveness anchor that ties run's claims to a
+// live holder (so that a SIGKILLed run's task is not reaped as "holder
+// died" before its guard has killed what CMD left). With jobs > 1 (run --jobs) tasks run side
 // by side, so only a containment that holds each task apart will do: a
 // cgroup per task, or a PID namespace per task. The process group is not
 // enough: the orphans of two tasks would both come to run, and nothing
 // would tell whose each is.
-func newContainment(hold *os.File, jobs int) (*containment, error) {
+func newContainment(hold []*os.File, jobs int) (*containment, error) {
 	want := os.Getenv(containEnv)
 	switch want {
 	case "", containCgroup, containPidns, containPgroup:
@@ -134,7 +136,7 @@ func newContainment(hold *os.File, jobs int) (*containment, error) {
 // setupCgroup makes the run's cgroup under run's own (cgroup v2), checks
 // the kernel can start a process in it and kill it (cgroup.kill, Linux
 // 5.14), and starts the guard.
-func (c *containment) setupCgroup(hold *os.File) error {
+func (c *containment) setupCgroup(hold []*os.File) error {
 	parent, err := ownCgroup2()
 	if err != nil {
 		return err
@@ -277,7 +279,7 @@ func (c *containment) probe() error {
 // a command left something behind, which one waitid tells it without a
 // scan of /proc (see killAll). run learns that the guard has exited from
 // the guard's end of a second pipe (guardProc.done), not from wait.
-func (c *containment) startGuard(dir string, hold *os.File) error {
+func (c *containment) startGuard(dir string, hold []*os.File) error {
 	g := &guardProc{dir: dir, hold: hold}
 	if err := g.start(); err != nil {
 		return err
@@ -295,7 +297,7 @@ type guardProc struct {
 	done    *os.File // reaches EOF when the guard has exited
 	pid     int      // spared by killAll should the guard be run's child after all
 	dir     string   // its cgroup ("-": none)
-	hold    *os.File // what it keeps open until everything is killed (the request lock)
+	hold    []*os.File // what it keeps open until everything is killed (request lock, liveness anchor)
 	pgid    int      // the process group it is to kill (pgroup mode), 0 between tasks
 	closing bool     // run is ending it (close)
 }
@@ -320,10 +322,7 @@ func (g *guardProc) start() error {
 		fmt.Fprintf(w, "pgroup %d\n", g.pgid)
 	}
 	cmd := exec.Command("/proc/self/exe")
-	cmd.ExtraFiles = []*os.File{r, doneW}
-	if g.hold != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, g.hold)
-	}
+	cmd.ExtraFiles = append([]*os.File{r, doneW}, g.hold...)
 	cmd.Env = []string{guardEnv + "=" + g.dir, guardSpawnEnv + "=" + strconv.Itoa(len(cmd.ExtraFiles))}
 	out, err := cmd.Output()
 	pid, perr := strconv.Atoi(strings.TrimSpace(string(out)))

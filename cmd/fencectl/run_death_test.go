@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 )
@@ -108,5 +110,58 @@ func TestRun_KilledRightAfterItsClaimFreesItsTask(t *testing.T) {
 		if !strings.Contains(out, `"task":"t1"`) || !strings.Contains(out, "died") {
 			t.Errorf("%v killed right after its claim: the next claim got %s; want t1, reaped as its holder died", args, out)
 		}
+	}
+}
+
+// A SIGKILLed run's task is not its holder's death while run's guard
+// lives: the guard holds run's liveness anchor too, so the task is freed
+// only once the guard has killed what the command left. Before, a guard
+// that was stopped (or slow) let the task go at once while CMD's
+// processes ran on beside the next holder (found from outside).
+func TestRun_TaskHeldWhileItsGuardLives(t *testing.T) {
+	for _, mode := range []string{containCgroup, containPgroup} {
+		t.Run(mode, func(t *testing.T) {
+			rt := newRunTree(t)
+			rt.Env = append(rt.Env, containEnv+"="+mode)
+			clitest.RequireContainment(t, rt, mode)
+			rt.OK("add", "--id", "t1")
+			marks := t.TempDir()
+			run, _ := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
+			pids := clitest.TreePids(t, marks)
+			guards := guardsOf(run.Process.Pid)
+			if len(guards) != 1 {
+				t.Fatalf("%d guards for run (pid %d), want 1", len(guards), run.Process.Pid)
+			}
+			if err := syscall.Kill(guards[0], syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			cont := func() { _ = syscall.Kill(guards[0], syscall.SIGCONT) }
+			defer cont()
+			run.Process.Kill()
+			clitest.WaitExit(t, run)
+			if code, out := rt.Code("claim", "--agent", "other"); code != exitNotAvailable {
+				t.Fatalf("claim while run's guard lives (stopped): exit %d, want 4 (the task still held)\n%s", code, out)
+			}
+			cont()
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				code, out := rt.Code("claim", "--agent", "other", "--json")
+				if code == 0 {
+					if !strings.Contains(out, `"task":"t1"`) {
+						t.Fatalf("claim after the guard: %s", out)
+					}
+					break
+				}
+				if code != exitNotAvailable || time.Now().After(deadline) {
+					t.Fatalf("claim after the guard went on: exit %d\n%s", code, out)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			escape := map[string]bool{}
+			if mode == containPgroup {
+				escape = map[string]bool{"setsid": true, "daemon": true} // pgroup's documented limit
+			}
+			clitest.WaitDead(t, pids, escape)
+		})
 	}
 }

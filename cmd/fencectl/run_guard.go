@@ -17,11 +17,16 @@ import (
 // The guard is a small process `fencectl run` starts from its own binary
 // (cgroup and pgroup containment), through a middle process that exits at
 // once, so that the guard is not run's child (see startGuard): it holds the read end of a pipe whose
-// write end only run holds, and the run's request lock if any. When the
+// write end only run holds, the run's request lock if any, and run's
+// liveness anchor (a file whose lock says run's claims have a live
+// holder: the guard's copy shares run's lock). When the
 // pipe reaches EOF — run exited, or was killed with SIGKILL and could do
 // nothing itself — the guard kills what is left of CMD (the whole cgroup
 // through cgroup.kill, or CMD's process group), removes the cgroup and
-// exits, and only then is the request id free again. It runs in its own
+// exits, and only then is the request id free again, and run's tasks
+// seen as their holder's death (found from outside: a SIGKILLed run's task
+// was handed on at once, while a stopped guard let CMD's escaped children
+// run on). It runs in its own
 // session, so a signal to run's process group or terminal does not reach
 // it, and it is never inside the cgroup it kills.
 
@@ -54,12 +59,12 @@ func init() {
 
 // guardSpawn starts the guard for mode in a session of its own, passing
 // on files descriptors from fd 3 on: run's pipe, the guard's end of
-// guardProc.done and the request lock if any; it prints the guard's pid and
-// returns without waiting.
+// guardProc.done, then what it holds (the request lock, the liveness
+// anchor); it prints the guard's pid and returns without waiting.
 func guardSpawn(mode, files string) int {
 	n, err := strconv.Atoi(files)
-	if err != nil || n < 2 || n > 3 {
-		fmt.Fprintf(os.Stderr, "fencectl run: %s=%q: want 2 or 3\n", guardSpawnEnv, files)
+	if err != nil || n < 2 || n > 4 {
+		fmt.Fprintf(os.Stderr, "fencectl run: %s=%q: want 2 to 4\n", guardSpawnEnv, files)
 		return 1
 	}
 	g := exec.Command("/proc/self/exe")
