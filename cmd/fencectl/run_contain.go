@@ -293,13 +293,13 @@ func (c *containment) startGuard(dir string, hold []*os.File) error {
 // (watchGuard).
 type guardProc struct {
 	mu      sync.Mutex
-	w       *os.File // the guard's pipe; closing it (or dying) tells it to kill
-	done    *os.File // reaches EOF when the guard has exited
-	pid     int      // spared by killAll should the guard be run's child after all
-	dir     string   // its cgroup ("-": none)
+	w       *os.File   // the guard's pipe; closing it (or dying) tells it to kill
+	done    *os.File   // reaches EOF when the guard has exited
+	pid     int        // spared by killAll should the guard be run's child after all
+	dir     string     // its cgroup ("-": none)
 	hold    []*os.File // what it keeps open until everything is killed (request lock, liveness anchor)
-	pgid    int      // the process group it is to kill (pgroup mode), 0 between tasks
-	closing bool     // run is ending it (close)
+	pgid    int        // the process group it is to kill (pgroup mode), 0 between tasks
+	closing bool       // run is ending it (close)
 }
 
 // start starts a guard process for g.dir and makes it g's.
