@@ -25,6 +25,10 @@ type (
 // ErrBusy means the journal lock was not obtained within the timeout.
 var ErrBusy = journal.ErrBusy
 
+// ErrJournalFull means the journal's store refused a write for want of
+// space (etcd's quota): nothing was changed.
+var ErrJournalFull = journal.ErrFull
+
 // ValidateID checks a task id (or an output name) against the rule
 // [A-Za-z0-9][A-Za-z0-9._-]{0,127}; the error names the rule.
 func ValidateID(id string) error {

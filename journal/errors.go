@@ -61,6 +61,11 @@ func quoteVersion(v string) string {
 	return strconv.Quote(v)
 }
 
+// ErrFull means the store refused a write for want of space (etcd's
+// space quota): nothing was changed, and the same step may go through
+// once space is made.
+var ErrFull = errors.New("the journal's store is out of space")
+
 // ErrTooLarge means one transaction holds more than the store takes at
 // once (etcd's --max-txn-ops and --max-request-bytes): a group of
 // operations is split and tried again in parts.

@@ -352,6 +352,7 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 	// completion, in one group commit (see settleAndClaim). It never
 	// waits: with --wait, a claim that finds nothing is made again,
 	// waiting, at the top of the loop.
+	var outage time.Time // when claims began to fail for want of the journal
 	for {
 		var (
 			claim fence.ClaimResult
@@ -387,9 +388,28 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 		if s.loop && errors.Is(err, fence.ErrNothingToClaim) {
 			return nil
 		}
+		if s.loop && cfg.wait > 0 && journalCannotTake(err) && (outage.IsZero() || time.Since(outage) < cfg.wait) {
+			// An outage of the journal (etcd restarting or out of
+			// space, a lock held past --timeout) is not a tree with
+			// nothing to do: the loop waits it out for up to --wait
+			// (found from outside: a ten-second etcd freeze ended
+			// whole fleets of run --loop --wait).
+			if outage.IsZero() {
+				outage = time.Now()
+				out.notice(fence.Notice{Kind: fence.NoticeWarning, Name: "journal", Detail: "cannot claim (" + err.Error() + "); trying again for up to --wait " + cfg.wait.String()})
+				out.flushNotices()
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Second):
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		outage = time.Time{}
 		if !out.json { // with --json they go into the task's summary
 			out.flushNotices()
 		}
@@ -1065,7 +1085,7 @@ wait:
 	if code == 0 {
 		tied = false // untied by its settle
 		cur := settling{claim: claim, settle: func(ctx context.Context) {
-			_, err2 = t.Complete(ctx, req)
+			_, err2 = s.completeRetrying(ctx, req, deadline)
 			untieOnAnswer(err2, untie)
 		}, finish: func() taskRun { return done(completed(err2)) }}
 		short := s.loop && s.gauge != nil && took < shortBelow()
@@ -1126,6 +1146,50 @@ wait:
 		return done(taskRun{code: exitFenced, outcome: settleOutcome("fail", err2, ""), err: err2})
 	}
 	return done(taskRun{code: code, outcome: fmt.Sprintf("fail (%s; attempt %d of %d, now %s)", reason, res.Task.Attempts, res.Task.MaxAttempts, res.Task.State)})
+}
+
+// completeRetrying completes req, and again while the journal cannot
+// take it (busy past --timeout, etcd unreachable or out of space, a full
+// disk) and the lease, which ends at deadline, has time left: a complete
+// with run's token is safe to repeat. Given up at once, it left a task
+// whose command had succeeded to be reaped at its TTL, charged an
+// attempt and run again, or failed for good with --max-attempts 1 (found
+// from outside, with etcd out of space for a minute). A signal to run
+// ends the tries: the task stays tied to run, and is freed when run ends.
+// Its first write is the one a group commit (Together) waits for; the
+// others commit alone.
+func (s *supervisor) completeRetrying(ctx context.Context, req fence.FencedRequest, deadline time.Time) (fence.Result, error) {
+	wait := 100 * time.Millisecond
+	for tries := 1; ; tries++ {
+		res, err := s.t.Complete(ctx, req)
+		left := deadline.Sub(now())
+		if err == nil || !journalCannotTake(err) || ctx.Err() != nil || s.caught() != 0 || left <= wait {
+			return res, err
+		}
+		if tries == 1 {
+			s.out.notice(fence.Notice{Kind: fence.NoticeWarning, Name: req.ID, Detail: "complete not recorded (" + err.Error() + "); trying again until the lease ends, " + left.Round(time.Second).String() + " from now (a signal to run stops trying)"})
+			if !s.out.json {
+				s.out.flushNotices()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// journalCannotTake reports an error that says the journal could not take
+// a step for now, nothing of it recorded: busy past --timeout, etcd
+// unreachable or out of its space quota, a full disk or quota.
+func journalCannotTake(err error) bool {
+	if _, recorded := errors.AsType[*fence.AfterCommitError](err); recorded {
+		return false
+	}
+	return errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrJournalFull) ||
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // completed is the outcome of a task whose command exited 0, from its

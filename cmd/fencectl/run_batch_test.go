@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencectl/fencectl/cmd/fencectl/clitest"
 	"github.com/fencectl/fencectl/fence"
@@ -157,6 +158,14 @@ func TestRun_FailedSettleStaysTiedUntilRunEnds(t *testing.T) {
 			} else if err := os.WriteFile(marks+"/go", []byte("x"), 0o600); err != nil {
 				t.Fatal(err)
 			}
+			if tc.name == "complete" {
+				// A complete is tried again while the lease lasts (see
+				// TestRun_CompleteWaitsForTheJournal); a signal ends that.
+				waitBlockedInFlock(t, run.Process.Pid)
+				if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if code := clitest.WaitExit(t, run); code == 0 {
 				t.Fatalf("run whose %s found the journal held exited 0\n%s", tc.name, out)
 			}
@@ -211,5 +220,63 @@ func TestRun_LoopBatchSettlesThatFailStayTied(t *testing.T) {
 		if st := rt.Show(id)["state"]; st != "available" {
 			t.Errorf("%s is %v after run ended and a reap, want available (freed as its holder died)\n%s\n%s", id, st, rt.OK("log", "--task", id), out)
 		}
+	}
+}
+
+// A complete that the journal cannot take (held by another process past
+// --timeout) is tried again while the lease lasts: once the journal is
+// free, the task is done and run exits 0. Before, run gave up at once,
+// and the task whose command had succeeded was left to be reaped at its
+// TTL, an attempt charged, and run again (found from outside, with etcd
+// out of space for a minute).
+func TestRun_CompleteWaitsForTheJournal(t *testing.T) {
+	rt := newRunTree(t)
+	rt.OK("add", "--id", "t1")
+	marks := t.TempDir()
+	script := `echo x > ` + marks + `/started; while [ ! -e ` + marks + `/go ]; do sleep 0.02; done; exit 0`
+	run, out := rt.StartRun("t1", "--ttl", "10m", "--timeout", "300ms", "--", "sh", "-c", script)
+	clitest.WaitFile(t, marks+"/started")
+	unlock := holdTreeLock(t, rt.Dir)
+	if err := os.WriteFile(marks+"/go", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitBlockedInFlock(t, run.Process.Pid) // the first try
+	time.Sleep(700 * time.Millisecond)     // past --timeout: that try has failed
+	waitBlockedInFlock(t, run.Process.Pid) // tried again
+	unlock()
+	if code := clitest.WaitExit(t, run); code != 0 {
+		t.Fatalf("run whose complete waited for the journal exited %d, want 0\n%s", code, out)
+	}
+	if st := rt.Show("t1")["state"]; st != "done" {
+		t.Fatalf("t1 is %v, want done\n%s", st, out)
+	}
+}
+
+// run --loop --wait waits out a journal that cannot take its claims (a
+// lock held past --timeout here; etcd restarting or out of space in the
+// field) for up to --wait, then goes on with the work. Before, the first
+// failed claim ended the loop, exit 5 (found from outside: a ten-second
+// etcd freeze ended whole fleets).
+func TestRun_LoopWaitsOutTheJournal(t *testing.T) {
+	rt := newRunTree(t)
+	run, out := rt.StartRun("--loop", "--wait", "30s", "--timeout", "300ms", "--", "true")
+	unlock := holdTreeLock(t, rt.Dir)
+	waitBlockedInFlock(t, run.Process.Pid) // a claim tries
+	time.Sleep(700 * time.Millisecond)     // past --timeout: that try has failed
+	waitBlockedInFlock(t, run.Process.Pid) // and the loop tries again
+	unlock()
+	rt.OK("add", "--id", "t1")
+	deadline := time.Now().Add(20 * time.Second)
+	for rt.Show("t1")["state"] != "done" {
+		if time.Now().After(deadline) {
+			t.Fatalf("t1 not done 20 s after the journal was free\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := run.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := clitest.WaitExit(t, run); code != 130 {
+		t.Fatalf("run --loop after SIGINT exited %d, want 130\n%s", code, out)
 	}
 }

@@ -200,10 +200,17 @@ func (b *Backend) explain(err error) error {
 	case errors.Is(err, rpctypes.ErrPermissionDenied):
 		return fmt.Errorf("%w (etcd at %s: the user in FENCE_ETCD_USERNAME needs read and write access to the keys under %s)", err, at, b.cfg.Prefix)
 	case errors.Is(err, rpctypes.ErrNoSpace):
-		return fmt.Errorf("%w (etcd at %s is out of its space quota: nothing was changed; compact and defragment it (etcdctl compact, etcdctl defrag, etcdctl alarm disarm), or raise its --quota-backend-bytes)", err, at)
+		return fullError{fmt.Errorf("%w (etcd at %s is out of its space quota: nothing was changed; compact and defragment it (etcdctl compact, etcdctl defrag, etcdctl alarm disarm), or raise its --quota-backend-bytes)", err, at)}
 	}
 	return err
 }
+
+// fullError is etcd's refusal for want of space, matching journal.ErrFull.
+type fullError struct{ err error }
+
+func (e fullError) Error() string        { return e.err.Error() }
+func (e fullError) Unwrap() error        { return e.err }
+func (e fullError) Is(target error) bool { return target == journal.ErrFull }
 
 // writeLockTTL bounds how long a writer that died at the head of the
 // writers' queue holds everyone up.
@@ -447,6 +454,14 @@ func createVersion(d record.Defaults) string {
 		return SchemaVersion
 	}
 	return baseVersion
+}
+
+// CheckCreate says whether Create would be refused for sharing keys with
+// another tree (journal.CreateChecker), before anything is written.
+func (l *treeLock) CheckCreate() error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	return l.b.refuseOverlap(ctx)
 }
 
 // Create makes the journal in one transaction that holds only if the
