@@ -172,6 +172,15 @@ func Recover(root string, d record.Defaults, o Options) (RecoverReport, error) {
 	if rep.KeptAside, err = lock.SetAside(clock()); err != nil {
 		return rep, overlapInput(err)
 	}
+	// A prefix that shares keys with another tree is refused before the
+	// mark and the new tree id are written: a recover refused for it
+	// changed .fence/, and putting the prefix back then left the tree
+	// wedged (found from outside).
+	if c, ok := lock.(journal.CreateChecker); ok {
+		if err := c.CheckCreate(); err != nil {
+			return rep, overlapInput(err)
+		}
+	}
 	// From here on the journal is missing or not whole until the end.
 	if err := writeSynced(mark, []byte("a recover began and has not finished: run fencectl recover\n")); err != nil {
 		return rep, err

@@ -342,6 +342,14 @@ type Prefetcher interface {
 	UpdateReading(ids []string, claims bool, fn func(Tx) error) error
 }
 
+// CreateChecker is a TreeLock whose Create can be refused for what is
+// already in the store (etcd: a prefix that shares keys with another
+// tree's): CheckCreate says so before anything is written, so that a
+// recover refused for it leaves the tree as it was.
+type CreateChecker interface {
+	CheckCreate() error
+}
+
 // ReadyHeads is a Tx that can list the first ready task of each priority,
 // in claim order, without reading the rest of the ready index (bbolt: one
 // seek per priority). Within a priority ready tasks are in the order they
