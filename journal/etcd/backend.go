@@ -129,6 +129,9 @@ func (b *Backend) connect() (*clientv3.Client, error) {
 			cc.TLS = t
 		}
 		b.cli, b.cliErr = clientv3.New(cc)
+		if b.cliErr != nil {
+			b.cliErr = b.explain(b.cliErr) // a wrong password is refused here
+		}
 	})
 	return b.cli, b.cliErr
 }
@@ -194,12 +197,17 @@ func (b *Backend) unreachable(err error) error {
 // is empty" says nothing of where fencectl takes credentials from.
 func (b *Backend) explain(err error) error {
 	at := strings.Join(b.cfg.Endpoints, ",")
+	// A refusal as it came over the wire (a gRPC status, as the client
+	// returns at connect) is etcd's own error once converted.
+	is := func(target error) bool { return errors.Is(err, target) || errors.Is(rpctypes.Error(err), target) }
 	switch {
-	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrAuthOldRevision):
+	case is(rpctypes.ErrAuthFailed):
+		return fmt.Errorf("%w (etcd at %s refused the user name and password: set FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD to ones it takes; they are never written to disk)", err, at)
+	case is(rpctypes.ErrUserEmpty), is(rpctypes.ErrInvalidAuthToken), is(rpctypes.ErrAuthOldRevision):
 		return fmt.Errorf("%w (etcd at %s wants a user: set FENCE_ETCD_USERNAME and FENCE_ETCD_PASSWORD; they are never written to disk)", err, at)
-	case errors.Is(err, rpctypes.ErrPermissionDenied):
-		return fmt.Errorf("%w (etcd at %s: the user in FENCE_ETCD_USERNAME needs read and write access to the keys under %s)", err, at, b.cfg.Prefix)
-	case errors.Is(err, rpctypes.ErrNoSpace):
+	case is(rpctypes.ErrPermissionDenied):
+		return fmt.Errorf("%w (etcd at %s: the user in FENCE_ETCD_USERNAME needs read and write access to the keys under %s/, and for recover, which keeps a damaged journal beside it, to those under %s.aside- and the key %s.asides)", err, at, b.cfg.Prefix, b.cfg.Prefix, b.cfg.Prefix)
+	case is(rpctypes.ErrNoSpace):
 		return fullError{fmt.Errorf("%w (etcd at %s is out of its space quota: nothing was changed; compact and defragment it (etcdctl compact, etcdctl defrag, etcdctl alarm disarm), or raise its --quota-backend-bytes)", err, at)}
 	}
 	return err
@@ -378,13 +386,30 @@ func (b *Backend) Watch(string) (journal.Watcher, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watcher{c: make(chan struct{}, 1), cancel: cancel}
-	ch := cli.Watch(clientv3.WithRequireLeader(ctx), b.cfg.Prefix+"/", clientv3.WithPrefix())
+	wake := func() {
+		select {
+		case w.c <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
-		for range ch {
-			select {
-			case w.c <- struct{}{}:
-			default:
+		// etcd ends a watch it cannot go on with: the revision it resumes
+		// from after a reconnection was compacted, the member lost its
+		// leader. It is made again, from now, and the reader woken to read
+		// what it missed; before, log --follow and status --watch stopped
+		// updating for good, silently (found from outside).
+		pause := 100 * time.Millisecond
+		for ctx.Err() == nil {
+			for range cli.Watch(clientv3.WithRequireLeader(ctx), b.cfg.Prefix+"/", clientv3.WithPrefix()) {
+				wake()
+				pause = 100 * time.Millisecond
 			}
+			wake()
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 2*time.Second)
 		}
 	}()
 	return w, nil
