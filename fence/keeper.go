@@ -80,9 +80,15 @@ type LeaseAtRiskError struct {
 	Token    uint64
 	Deadline time.Time
 	Err      error // the last heartbeat's failure
+	// Over: the deadline had passed when the keeper looked (its process
+	// was stopped or starved past it): another agent may hold the task.
+	Over time.Duration
 }
 
 func (e *LeaseAtRiskError) Error() string {
+	if e.Over > 0 {
+		return fmt.Sprintf("task %s: lease of token %d ended at %s, %s before this process could look (it was stopped or starved), and no heartbeat got through (last: %v): the task may be another agent's by now, and what the command did since is not fenced", e.Task, e.Token, fmtTime(e.Deadline), e.Over.Round(time.Millisecond), e.Err)
+	}
 	return fmt.Sprintf("task %s: lease of token %d ends at %s and no heartbeat got through (last: %v); stopping before it runs out", e.Task, e.Token, fmtTime(e.Deadline), e.Err)
 }
 
@@ -468,10 +474,11 @@ func (k *LeaseKeeper) watchStopPoint(ctx context.Context) {
 		k.mu.Lock()
 		deadline, last := k.deadline, k.lastErr
 		k.mu.Unlock()
-		if k.tree.now().Before(deadline.Add(-k.cfg.StopBefore)) {
+		now := k.tree.now()
+		if now.Before(deadline.Add(-k.cfg.StopBefore)) {
 			continue
 		}
-		k.loseAtRisk(deadline, last, "the heartbeat did not return in time")
+		k.loseAtRisk(now, deadline, last, "the heartbeat did not return in time")
 		return
 	}
 }
@@ -549,7 +556,7 @@ func (k *LeaseKeeper) runOnce(ctx context.Context, now time.Time, journalChanged
 		k.mu.Lock()
 		last := k.lastErr
 		k.mu.Unlock()
-		return k.loseAtRisk(deadline, last, "no heartbeat was due in time; the heartbeat interval is too long for the lease")
+		return k.loseAtRisk(now, deadline, last, "no heartbeat was due in time; the heartbeat interval is too long for the lease")
 	}
 	return step, err
 }
@@ -596,11 +603,11 @@ func SettledByHolder(err error) (string, bool) {
 // loseAtRisk gives the lease up as at risk of running out at deadline:
 // last is the last heartbeat's failure, or nil when none failed (why then
 // says what kept it from getting through).
-func (k *LeaseKeeper) loseAtRisk(deadline time.Time, last error, why string) (keeperStep, error) {
+func (k *LeaseKeeper) loseAtRisk(now, deadline time.Time, last error, why string) (keeperStep, error) {
 	if last == nil {
 		last = errors.New(why)
 	}
-	return k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last})
+	return k.lose(&LeaseAtRiskError{Task: k.cfg.Task, Token: k.cfg.Token, Deadline: deadline, Err: last, Over: max(now.Sub(deadline), 0)})
 }
 
 func (k *LeaseKeeper) lose(err error) (keeperStep, error) {

@@ -218,6 +218,31 @@ func TestKeeper_FollowsDeadlineMovedByTheSameToken(t *testing.T) {
 	if _, ok := SettledByHolder(err); ok {
 		t.Errorf("SettledByHolder(%v) = true for a lease at risk", err)
 	}
+	if !strings.Contains(err.Error(), "stopping before it runs out") {
+		t.Errorf("a lease at risk before its deadline says %q, want it to say it stops before the end", err)
+	}
+}
+
+// A keeper that looks only after its lease's deadline (its process was
+// stopped, or starved of CPU, past it) says that the lease has ended and
+// the task may be another agent's: "stopping before it runs out" was
+// false then, and told an operator no overlap had happened (found from
+// outside).
+func TestKeeper_LookingPastTheDeadlineSaysTheLeaseEnded(t *testing.T) {
+	tree, k, _ := keeperTree(t, KeeperConfig{TTL: time.Hour, StopBefore: time.Minute})
+	lock, err := boltstore.AcquireLock(filepath.Join(tree.metaDir, boltstore.LockName), true, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	step, err := k.runOnce(context.Background(), k.Deadline().Add(8*time.Second), false)
+	var risk *LeaseAtRiskError
+	if step != stepLost || !errors.As(err, &risk) {
+		t.Fatalf("a look 8 s past the deadline = %v, %v; want lost, at risk", step, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "8s before this process could look") || !strings.Contains(msg, "may be another agent's") || strings.Contains(msg, "before it runs out") {
+		t.Errorf("a look past the deadline says %q; want that the lease ended 8s before, and the task may be another's", msg)
+	}
 }
 
 // A deadline moved so close that the next heartbeat would come too late
