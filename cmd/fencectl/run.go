@@ -243,6 +243,7 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	}
 	jc, stopJobControl := startJobControl()
 	defer stopJobControl()
+	jc.spare = cont.guardPid
 	sup := &supervisor{t: t, cfg: cfg, cont: cont, jobs: jc, sigs: sigs[0], out: out, claimCtx: claimCtx, loop: loop, caught: caught}
 	if jobs == 1 {
 		// Orphans of CMD's tree come to run (the subreaper) and are

@@ -243,13 +243,23 @@ func waitState(t *testing.T, pid int, st string) {
 // it had to stop, it is killed without waking (the lease may be another
 // agent's by then) and run says the lease was lost.
 func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
-	for _, late := range []bool{false, true} {
-		t.Run(map[bool]string{false: "continued in time", true: "continued past the lease"}[late], func(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		late bool
+	}{{containCgroup, false}, {containCgroup, true}, {containPidns, false}, {containPidns, true}, {containPgroup, false}, {containPgroup, true}} {
+		late := c.late
+		t.Run(c.mode+"/"+map[bool]string{false: "continued in time", true: "continued past the lease"}[late], func(t *testing.T) {
 			rt := newRunTree(t)
+			rt.Env = append(rt.Env, containEnv+"="+c.mode)
+			clitest.RequireContainment(t, rt, c.mode)
 			rt.OK("add", "--id", "t1")
 			marks := t.TempDir()
+			// A setsid child too, which the command's process group does
+			// not hold: it stops with run as well (before, it worked on in
+			// pidns and pgroup containment, found from outside).
 			script := `trap 'echo term > ` + marks + `/term; exit 143' TERM; ` + clitest.HostPid(marks+"/pid") +
-				`; while :; do echo x >> ` + marks + `/beats; sleep 0.01; done`
+				`; setsid sh -c 'while :; do echo y >> ` + marks + `/escaped; sleep 0.01; done' & ` +
+				`while :; do echo x >> ` + marks + `/beats; sleep 0.01; done`
 			// A job of an interactive shell: a process group of its own,
 			// whose parent (here the test) is in the same session.
 			run := rt.Cmd("run", "t1", "--ttl", "30s", "--", "sh", "-c", script)
@@ -261,12 +271,18 @@ func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
 			}
 			t.Cleanup(func() { run.Process.Kill() })
 			pid, _ := strconv.Atoi(clitest.WaitFile(t, marks+"/pid"))
-			beats := func() int64 {
-				st, _ := os.Stat(marks + "/beats")
+			size := func(name string) int64 {
+				st, _ := os.Stat(marks + "/" + name)
 				if st == nil {
 					return 0
 				}
 				return st.Size()
+			}
+			beats := func() int64 { return size("beats") + size("escaped") }
+			for end := time.Now().Add(10 * time.Second); size("escaped") == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("the setsid child never wrote\n%s", out)
+				}
 			}
 			if err := unix.Kill(run.Process.Pid, unix.SIGTSTP); err != nil {
 				t.Fatal(err)
@@ -290,6 +306,7 @@ func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
 				if code := clitest.WaitExit(t, run); code != exitFenced {
 					t.Fatalf("run exited %d, want 3\n%s", code, out)
 				}
+				time.Sleep(100 * time.Millisecond) // anything left awake would write now
 				if _, err := os.Stat(marks + "/term"); err == nil || beats() != stopped || clitest.Alive(pid) {
 					t.Errorf("the command woke after its lease was past (term file: %v, beats %d → %d, alive %v)\n%s", err, stopped, beats(), clitest.Alive(pid), out)
 				}

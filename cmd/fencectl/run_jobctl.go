@@ -18,7 +18,10 @@ import (
 // would stop run and leave CMD working, with nobody heartbeating, past its
 // lease and beside the agent that takes the task next. So run stops its
 // commands with itself (SIGSTOP to each group, and a freeze of each task's
-// cgroup, which holds what left the group), then stops. On SIGCONT it
+// cgroup, which holds what left the group; without a cgroup, SIGSTOP to
+// every other process of the command: a setsid child, which its group
+// does not hold, worked on past the lease, found from outside), then
+// stops. On SIGCONT it
 // wakes each command only if its lease can still be kept: one whose stop
 // point passed while everything was stopped is killed, never woken, as the
 // lease may be another agent's by now.
@@ -27,6 +30,9 @@ import (
 type jobControl struct {
 	mu   sync.Mutex
 	cmds map[int]pausable // by process group
+	// spare is the guard's pid (0: none), which is no process of a
+	// command: stopped, it could not kill them should run die.
+	spare func() int
 }
 
 // pausable is one running command: its cgroup ("" in pgroup mode) and
@@ -94,10 +100,14 @@ func (jc *jobControl) suspend() {
 		freeze(p.cgroup, "1")
 		_ = syscall.Kill(-pgid, syscall.SIGSTOP)
 	}
+	rest := jc.stopRest()
 	stopSelf()
 	for pgid, p := range jc.cmds {
 		if !now().Before(p.stopAt()) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL) // a stopped process dies too
+			for _, pid := range rest[pgid] {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 			if p.cgroup != "" {
 				killCgroup(p.cgroup, time.Second)
 			}
@@ -105,8 +115,69 @@ func (jc *jobControl) suspend() {
 			continue
 		}
 		freeze(p.cgroup, "0")
+		for _, pid := range rest[pgid] {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
 		_ = syscall.Kill(-pgid, syscall.SIGCONT)
 	}
+}
+
+// stopRest SIGSTOPs the processes of the commands without a cgroup that
+// their process groups may not hold (a setsid child: pgroup containment,
+// where run, a subreaper, inherits it; a PID namespace, where it is its
+// command's), and returns them by the command each belongs to: the one
+// it descends from, or the only command (pgroup mode runs one). Looked for
+// again until a look finds none new: a process stopped cannot fork.
+func (jc *jobControl) stopRest() map[int][]int {
+	rest := map[int][]int{}
+	var only int
+	for pgid, p := range jc.cmds {
+		if p.cgroup != "" {
+			return rest // cgroup mode: the freeze holds everything
+		}
+		only = pgid
+	}
+	if len(jc.cmds) != 1 {
+		only = 0
+	}
+	spare := map[int]bool{}
+	if jc.spare != nil {
+		if g := jc.spare(); g > 0 {
+			spare[g] = true
+		}
+	}
+	stopped := map[int]bool{}
+	for range 8 {
+		ds := descendants(os.Getpid(), spare)
+		parent := map[int]int{}
+		for _, d := range ds {
+			parent[d.pid] = d.ppid
+		}
+		found := false
+		for _, d := range ds {
+			if stopped[d.pid] || d.zombie {
+				continue
+			}
+			owner := only
+			for p := d.pid; p != 0; p = parent[p] {
+				if _, ok := jc.cmds[p]; ok {
+					owner = p
+					break
+				}
+			}
+			if owner == 0 {
+				continue
+			}
+			_ = syscall.Kill(d.pid, syscall.SIGSTOP)
+			stopped[d.pid] = true
+			rest[owner] = append(rest[owner], d.pid)
+			found = true
+		}
+		if !found {
+			break
+		}
+	}
+	return rest
 }
 
 // stopSelf stops run and returns once it is continued (SIGCONT). It
