@@ -77,7 +77,12 @@ func classify(err error) errorObject {
 		}
 	case errors.Is(err, fence.ErrBusy):
 		obj.Code, obj.Reason = exitBusy, fence.ReasonBusy
-		obj.Message = err.Error() + " (--timeout / FENCE_TIMEOUT); if that process is stuck, stop it: the last commit is finished by the next writer"
+		if _, unreachable := errors.AsType[*fence.UnreachableError](err); !unreachable {
+			// Another process holds the tree's lock; an etcd that did not
+			// answer says what to do itself (found from outside: this
+			// advice, of a lock, followed every etcd timeout).
+			obj.Message = err.Error() + " (--timeout / FENCE_TIMEOUT); if that process is stuck, stop it: the last commit is finished by the next writer"
+		}
 	case errors.As(err, &noTask):
 		obj.Code, obj.Reason, obj.Task = exitNoSuchTask, fence.ReasonNoSuchTask, noTask.Task
 	case errors.As(err, &invalid):

@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/record"
@@ -187,6 +188,12 @@ func (b *Backend) unreachable(err error) error {
 	// (retry), not as an unexpected error.
 	var ee rpctypes.EtcdError
 	transient := errors.As(err, &ee) && (ee.Code() == codes.Unavailable || ee.Code() == codes.DeadlineExceeded)
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented {
+		// Something answered, but not as etcd does (a proxy, another
+		// service on that port): as good as no etcd there (found from
+		// outside: a bare gRPC "404" that named no endpoint, exit 1).
+		return &journal.UnreachableError{Store: "etcd", Endpoints: b.cfg.Endpoints, Err: fmt.Errorf("%w; what answered there does not serve etcd's API (is it an etcd server?)", err)}
+	}
 	if transient || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "Unavailable") || strings.Contains(err.Error(), "connection refused") {
 		return &journal.UnreachableError{Store: "etcd", Endpoints: b.cfg.Endpoints, Err: err}
 	}
