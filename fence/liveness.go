@@ -143,6 +143,11 @@ func (t *Tree) holdLiveness(token uint64) (release func(), err error) {
 // as "holder died" until the guard has killed what the command left. The
 // caller closes it; a copy handed to a child keeps the lock after that.
 func (t *Tree) AnchorFile() (*os.File, error) {
+	// Made only where this process may write: root's run on a user's
+	// tree made .fence/live as root's before its claim was refused.
+	if err := t.refuseForeign(); err != nil {
+		return nil, err
+	}
 	l := &t.batch.live
 	dfd, err := openLiveDir(t.metaDir, true)
 	if err != nil {
