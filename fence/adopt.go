@@ -41,6 +41,9 @@ func (t *Tree) adoptInbox(db journal.Store) {
 	t.adoptIDs(db, valid)
 	if more {
 		t.notify(NoticeWarning, string(fsmirror.Inbox), fmt.Sprintf("inbox/ holds more files than a command adopts at once (%d): the next writers adopt the rest, %d each", adoptPerTurn, adoptPerTurn))
+		if trouble := t.mirror.InboxCursorTrouble(); trouble != "" {
+			t.notify(NoticeWarning, string(fsmirror.Inbox), trouble+": each command reads inbox/ from the same place, and files behind those left there may never be adopted; remove it (fencectl makes it again)")
+		}
 	}
 }
 

@@ -49,11 +49,15 @@ func (m *Mirror) loadInboxCursor() int64 {
 	}
 	fd, err := unix.Openat(dirfd, cursorName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if err != unix.ENOENT {
+			m.cursorTrouble("cannot be read", err)
+		}
 		return 0
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		m.cursorTrouble("is not a regular file", nil)
 		return 0
 	}
 	var buf [cursorSize + 1]byte
@@ -86,11 +90,13 @@ func (m *Mirror) saveInboxCursor(pos int64) {
 	}
 	fd, err := unix.Openat(dirfd, cursorName, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
 	if err != nil {
+		m.cursorTrouble("cannot be written", err)
 		return
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		m.cursorTrouble("is not a regular file", nil)
 		return
 	}
 	ownLikeParent(dirfd, cursorName)
@@ -99,7 +105,32 @@ func (m *Mirror) saveInboxCursor(pos int64) {
 		line = append(line, ' ')
 	}
 	line = append(line, '\n')
-	if n, err := unix.Pwrite(fd, line, 0); err == nil && n == cursorSize {
+	n, err := unix.Pwrite(fd, line, 0)
+	if err == nil && n == cursorSize {
 		m.inboxSaved.Store(pos)
+		return
 	}
+	m.cursorTrouble("cannot be written", err)
+}
+
+// cursorTrouble records why the cursor could not be used (err may be
+// nil), for InboxCursorTrouble.
+func (m *Mirror) cursorTrouble(what string, err error) {
+	msg := m.Path(Meta, cursorName) + " " + what
+	if err != nil {
+		msg += " (" + err.Error() + ")"
+	}
+	m.inboxTrouble.Store(&msg)
+}
+
+// InboxCursorTrouble says why the inbox cursor could not be read or
+// written in this process ("" if it could): each new process then reads
+// inbox/ from the same place, and files behind those left there may wait
+// for good (found from outside: a directory, or an immutable file, in the
+// cursor's place). The caller warns while inbox/ holds more than a turn.
+func (m *Mirror) InboxCursorTrouble() string {
+	if p := m.inboxTrouble.Load(); p != nil {
+		return *p
+	}
+	return ""
 }

@@ -245,64 +245,78 @@ type Rejected struct {
 // writes in progress (write ".name", then rename to "name"), and a task id
 // never starts with ".".
 func (m *Mirror) ScanInbox(most int) (valid []string, rejected []Rejected, more bool, err error) {
-	read := func(from int64) (int64, bool, error) {
-		valid, rejected = nil, nil
-		return m.scanFrom(Inbox, from, func(e Entry) bool {
-			if strings.HasPrefix(e.Name, ".") {
+	// seen: an entry met again once a scan from the cursor has wrapped
+	// round to the start is not counted twice.
+	seen := map[string]bool{}
+	reset := func() { valid, rejected, seen = nil, nil, map[string]bool{} }
+	visit := func(e Entry) bool {
+		if strings.HasPrefix(e.Name, ".") || seen[e.Name] {
+			return true
+		}
+		if most > 0 && (len(valid) == most || len(valid)+len(rejected) == examineMost*most) {
+			return false // an entry past the bound: there is more
+		}
+		seen[e.Name] = true
+		switch {
+		case e.Kind == Symlink:
+			rejected = append(rejected, Rejected{e.Name, e.Kind, "symlink: refused, never followed"})
+		case e.Kind == Other:
+			rejected = append(rejected, Rejected{e.Name, e.Kind, "other: not a regular file (socket or device)"})
+		case e.Kind != Regular:
+			rejected = append(rejected, Rejected{e.Name, e.Kind, string(e.Kind) + ": not a regular file"})
+		default:
+			if err := ValidateID(e.Name); err != nil {
+				rejected = append(rejected, Rejected{e.Name, e.Kind, err.Error()})
 				return true
 			}
-			if most > 0 && (len(valid) == most || len(valid)+len(rejected) == examineMost*most) {
-				return false // an entry past the bound: there is more
-			}
-			switch {
-			case e.Kind == Symlink:
-				rejected = append(rejected, Rejected{e.Name, e.Kind, "symlink: refused, never followed"})
-			case e.Kind == Other:
-				rejected = append(rejected, Rejected{e.Name, e.Kind, "other: not a regular file (socket or device)"})
-			case e.Kind != Regular:
-				rejected = append(rejected, Rejected{e.Name, e.Kind, string(e.Kind) + ": not a regular file"})
-			default:
-				if err := ValidateID(e.Name); err != nil {
-					rejected = append(rejected, Rejected{e.Name, e.Kind, err.Error()})
-					return true
-				}
-				valid = append(valid, e.Name)
-			}
-			return true
-		})
-	}
-	if most == 0 {
-		_, _, err := read(0) // everything: no cursor to go on from or leave
-		if err != nil {
-			return nil, nil, false, fmt.Errorf("scan inbox: %w", err)
+			valid = append(valid, e.Name)
 		}
+		return true
+	}
+	sorted := func() {
 		slices.Sort(valid)
 		slices.SortFunc(rejected, func(a, b Rejected) int { return strings.Compare(a.Name, b.Name) })
+	}
+	if most == 0 {
+		// Everything: no cursor to go on from or leave.
+		if _, _, err := m.scanFrom(Inbox, 0, visit); err != nil {
+			return nil, nil, false, fmt.Errorf("scan inbox: %w", err)
+		}
+		sorted()
 		return valid, rejected, false, nil
 	}
 	from := m.inboxFrom()
-	next, more, err := read(from)
+	next, more, err := m.scanFrom(Inbox, from, visit)
 	if err != nil && from != 0 {
 		from = 0 // a position this directory no longer has: from the start
-		next, more, err = read(0)
+		reset()
+		next, more, err = m.scanFrom(Inbox, 0, visit)
 	}
 	if err == nil && more && from == 0 {
 		// Full from the start: go on from where the last writer stopped,
 		// if another process did (the common empty inbox reads no file).
 		if c := m.loadInboxCursor(); c != 0 {
-			if n, mo, err2 := read(c); err2 == nil {
-				next, more = n, mo
-			} else {
-				next, more, err = read(0)
+			reset()
+			from = c
+			if next, more, err = m.scanFrom(Inbox, c, visit); err != nil {
+				from = 0
+				reset()
+				next, more, err = m.scanFrom(Inbox, 0, visit)
 			}
 		}
+	}
+	if err == nil && !more && from != 0 {
+		// The end, from a cursor: round to the start with what is left
+		// of the turn (found from outside: a cursor past every entry, a
+		// stale one after inbox/ was refilled, made a claim find nothing
+		// with hundreds of files in inbox/).
+		next, more, err = m.scanFrom(Inbox, 0, visit)
 	}
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("scan inbox: %w", err)
 	}
 	m.saveInboxCursor(next)
-	slices.Sort(valid)
-	slices.SortFunc(rejected, func(a, b Rejected) int { return strings.Compare(a.Name, b.Name) })
+	sorted()
 	return valid, rejected, more, nil
 }
 

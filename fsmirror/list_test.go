@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,13 +133,14 @@ func TestScanInbox_BoundedSaysMore(t *testing.T) {
 	if len(valid) != 500 || !more {
 		t.Errorf("ScanInbox(500) of 1200 files: %d valid, more %v; want 500, true", len(valid), more)
 	}
-	// The next scan goes on where that one stopped, to the end.
+	// The next scan goes on where that one stopped, to the end, then
+	// round from the start: every file once.
 	valid, _, more, err = m.ScanInbox(1200)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(valid) != 700 || more {
-		t.Errorf("ScanInbox(1200) after ScanInbox(500) of 1200 files: %d valid, more %v; want the other 700, false", len(valid), more)
+	if len(valid) != 1200 || more || len(slices.Compact(slices.Clone(valid))) != 1200 {
+		t.Errorf("ScanInbox(1200) after ScanInbox(500) of 1200 files: %d valid, more %v; want the 700 after the cursor and the 500 before it, once each", len(valid), more)
 	}
 	valid, _, more, err = m.ScanInbox(1200)
 	if err != nil {
@@ -192,5 +194,32 @@ func TestScanInbox_GoesOnPastWhatIsLeft(t *testing.T) {
 	}
 	if len(seen) < 700 {
 		t.Errorf("8 scans of at most 100 (nothing adopted in between) saw %d of the 1000 valid files; want at least 700: each scan goes on where the last stopped", len(seen))
+	}
+}
+
+// A cursor past every entry (garbage, or stale after inbox/ was emptied
+// and filled again) does not make a turn find nothing: the scan from it
+// comes round to the start. Before, a claim said there was nothing to
+// claim with 300 files in inbox/ (found from outside).
+func TestScanInbox_CursorPastTheEndComesRound(t *testing.T) {
+	m := newTree(t)
+	for i := range 300 {
+		put(t, m, fsmirror.Inbox, fmt.Sprintf("e%03d", i), "")
+	}
+	cursor := m.Path(fsmirror.Meta, "inbox-cursor")
+	if err := os.WriteFile(cursor, []byte(fmt.Sprintf("%-23d\n", int64(9223372036854775000))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := fsmirror.Open(m.Root()) // a new process reads the cursor
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	valid, _, _, err := fresh.ScanInbox(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(valid) != 100 {
+		t.Errorf("a turn with the cursor past every entry took %d of 300 files, want 100", len(valid))
 	}
 }

@@ -108,6 +108,7 @@ type Mirror struct {
 	// the file holds as far as this process knows.
 	inboxPos, inboxSaved atomic.Int64
 	inboxLoaded          atomic.Bool
+	inboxTrouble         atomic.Pointer[string] // see InboxCursorTrouble
 }
 
 // table is a set of open directory descriptors and the identity of the
