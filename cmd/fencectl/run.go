@@ -215,12 +215,17 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	if lock != nil {
 		hold = append(hold, lock.File())
 	}
+	// The liveness anchor, for the guard to hold too; a .fence/live that
+	// is no directory ties no claim, and run goes on untied (the keeper
+	// warns).
 	anchor, err := t.AnchorFile()
-	if err != nil {
+	if _, untied := errors.AsType[*fence.LiveDirError](err); err != nil && !untied {
 		return err
 	}
-	defer anchor.Close()
-	hold = append(hold, anchor)
+	if anchor != nil {
+		defer anchor.Close()
+		hold = append(hold, anchor)
+	}
 	cont, err := newContainment(hold, jobs)
 	if err != nil {
 		return err
