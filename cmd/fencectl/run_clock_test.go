@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -325,5 +326,48 @@ func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
 				t.Errorf("the command (pid %d) outlived its revoked lease", pid)
 			}
 		})
+	}
+}
+
+// Ctrl-Z that lands while run --loop starts a command: the child, still
+// in run's process group until it execs, is stopped too, and the start
+// waited for it for good, with the tree's lock held; neither fg nor
+// SIGTERM ended it (found from outside, on the first try). run wakes such
+// a child, stops the command once it is started, and fg and SIGTERM work.
+func TestRun_CtrlZWhileACommandStarts(t *testing.T) {
+	rt := newRunTree(t)
+	rt.Env = append(rt.Env, containEnv+"="+containPgroup)
+	clitest.RequireContainment(t, rt, containPgroup)
+	for i := range 400 {
+		if err := os.WriteFile(filepath.Join(rt.Dir, "inbox", fmt.Sprintf("t%03d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.OK("reap") // adopts 256
+	rt.OK("reap") // and the rest
+	for try := range 8 {
+		run := rt.Cmd("run", "--loop", "--agent", fmt.Sprintf("r%d", try), "--", "true")
+		run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of a shell
+		out := &strings.Builder{}
+		run.Stdout, run.Stderr = out, out
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(100+37*try) * time.Millisecond) // commands starting all the while
+		_ = unix.Kill(-run.Process.Pid, unix.SIGTSTP)
+		time.Sleep(100 * time.Millisecond)
+		_ = unix.Kill(-run.Process.Pid, unix.SIGCONT)
+		_ = unix.Kill(run.Process.Pid, unix.SIGTERM)
+		done := make(chan struct{})
+		go func() { run.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			run.Process.Kill()
+			t.Fatalf("try %d: run did not end 20 s after ^Z, fg and SIGTERM (state %s)\n%s", try, clitest.State(run.Process.Pid), out)
+		}
+	}
+	if code, out := rt.Code("status", "--timeout", "2s"); code != 0 {
+		t.Fatalf("status after the runs: exit %d\n%s", code, out)
 	}
 }

@@ -94,7 +94,16 @@ func (jc *jobControl) suspend() {
 	if !canStop() {
 		return // the kernel would discard the stop: nothing stops, CMD included
 	}
-	jc.mu.Lock()
+	for !jc.mu.TryLock() {
+		// A command is being started (starting holds jc.mu): its child
+		// was in run's process group when the terminal's stop came, and
+		// stops on it just before it execs (in its own group by then), so
+		// the start waited for it for good, the journal's lock held (found
+		// from outside). Wake it (run's children, none of them stopped
+		// yet); the start then ends, and the command is stopped below.
+		jc.wakeChildren()
+		time.Sleep(time.Millisecond)
+	}
 	defer jc.mu.Unlock()
 	for pgid, p := range jc.cmds {
 		freeze(p.cgroup, "1")
@@ -119,6 +128,21 @@ func (jc *jobControl) suspend() {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+	}
+}
+
+// wakeChildren sends SIGCONT to run's process group and to each of its
+// children but the guard.
+func (jc *jobControl) wakeChildren() {
+	_ = syscall.Kill(-syscall.Getpgrp(), syscall.SIGCONT)
+	guard := 0
+	if jc.spare != nil {
+		guard = jc.spare()
+	}
+	for _, p := range processes() {
+		if p.ppid == os.Getpid() && p.pid != guard {
+			_ = syscall.Kill(p.pid, syscall.SIGCONT)
+		}
 	}
 }
 
