@@ -291,6 +291,8 @@ type batcher struct {
 	// closed: Close has begun; new writes are refused (ErrTreeClosed),
 	// and Close waits for the group in flight (leading) to finish.
 	closed bool
+	// held counts the HoldWrites in force: no group starts meanwhile.
+	held int
 	// awaited counts the calls of Together that have neither queued a
 	// write nor returned: a leader waits for them (on arrived).
 	awaited int
@@ -428,16 +430,28 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 	if p.ticket != nil && p.ticket.b == b {
 		b.punchLocked(p.ticket)
 	}
-	if b.leading {
-		b.mu.Unlock()
-		select {
-		case <-p.done:
-			return
-		case <-p.lead:
+	for {
+		if b.leading {
+			b.mu.Unlock()
+			select {
+			case <-p.done:
+				return
+			case <-p.lead:
+			}
+			b.mu.Lock()
 		}
-		b.mu.Lock()
+		b.leading = true
+		if b.held == 0 {
+			break
+		}
+		// Held (HoldWrites): no group starts until it is let go. The
+		// queue, this caller's write in it, waits for the next leader.
+		b.leading = false
+		b.cond().Broadcast()
+		for b.held > 0 {
+			b.cond().Wait()
+		}
 	}
-	b.leading = true
 	for b.awaited > 0 {
 		b.cond().Wait()
 	}
@@ -471,6 +485,30 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 		b.cond().Broadcast() // a Close waits for this
 	}
 	b.mu.Unlock()
+}
+
+// HoldWrites waits for the group of writes in flight, if any, and starts
+// no other until the returned function is called: a process about to be
+// stopped (run on Ctrl-Z) does not stop holding the tree's lock, which
+// kept every other agent of the tree out until fg (found from outside).
+// Writes asked meanwhile wait; reads go on.
+func (t *Tree) HoldWrites() (release func()) {
+	b := t.batch
+	b.mu.Lock()
+	b.held++
+	for b.leading {
+		b.cond().Wait()
+	}
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.held--
+			b.cond().Broadcast()
+			b.mu.Unlock()
+		})
+	}
 }
 
 // ErrTreeClosed is a write asked of a Tree after Close began.

@@ -122,3 +122,38 @@ func TestTree_Gauges(t *testing.T) {
 		t.Errorf("last seq %d, last token %d; want 4, %d", g.LastSeq, g.LastToken, c.Token)
 	}
 }
+
+// HoldWrites keeps the Tree from starting a write until it is let go,
+// while reads go on: run takes it before it stops itself on Ctrl-Z, so
+// that it does not stop holding the tree's lock (found from outside:
+// every other agent of the tree exited 5 until fg).
+func TestTree_HoldWritesStartsNoWrite(t *testing.T) {
+	tree := newTree(t)
+	add(t, tree, "a", 0)
+	release := tree.HoldWrites()
+	done := make(chan error, 1)
+	go func() {
+		_, err := tree.Claim(bg, fence.ClaimRequest{Agent: "a1"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		release()
+		t.Fatalf("a claim went through while writes were held: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := tree.Gauges(bg); err != nil {
+		t.Fatalf("a read while writes were held: %v", err)
+	}
+	release()
+	release() // twice is once
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the claim after the release: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim did not go through after the release")
+	}
+	add(t, tree, "b", 0) // and writes go on
+}

@@ -184,7 +184,7 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 			if first.CompareAndSwap(nil, s) {
 				cancel()
 				if !out.json {
-					fmt.Fprintf(out.stderr, "fencectl run: got %s: stopping (a running command gets it too, then its task is released)\n", s)
+					fmt.Fprintf(out.stderr, "fencectl run: got %s: stopping (a running command gets it too, then its task is released; a complete still waiting for the journal is given up, and its task freed once run has ended)\n", s)
 				}
 			}
 			for _, c := range sigs {
@@ -248,7 +248,7 @@ func runTasks(ctx context.Context, t *fence.Tree, cfg runConfig, id, requestID s
 	}
 	jc, stopJobControl := startJobControl()
 	defer stopJobControl()
-	jc.spare = cont.guardPid
+	jc.spare, jc.holdWrites = cont.guardPid, t.HoldWrites
 	sup := &supervisor{t: t, cfg: cfg, cont: cont, jobs: jc, sigs: sigs[0], out: out, claimCtx: claimCtx, loop: loop, caught: caught}
 	if jobs == 1 {
 		// Orphans of CMD's tree come to run (the subreaper) and are
@@ -394,12 +394,12 @@ func (s *supervisor) work(ctx context.Context, id, requestID string, lock *fence
 		if s.loop && errors.Is(err, fence.ErrNothingToClaim) {
 			return nil
 		}
-		if s.loop && cfg.wait > 0 && journalCannotTake(err) && (outage.IsZero() || time.Since(outage) < cfg.wait) {
+		if cfg.wait > 0 && journalCannotTake(err) && (outage.IsZero() || time.Since(outage) < cfg.wait) {
 			// An outage of the journal (etcd restarting or out of
 			// space, a lock held past --timeout) is not a tree with
-			// nothing to do: the loop waits it out for up to --wait
-			// (found from outside: a ten-second etcd freeze ended
-			// whole fleets of run --loop --wait).
+			// nothing to do: run --wait, looping or not, waits it out
+			// for up to --wait (found from outside: a ten-second etcd
+			// freeze ended whole fleets of run --loop --wait).
 			if outage.IsZero() {
 				outage = time.Now()
 				out.notice(fence.Notice{Kind: fence.NoticeWarning, Name: "journal", Detail: "cannot claim (" + err.Error() + "); trying again for up to --wait " + cfg.wait.String()})

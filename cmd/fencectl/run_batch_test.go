@@ -252,31 +252,48 @@ func TestRun_CompleteWaitsForTheJournal(t *testing.T) {
 	}
 }
 
-// run --loop --wait waits out a journal that cannot take its claims (a
-// lock held past --timeout here; etcd restarting or out of space in the
-// field) for up to --wait, then goes on with the work. Before, the first
-// failed claim ended the loop, exit 5 (found from outside: a ten-second
-// etcd freeze ended whole fleets).
-func TestRun_LoopWaitsOutTheJournal(t *testing.T) {
-	rt := newRunTree(t)
-	run, out := rt.StartRun("--loop", "--wait", "30s", "--timeout", "300ms", "--", "true")
-	unlock := holdTreeLock(t, rt.Dir)
-	waitBlockedInFlock(t, run.Process.Pid) // a claim tries
-	time.Sleep(700 * time.Millisecond)     // past --timeout: that try has failed
-	waitBlockedInFlock(t, run.Process.Pid) // and the loop tries again
-	unlock()
-	rt.OK("add", "--id", "t1")
-	deadline := time.Now().Add(20 * time.Second)
-	for rt.Show("t1")["state"] != "done" {
-		if time.Now().After(deadline) {
-			t.Fatalf("t1 not done 20 s after the journal was free\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := run.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if code := clitest.WaitExit(t, run); code != 130 {
-		t.Fatalf("run --loop after SIGINT exited %d, want 130\n%s", code, out)
+// run --wait, looping or not, waits out a journal that cannot take its
+// claims (a lock held past --timeout here; etcd restarting or out of
+// space in the field) for up to --wait, then goes on with the work.
+// Before, the first failed claim ended it, exit 5 (found from outside: a
+// ten-second etcd freeze ended whole fleets of run --loop --wait).
+func TestRun_WaitWaitsOutTheJournal(t *testing.T) {
+	for _, loop := range []bool{true, false} {
+		t.Run(map[bool]string{true: "loop", false: "once"}[loop], func(t *testing.T) {
+			rt := newRunTree(t)
+			args := []string{"--wait", "30s", "--timeout", "300ms", "--", "true"}
+			if loop {
+				args = append([]string{"--loop"}, args...)
+			}
+			run, out := rt.StartRun(args...)
+			unlock := holdTreeLock(t, rt.Dir)
+			waitBlockedInFlock(t, run.Process.Pid) // a claim tries
+			time.Sleep(700 * time.Millisecond)     // past --timeout: that try has failed
+			waitBlockedInFlock(t, run.Process.Pid) // and run tries again
+			unlock()
+			rt.OK("add", "--id", "t1")
+			if !loop {
+				if code := clitest.WaitExit(t, run); code != 0 {
+					t.Fatalf("run --wait exited %d, want 0 (t1 done)\n%s", code, out)
+				}
+				if st := rt.Show("t1")["state"]; st != "done" {
+					t.Fatalf("t1 is %v, want done\n%s", st, out)
+				}
+				return
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for rt.Show("t1")["state"] != "done" {
+				if time.Now().After(deadline) {
+					t.Fatalf("t1 not done 20 s after the journal was free\n%s", out)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := run.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			if code := clitest.WaitExit(t, run); code != 130 {
+				t.Fatalf("run --loop after SIGINT exited %d, want 130\n%s", code, out)
+			}
+		})
 	}
 }

@@ -334,17 +334,20 @@ func TestRun_CtrlZStopsTheCommandWithRun(t *testing.T) {
 // waited for it for good, with the tree's lock held; neither fg nor
 // SIGTERM ended it (found from outside, on the first try). run wakes such
 // a child, stops the command once it is started, and fg and SIGTERM work.
+// And a run stopped mid-commit kept the tree's lock while stopped: it
+// now finishes the commit and starts none before it stops.
 func TestRun_CtrlZWhileACommandStarts(t *testing.T) {
 	rt := newRunTree(t)
 	rt.Env = append(rt.Env, containEnv+"="+containPgroup)
 	clitest.RequireContainment(t, rt, containPgroup)
-	for i := range 400 {
-		if err := os.WriteFile(filepath.Join(rt.Dir, "inbox", fmt.Sprintf("t%03d", i)), nil, 0o644); err != nil {
+	for i := range 2500 {
+		if err := os.WriteFile(filepath.Join(rt.Dir, "inbox", fmt.Sprintf("t%04d", i)), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rt.OK("reap") // adopts 256
-	rt.OK("reap") // and the rest
+	for range 10 {
+		rt.OK("reap") // adopts 256 at a time
+	}
 	for try := range 8 {
 		run := rt.Cmd("run", "--loop", "--agent", fmt.Sprintf("r%d", try), "--", "true")
 		run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of a shell
@@ -355,7 +358,13 @@ func TestRun_CtrlZWhileACommandStarts(t *testing.T) {
 		}
 		time.Sleep(time.Duration(100+37*try) * time.Millisecond) // commands starting all the while
 		_ = unix.Kill(-run.Process.Pid, unix.SIGTSTP)
-		time.Sleep(100 * time.Millisecond)
+		waitState(t, run.Process.Pid, "T")
+		// Stopped, run holds no lock of the tree: another command goes
+		// on (before, run stopped mid-commit kept everyone out, exit 5).
+		if code, out := rt.Code("reap", "--timeout", "2s"); code != 0 {
+			_ = unix.Kill(-run.Process.Pid, unix.SIGCONT)
+			t.Fatalf("try %d: reap while run was stopped: exit %d\n%s", try, code, out)
+		}
 		_ = unix.Kill(-run.Process.Pid, unix.SIGCONT)
 		_ = unix.Kill(run.Process.Pid, unix.SIGTERM)
 		done := make(chan struct{})

@@ -33,6 +33,10 @@ type jobControl struct {
 	// spare is the guard's pid (0: none), which is no process of a
 	// command: stopped, it could not kill them should run die.
 	spare func() int
+	// holdWrites waits for run's write in flight and starts no other
+	// until let go (fence.Tree.HoldWrites): run does not stop holding
+	// the tree's lock. nil: none to hold.
+	holdWrites func() (release func())
 }
 
 // pausable is one running command: its cgroup ("" in pgroup mode) and
@@ -110,7 +114,14 @@ func (jc *jobControl) suspend() {
 		_ = syscall.Kill(-pgid, syscall.SIGSTOP)
 	}
 	rest := jc.stopRest()
+	release := func() {}
+	if jc.holdWrites != nil {
+		// A commit of run's in flight holds the tree's lock: stopped with
+		// it, run kept every other agent out until fg (found from outside).
+		release = jc.holdWrites()
+	}
 	stopSelf()
+	defer release()
 	for pgid, p := range jc.cmds {
 		if !now().Before(p.stopAt()) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL) // a stopped process dies too
