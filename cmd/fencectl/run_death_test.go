@@ -121,21 +121,11 @@ func TestRun_KilledRightAfterItsClaimFreesItsTask(t *testing.T) {
 func TestRun_TaskHeldWhileItsGuardLives(t *testing.T) {
 	for _, mode := range []string{containCgroup, containPgroup} {
 		t.Run(mode, func(t *testing.T) {
-			rt := newRunTree(t)
-			rt.Env = append(rt.Env, containEnv+"="+mode)
-			clitest.RequireContainment(t, rt, mode)
-			rt.OK("add", "--id", "t1")
-			marks := t.TempDir()
-			run, _ := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
-			pids := clitest.TreePids(t, marks)
-			guards := guardsOf(run.Process.Pid)
-			if len(guards) != 1 {
-				t.Fatalf("%d guards for run (pid %d), want 1", len(guards), run.Process.Pid)
-			}
-			if err := syscall.Kill(guards[0], syscall.SIGSTOP); err != nil {
+			rt, run, _, pids, guard := startGuardedRun(t, mode)
+			if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			cont := func() { _ = syscall.Kill(guards[0], syscall.SIGCONT) }
+			cont := func() { _ = syscall.Kill(guard, syscall.SIGCONT) }
 			defer cont()
 			run.Process.Kill()
 			clitest.WaitExit(t, run)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -171,17 +172,8 @@ func TestRun_GuardIsNotRunsChild(t *testing.T) {
 func TestRun_DeadGuardIsReplaced(t *testing.T) {
 	for _, mode := range []string{containCgroup, containPgroup} {
 		t.Run(mode, func(t *testing.T) {
-			rt := newRunTree(t)
-			rt.Env = append(rt.Env, containEnv+"="+mode)
-			clitest.RequireContainment(t, rt, mode)
-			rt.OK("add", "--id", "t1")
-			marks := t.TempDir()
-			run, out := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
-			pids := clitest.TreePids(t, marks)
-			first := guardsOf(run.Process.Pid)
-			if len(first) != 1 {
-				t.Fatalf("%d guards for run (pid %d), want 1", len(first), run.Process.Pid)
-			}
+			_, run, out, pids, guard := startGuardedRun(t, mode)
+			first := []int{guard}
 			if err := syscall.Kill(first[0], syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -202,6 +194,25 @@ func TestRun_DeadGuardIsReplaced(t *testing.T) {
 			clitest.WaitDead(t, pids, escape)
 		})
 	}
+}
+
+// startGuardedRun starts `run t1` with containment mode on a new tree,
+// CMD a tree of processes (clitest.TreeScript), and returns the tree, run
+// and its output, the tree's pids and run's one guard.
+func startGuardedRun(t *testing.T, mode string) (*runTree, *exec.Cmd, *strings.Builder, map[string]int, int) {
+	t.Helper()
+	rt := newRunTree(t)
+	rt.Env = append(rt.Env, containEnv+"="+mode)
+	clitest.RequireContainment(t, rt, mode)
+	rt.OK("add", "--id", "t1")
+	marks := t.TempDir()
+	run, out := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
+	pids := clitest.TreePids(t, marks)
+	guards := guardsOf(run.Process.Pid)
+	if len(guards) != 1 {
+		t.Fatalf("%d guards for run (pid %d), want 1", len(guards), run.Process.Pid)
+	}
+	return rt, run, out, pids, guards[0]
 }
 
 // guardsOf lists the live guards of the run with pid runPid: processes

@@ -16,6 +16,13 @@ import (
 func newJournal(t *testing.T) (journal.Config, string) {
 	t.Helper()
 	cfg := journal.Config{Backend: "etcd", Endpoints: etcdtest.Start(t, 1).Endpoints(), Prefix: "/internal"}
+	return cfg, createJournal(t, cfg)
+}
+
+// createJournal makes an empty journal as cfg says and returns its meta
+// directory.
+func createJournal(t *testing.T, cfg journal.Config) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), ".fence")
 	b, err := New(cfg)
 	if err != nil {
@@ -30,7 +37,7 @@ func newJournal(t *testing.T) (journal.Config, string) {
 	if err := lock.Create(record.Defaults{TTL: time.Minute, MaxAttempts: 3}, 1); err != nil {
 		t.Fatal(err)
 	}
-	return cfg, dir
+	return dir
 }
 
 func open(t *testing.T, cfg journal.Config, dir string) (*Backend, journal.Store) {

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/fencectl/fencectl/journal"
 	"github.com/fencectl/fencectl/journal/etcd/etcdtest"
-	"github.com/fencectl/fencectl/journal/record"
 )
 
 // A watch that etcd cancels (here: the member restarted, and the revision
@@ -27,20 +25,12 @@ func TestWatch_GoesOnAfterItsRevisionIsCompacted(t *testing.T) {
 	}
 	// The watch's client knows member a alone; the writes go to the others.
 	cfg := journal.Config{Backend: "etcd", Endpoints: []string{a.ClientURL}, Prefix: "/w"}
-	dir := filepath.Join(t.TempDir(), ".fence")
+	dir := createJournal(t, cfg)
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	lock, err := b.LockTree(dir, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lock.Create(record.Defaults{TTL: time.Minute, MaxAttempts: 3}, 1); err != nil {
-		t.Fatal(err)
-	}
-	lock.Release()
 	w, err := b.Watch(dir)
 	if err != nil {
 		t.Fatal(err)
