@@ -440,6 +440,14 @@ func (b *batcher) submit(t *Tree, p *pendingOp) {
 			}
 			b.mu.Lock()
 		}
+		select {
+		case <-p.done:
+			// Run by a group another caller led while this one waited
+			// out a HoldWrites: nothing left to lead.
+			b.mu.Unlock()
+			return
+		default:
+		}
 		b.leading = true
 		if b.held == 0 {
 			break
