@@ -39,13 +39,7 @@ func TestRun_NothingOutlivesTheTask(t *testing.T) {
 			}
 		})
 		t.Run(mode+"/revoke", func(t *testing.T) {
-			rt := newRunTree(t)
-			rt.Env = append(rt.Env, containEnv+"="+mode)
-			clitest.RequireContainment(t, rt, mode)
-			rt.OK("add", "--id", "t1")
-			marks := t.TempDir()
-			run, out := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
-			pids := clitest.TreePids(t, marks)
+			rt, run, out, pids := startTreeRun(t, mode)
 			rt.OK("revoke", "t1")
 			if code := clitest.WaitExit(t, run); code != exitFenced {
 				t.Fatalf("run exited %d, want 3\n%s", code, out)
@@ -196,10 +190,10 @@ func TestRun_DeadGuardIsReplaced(t *testing.T) {
 	}
 }
 
-// startGuardedRun starts `run t1` with containment mode on a new tree,
-// CMD a tree of processes (clitest.TreeScript), and returns the tree, run
-// and its output, the tree's pids and run's one guard.
-func startGuardedRun(t *testing.T, mode string) (*runTree, *exec.Cmd, *strings.Builder, map[string]int, int) {
+// startTreeRun starts `run t1` with containment mode on a new tree, CMD
+// a tree of processes (clitest.TreeScript), and returns the tree, run and
+// its output, and the tree's pids.
+func startTreeRun(t *testing.T, mode string) (*runTree, *exec.Cmd, *strings.Builder, map[string]int) {
 	t.Helper()
 	rt := newRunTree(t)
 	rt.Env = append(rt.Env, containEnv+"="+mode)
@@ -207,7 +201,13 @@ func startGuardedRun(t *testing.T, mode string) (*runTree, *exec.Cmd, *strings.B
 	rt.OK("add", "--id", "t1")
 	marks := t.TempDir()
 	run, out := rt.StartRun("t1", "--", "sh", "-c", clitest.TreeScript(marks, "while :; do sleep 0.01; done"))
-	pids := clitest.TreePids(t, marks)
+	return rt, run, out, clitest.TreePids(t, marks)
+}
+
+// startGuardedRun is startTreeRun, and returns run's one guard too.
+func startGuardedRun(t *testing.T, mode string) (*runTree, *exec.Cmd, *strings.Builder, map[string]int, int) {
+	t.Helper()
+	rt, run, out, pids := startTreeRun(t, mode)
 	guards := guardsOf(run.Process.Pid)
 	if len(guards) != 1 {
 		t.Fatalf("%d guards for run (pid %d), want 1", len(guards), run.Process.Pid)
